@@ -1,0 +1,185 @@
+/*
+ * mtxcomm — collective communication for data-parallel deep learning.
+ *
+ * Stable C API. Opaque handles, NCCL-style argument order, usable from C and C++.
+ *
+ * Semantics every call keeps
+ * --------------------------
+ * - Ranks: a communicator of size n numbers its ranks 0..n-1. Every rank of a communicator must
+ *   call the same collectives, in the same order, with matching count, datatype, op and root.
+ * - Same answer everywhere: every rank receives a bitwise-identical result. For a fixed
+ *   algorithm, communicator size and count, the result is the same run after run.
+ * - Numbers: float16 and bfloat16 accumulate in float32 and are rounded (to nearest even) once
+ *   per element at the end. Integer SUM and PROD wrap (two's complement). AVG is SUM followed by a
+ *   division by the communicator size: for floating types in the accumulation type (float32 for
+ *   the 16-bit types), for integer types the wrapped sum divided truncating toward zero, keeping
+ *   the datatype. NaN propagates through SUM, PROD, MIN and MAX.
+ * - Counts and offsets are size_t end to end: more than 2^31 elements and more than 2 GiB work.
+ *   A count is a number of elements, never bytes.
+ * - Buffers (as in NCCL): in place is sendbuf == recvbuf; for allgather, in place is
+ *   sendbuf == recvbuf + rank*sendcount (elements); for reduce-scatter, in place is
+ *   sendbuf + rank*recvcount == recvbuf. Any other overlap of send and receive buffers is
+ *   MTXCOMM_INVALID_ARGUMENT. An out-of-place call never writes its send buffer.
+ * - count 0 succeeds on every rank and keeps the ranks in step (buffers may then be NULL).
+ * - stream must be NULL: buffers are host memory. (Device buffers are not supported yet:
+ *   a non-NULL stream is MTXCOMM_UNSUPPORTED.)
+ *
+ * Errors
+ * ------
+ * Every call returns an mtxcomm_result_t. Invalid arguments are rejected on the calling rank
+ * before any byte moves and leave the communicator usable. A peer that dies, or that does not
+ * answer within MTXCOMM_TIMEOUT seconds, turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the
+ * communicator is then poisoned: later collectives return MTXCOMM_INVALID_USAGE pointing at the
+ * first error; abort or destroy it and build a new one. mtxcomm_get_last_error() returns the
+ * detailed message (it names this rank, the peer, the collective and the algorithm).
+ * The library never calls abort() or exit().
+ *
+ * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
+ * be used concurrently from distinct threads.
+ */
+#ifndef MTXCOMM_MTXCOMM_H_
+#define MTXCOMM_MTXCOMM_H_
+
+#include <stddef.h>
+
+#if defined(_WIN32)
+#define MTXCOMM_API __declspec(dllexport)
+#else
+#define MTXCOMM_API __attribute__((visibility("default")))
+#endif
+
+#define MTXCOMM_VERSION_MAJOR 0
+#define MTXCOMM_VERSION_MINOR 1
+#define MTXCOMM_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, as returned by mtxcomm_get_version(). */
+#define MTXCOMM_VERSION_CODE \
+  (MTXCOMM_VERSION_MAJOR * 10000 + MTXCOMM_VERSION_MINOR * 100 + MTXCOMM_VERSION_PATCH)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque communicator handle. */
+typedef struct mtxcomm_comm* mtxcomm_comm_t;
+
+typedef enum {
+  MTXCOMM_SUCCESS = 0,
+  MTXCOMM_INVALID_ARGUMENT = 1, /* a bad argument on this rank; nothing moved, comm usable */
+  MTXCOMM_INVALID_USAGE = 2,    /* call not allowed now (poisoned or destroyed comm, bad config) */
+  MTXCOMM_SYSTEM_ERROR = 3,     /* the OS or the transport failed (socket, memory, MPI) */
+  MTXCOMM_REMOTE_ERROR = 4,     /* a peer died, aborted or closed its connection */
+  MTXCOMM_TIMEOUT = 5,          /* a peer did not answer within MTXCOMM_TIMEOUT seconds */
+  MTXCOMM_CUDA_ERROR = 6,       /* a CUDA call failed */
+  MTXCOMM_INTERNAL_ERROR = 7,   /* a bug in mtxcomm: please report it */
+  MTXCOMM_UNSUPPORTED = 8       /* valid, but not built in or not supported on this path */
+} mtxcomm_result_t;
+
+typedef enum {
+  MTXCOMM_INT8 = 0,
+  MTXCOMM_UINT8 = 1,
+  MTXCOMM_INT32 = 2,
+  MTXCOMM_UINT32 = 3,
+  MTXCOMM_INT64 = 4,
+  MTXCOMM_UINT64 = 5,
+  MTXCOMM_FLOAT16 = 6,  /* IEEE 754 binary16 */
+  MTXCOMM_BFLOAT16 = 7, /* bfloat16: the upper 16 bits of a binary32 */
+  MTXCOMM_FLOAT32 = 8,
+  MTXCOMM_FLOAT64 = 9,
+  MTXCOMM_NUM_DATATYPES = 10
+} mtxcomm_datatype_t;
+
+typedef enum {
+  MTXCOMM_SUM = 0,
+  MTXCOMM_PROD = 1,
+  MTXCOMM_MIN = 2,
+  MTXCOMM_MAX = 3,
+  MTXCOMM_AVG = 4,
+  MTXCOMM_NUM_OPS = 5
+} mtxcomm_op_t;
+
+/* ---- Communicators ---------------------------------------------------------------------- */
+
+/* The world communicator of this job.
+ * - Under Open MPI's mpirun (or Slurm's srun with PMI): bootstraps through MPI, initialising
+ *   MPI (MPI_THREAD_MULTIPLE requested) if the program has not; data moves over MPI p2p.
+ * - Otherwise: reads MTXCOMM_RANK, MTXCOMM_SIZE and MTXCOMM_STORE ("file:PATH" or
+ *   "tcp:HOST:PORT", a small rendezvous hosted by rank 0) and connects the ranks over TCP.
+ * - With none of these set: a communicator of size 1.
+ * MTXCOMM_TRANSPORT=auto|mpi|tcp overrides the choice. Configuration (every MTXCOMM_* variable)
+ * is read and validated here; a bad value fails with MTXCOMM_INVALID_USAGE naming the variable.
+ * Collective over the job. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_init_from_env(mtxcomm_comm_t* comm);
+
+/* MPI_Comm_split semantics: ranks with the same color form one new communicator, ordered by
+ * key, then by rank in comm. color < 0 (MTXCOMM_UNDEFINED) returns *newcomm = NULL.
+ * Collective over comm. */
+#define MTXCOMM_UNDEFINED (-1)
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, int key,
+                                                mtxcomm_comm_t* newcomm);
+
+/* Frees the communicator. Local, not collective: call it on every rank after the last
+ * collective. NULL is accepted and ignored. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm);
+
+/* Marks the communicator failed on this rank and tells the peers it can reach; collectives
+ * blocked on this rank elsewhere end with MTXCOMM_REMOTE_ERROR where the transport can tell.
+ * Then frees it, like destroy. Never blocks for longer than the transport's close. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
+
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size);
+
+/* ---- Collectives (blocking; stream must be NULL) ----------------------------------------- */
+
+/* recvbuf[i] = op over ranks r of sendbuf_r[i], i in [0, count). Buffers: count elements each. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                               mtxcomm_datatype_t datatype, mtxcomm_op_t op,
+                                               mtxcomm_comm_t comm, void* stream);
+
+/* recvbuf = root's sendbuf on every rank (count elements). sendbuf is read on root only and may
+ * be NULL elsewhere. In place on root: sendbuf == recvbuf. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_broadcast(const void* sendbuf, void* recvbuf, size_t count,
+                                               mtxcomm_datatype_t datatype, int root,
+                                               mtxcomm_comm_t comm, void* stream);
+
+/* root's recvbuf[i] = op over ranks of sendbuf_r[i]. recvbuf is used on root only (may be NULL
+ * elsewhere). */
+MTXCOMM_API mtxcomm_result_t mtxcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                            mtxcomm_datatype_t datatype, mtxcomm_op_t op, int root,
+                                            mtxcomm_comm_t comm, void* stream);
+
+/* recvbuf[r*sendcount + i] = sendbuf_r[i]. recvbuf holds size*sendcount elements. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_allgather(const void* sendbuf, void* recvbuf,
+                                               size_t sendcount, mtxcomm_datatype_t datatype,
+                                               mtxcomm_comm_t comm, void* stream);
+
+/* recvbuf[i] on rank r = op over ranks q of sendbuf_q[r*recvcount + i]. sendbuf holds
+ * size*recvcount elements, recvbuf recvcount. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                    size_t recvcount, mtxcomm_datatype_t datatype,
+                                                    mtxcomm_op_t op, mtxcomm_comm_t comm,
+                                                    void* stream);
+
+/* Returns on any rank only after every rank has entered it. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
+
+/* ---- Errors and version ------------------------------------------------------------------ */
+
+/* A static, short description of the code ("invalid argument", ...). Never NULL. */
+MTXCOMM_API const char* mtxcomm_get_error_string(mtxcomm_result_t result);
+
+/* The detailed message of the last failure on comm (or of the last failed init on this thread
+ * when comm is NULL); "" if none. Valid until the next call on comm. */
+MTXCOMM_API const char* mtxcomm_get_last_error(mtxcomm_comm_t comm);
+
+/* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);
+
+/* Size in bytes of one element of datatype, 0 if datatype is not valid. */
+MTXCOMM_API size_t mtxcomm_datatype_size(mtxcomm_datatype_t datatype);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MTXCOMM_MTXCOMM_H_ */

@@ -1,0 +1,256 @@
+#include "lib/comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algos/schedule.h"
+#include "lib/dtype.h"
+#include "lib/error.h"
+#include "lib/executor.h"
+#include "lib/log.h"
+#include "lib/reduce.h"
+#include "lib/select.h"
+
+namespace mtxcomm {
+
+namespace {
+
+struct ByteRange {
+  const char* p;
+  size_t n;
+};
+
+bool overlaps(ByteRange a, ByteRange b) {
+  if (!a.p || !b.p || a.n == 0 || b.n == 0) return false;
+  return a.p < b.p + b.n && b.p < a.p + a.n;
+}
+
+// elements * elemSize * factor, or throws naming the quantity when it overflows size_t.
+size_t checkedBytes(const char* what, size_t count, size_t elemSize, size_t factor) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, elemSize, &bytes) ||
+      __builtin_mul_overflow(bytes, factor, &bytes)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, what, " = ", count, " elements x ", elemSize, " bytes",
+         factor > 1 ? strCat(" x ", factor, " ranks") : std::string(), " overflows size_t");
+  }
+  return bytes;
+}
+
+// Argument checks on the calling rank, before any byte moves. Throws
+// MTXCOMM_INVALID_ARGUMENT naming the argument.
+void checkArgs(const CollArgs& a, int rank, int n) {
+  const char* coll = collectiveName(a.coll);
+  if (a.coll == Collective::kBarrier) return;
+  if (!isValidDatatype(a.dtype)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": invalid datatype ", static_cast<int>(a.dtype));
+  }
+  if (collectiveReduces(a.coll) && !isValidOp(a.op)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": invalid op ", static_cast<int>(a.op));
+  }
+  const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce;
+  if (rooted && (a.root < 0 || a.root >= n)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": root ", a.root, " is out of range [0, ", n, ")");
+  }
+  const size_t es = datatypeSize(a.dtype);
+  const size_t unit = checkedBytes("count", a.count, es, 1);
+  size_t sendBytes = unit, recvBytes = unit;
+  bool needSend = true, needRecv = true;
+  switch (a.coll) {
+    case Collective::kBroadcast: needSend = rank == a.root; break;
+    case Collective::kReduce: needRecv = rank == a.root; break;
+    case Collective::kAllgather: recvBytes = checkedBytes("sendcount", a.count, es, n); break;
+    case Collective::kReduceScatter: sendBytes = checkedBytes("recvcount", a.count, es, n); break;
+    default: break;
+  }
+  if (a.count == 0) return;
+  if (needSend && !a.sendbuf) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": sendbuf is NULL with count ", a.count);
+  }
+  if (needRecv && !a.recvbuf) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": recvbuf is NULL with count ", a.count);
+  }
+  if (!needSend || !needRecv) {
+    // broadcast on a non-root / reduce on a non-root: the other buffer is not used. On the
+    // root of a broadcast sendbuf and recvbuf still must not partially overlap.
+    if (!(a.coll == Collective::kBroadcast && rank == a.root)) return;
+  }
+  const char* s = static_cast<const char*>(a.sendbuf);
+  const char* r = static_cast<const char*>(a.recvbuf);
+  const char* inPlaceSend = r;  // where sendbuf must be for an in-place call
+  if (a.coll == Collective::kAllgather) inPlaceSend = r + static_cast<size_t>(rank) * unit;
+  if (a.coll == Collective::kReduceScatter) inPlaceSend = r - static_cast<size_t>(rank) * unit;
+  if (s == inPlaceSend) return;
+  if (overlaps({s, sendBytes}, {r, recvBytes})) {
+    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": sendbuf and recvbuf partially overlap (in place is ",
+         a.coll == Collective::kAllgather       ? "sendbuf == recvbuf + rank*sendcount"
+         : a.coll == Collective::kReduceScatter ? "sendbuf + rank*recvcount == recvbuf"
+                                                : "sendbuf == recvbuf",
+         ")");
+  }
+}
+
+// Elements this rank's recvbuf holds for the call (what AVG divides and narrowing writes).
+size_t resultCount(const CollArgs& a, int rank, int n) {
+  switch (a.coll) {
+    case Collective::kAllreduce: return a.count;
+    case Collective::kReduce: return rank == a.root ? a.count : 0;
+    case Collective::kReduceScatter: return a.count;
+    default: return 0;
+  }
+}
+
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t bytes) : p(static_cast<char*>(std::malloc(bytes ? bytes : 1))) {
+    if (!p) fail(MTXCOMM_SYSTEM_ERROR, "out of memory allocating ", bytes, " bytes");
+  }
+  ~AlignedBuffer() { std::free(p); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  char* p;
+};
+
+}  // namespace
+
+Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId)
+    : transport_(std::move(transport)), config_(config), contextId_(contextId) {}
+
+Comm::~Comm() = default;
+
+void Comm::checkUsable(const char* what) const {
+  if (poisoned()) {
+    fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), ": ", what,
+         " on a communicator failed by an earlier error (abort or destroy it and build a new "
+         "one); the first error was: ",
+         firstError_);
+  }
+}
+
+void Comm::poison(const std::string& message) {
+  if (firstError_.empty()) firstError_ = message;
+}
+
+void Comm::run(const CollArgs& user) {
+  const char* coll = collectiveName(user.coll);
+  checkUsable(coll);
+  const int n = size(), me = rank();
+  try {
+    checkArgs(user, me, n);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", me, ": ", e.what()));
+  }
+  ++seq_;
+  CollArgs args = user;
+  args.elemSize = datatypeSize(user.dtype);
+  if (user.coll == Collective::kBarrier) args.elemSize = 1;
+  const bool avg = collectiveReduces(args.coll) && args.op == MTXCOMM_AVG;
+  if (avg) args.op = MTXCOMM_SUM;
+
+  // One rank, or nothing to move: a local copy keeps the out-of-place contract.
+  if (n == 1 || (args.count == 0 && args.coll != Collective::kBarrier)) {
+    lastAlgorithm_ = "local";
+    if (args.count > 0 && args.recvbuf && args.sendbuf) {
+      std::memmove(args.recvbuf, args.sendbuf, args.count * args.elemSize);
+    }
+    return;
+  }
+
+  // float16/bfloat16 reductions run in float32 and round once at the end.
+  const bool widen = collectiveReduces(args.coll) && isHalfType(args.dtype);
+  const size_t inCount = args.coll == Collective::kReduceScatter ? args.count * n : args.count;
+  const size_t outCount = resultCount(args, me, n);
+  std::unique_ptr<AlignedBuffer> wideIn, wideOut;
+  if (widen) {
+    wideIn = std::make_unique<AlignedBuffer>(inCount * sizeof(float));
+    widenToFloat(args.dtype, static_cast<const uint16_t*>(args.sendbuf),
+                 reinterpret_cast<float*>(wideIn->p), inCount);
+    args.sendbuf = wideIn->p;
+    if (args.coll == Collective::kAllreduce) {
+      args.recvbuf = wideIn->p;  // in place on the widened copy
+    } else if (outCount > 0) {
+      wideOut = std::make_unique<AlignedBuffer>(outCount * sizeof(float));
+      args.recvbuf = wideOut->p;
+    } else {
+      args.recvbuf = nullptr;
+    }
+    args.dtype = MTXCOMM_FLOAT32;
+    args.elemSize = sizeof(float);
+  }
+
+  runAlgorithm(args);
+
+  if (avg && outCount > 0) divideBuffer(args.dtype, args.recvbuf, outCount, n);
+  if (widen && outCount > 0) {
+    narrowFromFloat(user.dtype, static_cast<const float*>(args.recvbuf),
+                    static_cast<uint16_t*>(user.recvbuf), outCount);
+  }
+}
+
+void Comm::runAlgorithm(const CollArgs& args) {
+  const int n = size(), me = rank();
+  Selection sel = selectAlgorithm(args, n, config_.algorithmFor(args.coll), me);
+  lastAlgorithm_ = sel.algorithm->name;
+  Schedule schedule(args.dtype, args.elemSize, args.op);
+  AlgoParams params;
+  params.segmentBytes = config_.segmentBytes;
+  try {
+    sel.algorithm->build(args, me, n, params, schedule);
+    if (logEnabled(LogLevel::kTrace)) {
+      MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
+                  schedule.toString());
+    }
+    executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
+                    config_.timeoutSeconds);
+  } catch (const Error& e) {
+    std::string msg = strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll),
+                             " (algorithm ", sel.algorithm->name, ", ", args.count, " x ",
+                             datatypeName(args.dtype), ", transport ", transport_->name(),
+                             "): ", e.what());
+    poison(msg);
+    MTXCOMM_LOG(kError, me, msg);
+    throw Error(e.code(), msg);
+  }
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key) {
+  checkUsable("split");
+  const int n = size(), me = rank();
+  // Allgather (color, key) over this communicator.
+  std::vector<int32_t> mine = {color < 0 ? -1 : color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(n));
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine.data();
+  ag.recvbuf = all.data();
+  ag.count = 2;
+  ag.dtype = MTXCOMM_INT32;
+  run(ag);
+  const uint64_t splitIndex = ++splits_;
+  if (color < 0) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
+    if (all[2 * r] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  // A context id every member computes alike, distinct from the parent's and its siblings'.
+  uint64_t ctx = contextId_ * 0x9E3779B97F4A7C15ull + splitIndex * 0x100000001B3ull +
+                 static_cast<uint64_t>(color) + 1;
+  ctx ^= ctx >> 29;
+  std::unique_ptr<Transport> child;
+  try {
+    child = transport_->split(members, ctx);
+  } catch (const Error& e) {
+    std::string msg = strCat("rank ", me, ": split (color ", color, "): ", e.what());
+    poison(msg);
+    throw Error(e.code(), msg);
+  }
+  return std::make_unique<Comm>(std::move(child), config_, ctx);
+}
+
+void Comm::abort() {
+  poison(strCat("rank ", rank(), ": the communicator was aborted"));
+  transport_->abort();
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,65 @@
+// The communicator: a transport over its ranks, the configuration, the collective sequence
+// number, and the error state (the first error is kept; a failed communicator is poisoned).
+// Planning (select), scheduling (algos/) and execution (executor) live in their own units;
+// Comm only ties them together for one call.
+#ifndef MTXCOMM_LIB_COMM_H_
+#define MTXCOMM_LIB_COMM_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algos/registry.h"
+#include "lib/config.h"
+#include "transports/transport.h"
+
+namespace mtxcomm {
+
+class Comm {
+ public:
+  // context_id is identical on every rank and distinct among communicators sharing channels.
+  Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId);
+  ~Comm();
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const Config& config() const { return config_; }
+  // Tests and tools may force algorithms per communicator.
+  Config& mutableConfig() { return config_; }
+  Transport& transport() { return *transport_; }
+  const char* transportName() const { return transport_->name(); }
+
+  // Runs one collective as the public API describes it (user-level args: AVG allowed, 16-bit
+  // floats not yet widened). Checks arguments first (throws MTXCOMM_INVALID_ARGUMENT, comm stays
+  // usable); a communication failure poisons the communicator and is rethrown with rank,
+  // collective and algorithm in the message.
+  void run(const CollArgs& args);
+
+  std::unique_ptr<Comm> split(int color, int key);
+  void abort();
+
+  // Name of the algorithm the last collective used ("local" for one rank or count 0).
+  const std::string& lastAlgorithm() const { return lastAlgorithm_; }
+  // Where the C API keeps the last error message of this communicator.
+  std::string& lastError() { return lastError_; }
+  bool poisoned() const { return !firstError_.empty(); }
+
+ private:
+  void checkUsable(const char* what) const;
+  void runAlgorithm(const CollArgs& args);
+  void poison(const std::string& message);
+
+  std::unique_ptr<Transport> transport_;
+  Config config_;
+  uint64_t contextId_;
+  uint64_t seq_ = 0;    // collectives issued on this communicator (same on every rank)
+  uint64_t splits_ = 0; // splits issued (same on every rank)
+  std::string lastAlgorithm_;
+  std::string firstError_;
+  std::string lastError_;
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_H_

@@ -1,0 +1,189 @@
+#include "lib/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/error.h"
+
+extern char** environ;
+
+namespace mtxcomm {
+
+namespace {
+
+std::vector<std::string> algoChoices(Collective c) {
+  std::vector<std::string> v{"auto"};
+  for (const char* n : algorithmNames(c)) v.emplace_back(n);
+  return v;
+}
+
+std::string joinChoices(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& c : v) s += (s.empty() ? "" : "|") + c;
+  return s;
+}
+
+[[noreturn]] void badValue(const char* name, const std::string& value, const std::string& why) {
+  fail(MTXCOMM_INVALID_USAGE, name, "=\"", value, "\" is invalid: ", why);
+}
+
+int parseInt(const char* name, const std::string& v, long lo, long hi) {
+  errno = 0;
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno) badValue(name, v, "not an integer");
+  if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "]"));
+  return static_cast<int>(x);
+}
+
+// Accepts plain bytes or a K/M/G suffix (powers of 1024).
+size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || end == v.c_str() || errno || v[0] == '-') {
+    badValue(name, v, "not a byte count (e.g. 1048576 or 1M)");
+  }
+  std::string suffix(end);
+  unsigned long long mult = 1;
+  if (suffix == "K" || suffix == "k")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1ull << 30;
+  else if (!suffix.empty())
+    badValue(name, v, "unknown suffix (use K, M or G)");
+  x *= mult;
+  if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
+  return static_cast<size_t>(x);
+}
+
+}  // namespace
+
+const char* getEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return v;
+}
+
+const std::vector<ConfigVar>& configVars() {
+  static const std::vector<ConfigVar> kVars = [] {
+    std::vector<ConfigVar> v = {
+        {"MTXCOMM_TIMEOUT", "seconds", "300",
+         "how long a collective waits for a peer before failing with MTXCOMM_TIMEOUT; also "
+         "bounds bootstrap waits"},
+        {"MTXCOMM_LOG_LEVEL",
+         "enum",
+         "WARN",
+         "NONE, ERROR, WARN, INFO (echoes the configuration at init), DEBUG (logs the algorithm "
+         "chosen for every call), TRACE (also prints every schedule)",
+         {"NONE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"}},
+        {"MTXCOMM_SEGMENT_BYTES", "bytes", "1M",
+         "pipeline segment of the ring algorithms (4K..1G; K/M/G suffixes accepted)"},
+        {"MTXCOMM_TRANSPORT",
+         "enum",
+         "auto",
+         "auto: MPI under mpirun/srun or when MPI is initialised, TCP when MTXCOMM_STORE is set",
+         {"auto", "mpi", "tcp"}},
+        {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap"},
+        {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap"},
+        {"MTXCOMM_STORE", "string", "",
+         "rendezvous without MPI: file:PATH (a directory all ranks see) or tcp:HOST:PORT "
+         "(served by rank 0)"},
+        {"MTXCOMM_TCP_HOST", "string", "",
+         "address other ranks use to reach this one over TCP (default 127.0.0.1)"},
+    };
+    for (int c = 0; c < kNumCollectives; ++c) {
+      auto coll = static_cast<Collective>(c);
+      auto choices = algoChoices(coll);
+      v.push_back({collectiveAlgoVar(coll), "enum", "auto",
+                   strCat("algorithm of ", collectiveName(coll), ": ", joinChoices(choices),
+                          " (a forced algorithm that cannot apply falls back to auto with a "
+                          "warning)"),
+                   choices});
+    }
+    return v;
+  }();
+  return kVars;
+}
+
+Config Config::fromEnvironment() {
+  Config c;
+  for (const ConfigVar& var : configVars()) {
+    const char* raw = getEnv(var.name.c_str());
+    if (!raw) continue;
+    std::string v(raw);
+    const char* name = var.name.c_str();
+    if (var.type == "enum") {
+      bool ok = false;
+      for (const auto& choice : var.choices) ok = ok || v == choice;
+      if (!ok) badValue(name, v, "expected one of " + joinChoices(var.choices));
+    }
+    if (var.name == "MTXCOMM_TIMEOUT") {
+      char* end = nullptr;
+      errno = 0;
+      double t = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t <= 0) {
+        badValue(name, v, "expected a positive number of seconds");
+      }
+      c.timeoutSeconds = t;
+    } else if (var.name == "MTXCOMM_LOG_LEVEL") {
+      c.logLevel = *parseLogLevel(v);
+    } else if (var.name == "MTXCOMM_SEGMENT_BYTES") {
+      c.segmentBytes = parseBytes(name, v, 4096, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_TRANSPORT") {
+      c.transport = v;
+    } else if (var.name == "MTXCOMM_RANK") {
+      c.rank = parseInt(name, v, 0, 1 << 24);
+    } else if (var.name == "MTXCOMM_SIZE") {
+      c.size = parseInt(name, v, 1, 1 << 24);
+    } else if (var.name == "MTXCOMM_STORE") {
+      if (v.rfind("file:", 0) != 0 && v.rfind("tcp:", 0) != 0) {
+        badValue(name, v, "expected file:PATH or tcp:HOST:PORT");
+      }
+      c.store = v;
+    } else if (var.name == "MTXCOMM_TCP_HOST") {
+      c.tcpHost = v;
+    } else {
+      for (int k = 0; k < kNumCollectives; ++k) {
+        if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
+      }
+    }
+  }
+  if (c.rank >= 0 && c.size > 0 && c.rank >= c.size) {
+    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_RANK=", c.rank, " is not below MTXCOMM_SIZE=", c.size);
+  }
+  return c;
+}
+
+std::vector<std::string> Config::unknownVariables() {
+  std::vector<std::string> unknown;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "MTXCOMM_", 8) != 0) continue;
+    std::string name(*e, std::strcspn(*e, "="));
+    bool known = false;
+    for (const ConfigVar& var : configVars()) known = known || var.name == name;
+    if (!known) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+std::vector<std::string> Config::describe() const {
+  std::vector<std::string> out;
+  out.push_back(strCat("MTXCOMM_TIMEOUT=", timeoutSeconds));
+  out.push_back(strCat("MTXCOMM_LOG_LEVEL=", logLevelName(logLevel)));
+  out.push_back(strCat("MTXCOMM_SEGMENT_BYTES=", segmentBytes));
+  out.push_back(strCat("MTXCOMM_TRANSPORT=", transport));
+  out.push_back(strCat("MTXCOMM_RANK=", rank < 0 ? std::string("(unset)") : std::to_string(rank)));
+  out.push_back(strCat("MTXCOMM_SIZE=", size < 0 ? std::string("(unset)") : std::to_string(size)));
+  out.push_back(strCat("MTXCOMM_STORE=", store.empty() ? "(unset)" : store));
+  out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
+  for (int k = 0; k < kNumCollectives; ++k) {
+    out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
+  }
+  return out;
+}
+
+}  // namespace mtxcomm

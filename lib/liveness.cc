@@ -1,0 +1,56 @@
+#include "lib/liveness.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace mtxcomm {
+
+std::string PeerLiveness::selfIdentity() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  // The pid namespace: two containers on one host have different ones, and a pid is only
+  // meaningful inside its namespace.
+  struct stat st {};
+  std::string ns = stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(st.st_ino) : "?";
+  return std::string(host) + "|" + ns + "|" + std::to_string(static_cast<long>(getpid()));
+}
+
+PeerLiveness::PeerLiveness(const std::vector<std::string>& identities, int myRank) {
+  const std::string self = selfIdentity();
+  const std::string node = self.substr(0, self.rfind('|'));
+  localPids_.assign(identities.size(), 0);
+  for (size_t r = 0; r < identities.size(); ++r) {
+    const std::string& id = identities[r];
+    size_t bar = id.rfind('|');
+    if (static_cast<int>(r) == myRank || bar == std::string::npos) continue;
+    if (node.find("|?") != std::string::npos) continue;  // namespace unknown: do not guess
+    if (id.substr(0, bar) == node) localPids_[r] = std::atol(id.c_str() + bar + 1);
+  }
+}
+
+int PeerLiveness::findDeadPeer() {
+  if (dead_ >= 0 || localPids_.empty()) return dead_;
+  auto now = Clock::now();
+  if (now < nextScan_) return dead_;
+  nextScan_ = now + std::chrono::milliseconds(100);
+  for (size_t r = 0; r < localPids_.size(); ++r) {
+    if (localPids_[r] > 0 && kill(static_cast<pid_t>(localPids_[r]), 0) != 0 && errno == ESRCH) {
+      dead_ = static_cast<int>(r);
+      break;
+    }
+  }
+  return dead_;
+}
+
+PeerLiveness PeerLiveness::subset(const std::vector<int>& members, int) const {
+  PeerLiveness p;
+  if (localPids_.empty()) return p;
+  for (int m : members) p.localPids_.push_back(localPids_[m]);
+  return p;
+}
+
+}  // namespace mtxcomm

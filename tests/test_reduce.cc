@@ -1,0 +1,791 @@
+// Tests for the CPU reduction kernels and the datatype tables (lib/reduce.h, lib/dtype.h).
+// Every expectation is computed here by a straightforward scalar reference that does not share
+// code with the kernels: integer results in 128-bit arithmetic reduced mod 2^bits, 16-bit float
+// conversions by searching the sorted table of representable values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lib/dtype.h"
+#include "lib/reduce.h"
+#include "mtxcomm/mtxcomm.hpp"
+
+namespace mtxcomm {
+namespace {
+
+constexpr mtxcomm_op_t kOps[] = {MTXCOMM_SUM, MTXCOMM_PROD, MTXCOMM_MIN, MTXCOMM_MAX};
+constexpr size_t kCounts[] = {1, 3, 17, 300, 1031};
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <class T>
+bool sameBits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// ---- Reference 16-bit conversions ----------------------------------------------------------
+
+// Exact value of a finite binary16 / bfloat16 bit pattern (sign bit clear), as a double.
+double halfValue(uint16_t h) {
+  const int e = (h >> 10) & 0x1f;
+  const int m = h & 0x3ff;
+  return e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+}
+double bf16Value(uint16_t b) {
+  return static_cast<double>(floatOf(static_cast<uint32_t>(b) << 16));
+}
+
+// Positive representable values in increasing order, then the "value" at which the format
+// overflows, treated as Inf's position for rounding: IEEE rounds to Inf exactly when
+// round-to-nearest-even against max and max + ulp(max) would pick the latter.
+struct Table {
+  std::vector<double> values;  // index == bit pattern (sign clear), last entry: Inf position
+};
+const Table& halfTable() {
+  static const Table t = [] {
+    Table r;
+    for (uint32_t h = 0; h < 0x7c00; ++h) r.values.push_back(halfValue(static_cast<uint16_t>(h)));
+    r.values.push_back(65536.0);  // 0x7c00
+    return r;
+  }();
+  return t;
+}
+const Table& bf16Table() {
+  static const Table t = [] {
+    Table r;
+    for (uint32_t b = 0; b < 0x7f80; ++b) r.values.push_back(bf16Value(static_cast<uint16_t>(b)));
+    r.values.push_back(std::ldexp(1.0, 128));  // 0x7f80
+    return r;
+  }();
+  return t;
+}
+
+// Round |x| (finite or Inf, not NaN) to nearest, ties to even bit pattern, by table search.
+uint16_t roundByTable(const Table& t, float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double v = std::fabs(static_cast<double>(x));
+  const auto& vals = t.values;
+  if (v >= vals.back()) return sign | static_cast<uint16_t>(vals.size() - 1);
+  // First value > v; the candidates are the one before (<= v) and this one.
+  const size_t hi = std::upper_bound(vals.begin(), vals.end(), v) - vals.begin();
+  const size_t lo = hi - 1;
+  if (vals[lo] == v) return sign | static_cast<uint16_t>(lo);
+  const double dlo = v - vals[lo], dhi = vals[hi] - v;
+  size_t pick = dlo < dhi ? lo : dhi < dlo ? hi : (lo % 2 == 0 ? lo : hi);
+  return sign | static_cast<uint16_t>(pick);
+}
+
+uint16_t refFloatToHalf(float x) {
+  if (std::isnan(x)) return 0x7e00;  // any quiet NaN; callers check NaN-ness only
+  return roundByTable(halfTable(), x);
+}
+uint16_t refFloatToBf16(float x) {
+  if (std::isnan(x)) return 0x7fc0;
+  return roundByTable(bf16Table(), x);
+}
+float refHalfToFloat(uint16_t h) {
+  const float s = (h & 0x8000) ? -1.0f : 1.0f;
+  if ((h & 0x7c00) == 0x7c00) {
+    return (h & 0x3ff) ? std::numeric_limits<float>::quiet_NaN()
+                       : s * std::numeric_limits<float>::infinity();
+  }
+  return s * static_cast<float>(halfValue(h & 0x7fff));
+}
+float refBf16ToFloat(uint16_t b) { return floatOf(static_cast<uint32_t>(b) << 16); }
+
+bool isHalfNan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+bool isBf16Nan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
+
+// ---- Reference reductions ------------------------------------------------------------------
+
+template <class T>
+T refIntOp(mtxcomm_op_t op, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const __int128 x = a, y = b;
+  switch (op) {
+    case MTXCOMM_SUM:
+      return static_cast<T>(static_cast<U>(static_cast<unsigned __int128>(x + y)));
+    case MTXCOMM_PROD:
+      return static_cast<T>(
+          static_cast<U>(static_cast<unsigned __int128>(x) * static_cast<unsigned __int128>(y)));
+    case MTXCOMM_MIN:
+      return x <= y ? a : b;
+    default:
+      return x >= y ? a : b;
+  }
+}
+
+template <class F>
+F refFloatOp(mtxcomm_op_t op, F a, F b) {
+  switch (op) {
+    case MTXCOMM_SUM:
+      return a + b;
+    case MTXCOMM_PROD:
+      return a * b;
+    case MTXCOMM_MIN:
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
+      return b < a ? b : (a < b ? a : b);  // equal (incl. +-0): the second operand
+    default:
+      if (std::isnan(a)) return a;
+      if (std::isnan(b)) return b;
+      return b > a ? b : (a > b ? a : b);
+  }
+}
+
+// ---- Input generation ----------------------------------------------------------------------
+
+template <class T>
+std::vector<T> intInputs(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  const T special[] = {0,
+                       1,
+                       static_cast<T>(-1),
+                       std::numeric_limits<T>::max(),
+                       std::numeric_limits<T>::min(),
+                       static_cast<T>(std::numeric_limits<T>::max() - 1),
+                       2,
+                       3};
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    if (r % 4 == 0) {
+      v[i] = special[(r >> 8) % 8];
+    } else if (r % 4 == 1) {
+      v[i] = static_cast<T>(static_cast<int64_t>((r >> 8) % 21) - 10);  // small: exact products
+    } else {
+      v[i] = static_cast<T>(r >> 3);
+    }
+  }
+  return v;
+}
+
+template <class F>
+std::vector<F> floatInputs(size_t n, uint32_t seed, bool specials) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1000.0, 1000.0);
+  const F inf = std::numeric_limits<F>::infinity();
+  const F sp[] = {std::numeric_limits<F>::quiet_NaN(),
+                  -std::numeric_limits<F>::quiet_NaN(),
+                  inf,
+                  -inf,
+                  F(0),
+                  -F(0),
+                  std::numeric_limits<F>::denorm_min(),
+                  F(1)};
+  std::vector<F> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = rng();
+    v[i] = (specials && r % 8 == 0) ? sp[(r >> 8) % 8] : static_cast<F>(dist(rng));
+  }
+  return v;
+}
+
+std::vector<uint16_t> sixteenBitInputs(size_t n, uint32_t seed, bool bf16, bool specials) {
+  std::vector<float> f = floatInputs<float>(n, seed, specials);
+  std::vector<uint16_t> v(n);
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = bf16 ? refFloatToBf16(f[i]) : refFloatToHalf(f[i] / 16.0f);
+    if (specials && rng() % 10 == 0) v[i] = static_cast<uint16_t>(rng());  // any bit pattern
+  }
+  return v;
+}
+
+// ---- Per-dtype checks ----------------------------------------------------------------------
+
+// Runs dst = a op b in the three aliasing arrangements and returns each result.
+template <class S>
+std::vector<std::vector<S>> runAllArrangements(mtxcomm_datatype_t dt, mtxcomm_op_t op,
+                                               const std::vector<S>& a, const std::vector<S>& b) {
+  const size_t n = a.size();
+  std::vector<S> out(n, S(0x55)), inA = a, inB = b;
+  reduceBuffers(dt, op, out.data(), a.data(), b.data(), n);
+  reduceBuffers(dt, op, inA.data(), inA.data(), b.data(), n);  // dst == a
+  reduceBuffers(dt, op, inB.data(), a.data(), inB.data(), n);  // dst == b
+  return {out, inA, inB};
+}
+
+template <class T>
+void checkIntType(mtxcomm_datatype_t dt) {
+  for (size_t n : kCounts) {
+    const auto a = intInputs<T>(n, 1 + static_cast<uint32_t>(n));
+    const auto b = intInputs<T>(n, 7 + static_cast<uint32_t>(n));
+    for (mtxcomm_op_t op : kOps) {
+      SCOPED_TRACE(std::string(datatypeName(dt)) + " " + opName(op) + " n=" + std::to_string(n));
+      for (const auto& got : runAllArrangements(dt, op, a, b)) {
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(got[i], refIntOp<T>(op, a[i], b[i]))
+              << "i=" << i << " a=" << +a[i] << " b=" << +b[i];
+        }
+      }
+    }
+  }
+}
+
+template <class F>
+void checkFloatType(mtxcomm_datatype_t dt) {
+  for (size_t n : kCounts) {
+    const auto a = floatInputs<F>(n, 3 + static_cast<uint32_t>(n), true);
+    const auto b = floatInputs<F>(n, 5 + static_cast<uint32_t>(n), true);
+    for (mtxcomm_op_t op : kOps) {
+      SCOPED_TRACE(std::string(datatypeName(dt)) + " " + opName(op) + " n=" + std::to_string(n));
+      for (const auto& got : runAllArrangements(dt, op, a, b)) {
+        for (size_t i = 0; i < n; ++i) {
+          const F want = refFloatOp<F>(op, a[i], b[i]);
+          if (std::isnan(want) && (op == MTXCOMM_SUM || op == MTXCOMM_PROD)) {
+            ASSERT_TRUE(std::isnan(got[i])) << "i=" << i << " a=" << a[i] << " b=" << b[i];
+          } else {
+            // MIN/MAX return an operand unchanged: bitwise, NaN payload and sign of zero too.
+            ASSERT_TRUE(sameBits(got[i], want)) << "i=" << i << " a=" << a[i] << " b=" << b[i]
+                                                << " got=" << got[i] << " want=" << want;
+          }
+        }
+      }
+    }
+  }
+}
+
+void checkSixteenBitType(mtxcomm_datatype_t dt) {
+  const bool bf16 = dt == MTXCOMM_BFLOAT16;
+  auto toF = [&](uint16_t x) { return bf16 ? refBf16ToFloat(x) : refHalfToFloat(x); };
+  auto fromF = [&](float x) { return bf16 ? refFloatToBf16(x) : refFloatToHalf(x); };
+  auto isNan = [&](uint16_t x) { return bf16 ? isBf16Nan(x) : isHalfNan(x); };
+  const uint16_t quietBit = bf16 ? 0x0040 : 0x0200;
+  for (size_t n : kCounts) {
+    const auto a = sixteenBitInputs(n, 11 + static_cast<uint32_t>(n), bf16, true);
+    const auto b = sixteenBitInputs(n, 13 + static_cast<uint32_t>(n), bf16, true);
+    for (mtxcomm_op_t op : kOps) {
+      SCOPED_TRACE(std::string(datatypeName(dt)) + " " + opName(op) + " n=" + std::to_string(n));
+      for (const auto& got : runAllArrangements(dt, op, a, b)) {
+        for (size_t i = 0; i < n; ++i) {
+          const bool minMax = op == MTXCOMM_MIN || op == MTXCOMM_MAX;
+          if (minMax && isNan(a[i])) {
+            ASSERT_EQ(got[i], a[i] | quietBit) << "i=" << i;  // a's NaN, made quiet
+          } else if (minMax && isNan(b[i])) {
+            ASSERT_EQ(got[i], b[i] | quietBit) << "i=" << i;
+          } else {
+            // Widen both to float32, combine in float32, round once.
+            const uint16_t want = fromF(refFloatOp<float>(op, toF(a[i]), toF(b[i])));
+            if (isNan(want)) {
+              ASSERT_TRUE(isNan(got[i])) << "i=" << i << " a=" << a[i] << " b=" << b[i];
+            } else {
+              ASSERT_EQ(got[i], want) << "i=" << i << " a=" << a[i] << " b=" << b[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceBuffers, Int8) { checkIntType<int8_t>(MTXCOMM_INT8); }
+TEST(ReduceBuffers, Uint8) { checkIntType<uint8_t>(MTXCOMM_UINT8); }
+TEST(ReduceBuffers, Int32) { checkIntType<int32_t>(MTXCOMM_INT32); }
+TEST(ReduceBuffers, Uint32) { checkIntType<uint32_t>(MTXCOMM_UINT32); }
+TEST(ReduceBuffers, Int64) { checkIntType<int64_t>(MTXCOMM_INT64); }
+TEST(ReduceBuffers, Uint64) { checkIntType<uint64_t>(MTXCOMM_UINT64); }
+TEST(ReduceBuffers, Float32) { checkFloatType<float>(MTXCOMM_FLOAT32); }
+TEST(ReduceBuffers, Float64) { checkFloatType<double>(MTXCOMM_FLOAT64); }
+TEST(ReduceBuffers, Float16) { checkSixteenBitType(MTXCOMM_FLOAT16); }
+TEST(ReduceBuffers, Bfloat16) { checkSixteenBitType(MTXCOMM_BFLOAT16); }
+
+TEST(ReduceBuffers, IntegerWrap) {
+  auto one = [](mtxcomm_datatype_t dt, mtxcomm_op_t op, auto a, auto b) {
+    decltype(a) out{};
+    reduceBuffers(dt, op, &out, &a, &b, 1);
+    return out;
+  };
+  EXPECT_EQ(one(MTXCOMM_INT8, MTXCOMM_SUM, int8_t{127}, int8_t{1}), int8_t{-128});
+  EXPECT_EQ(one(MTXCOMM_INT8, MTXCOMM_SUM, int8_t{-128}, int8_t{-1}), int8_t{127});
+  EXPECT_EQ(one(MTXCOMM_INT8, MTXCOMM_PROD, int8_t{-128}, int8_t{-1}), int8_t{-128});
+  EXPECT_EQ(one(MTXCOMM_INT8, MTXCOMM_PROD, int8_t{16}, int8_t{16}), int8_t{0});
+  EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_SUM, uint8_t{255}, uint8_t{2}), uint8_t{1});
+  EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_PROD, uint8_t{255}, uint8_t{255}), uint8_t{1});
+  EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_PROD, uint8_t{16}, uint8_t{17}), uint8_t{16});
+  EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_SUM, INT32_MAX, int32_t{1}), INT32_MIN);
+  EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_PROD, INT32_MIN, int32_t{-1}), INT32_MIN);
+  EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_PROD, int32_t{65536}, int32_t{65536}), 0);
+  EXPECT_EQ(one(MTXCOMM_UINT32, MTXCOMM_SUM, UINT32_MAX, uint32_t{1}), 0u);
+  EXPECT_EQ(one(MTXCOMM_INT64, MTXCOMM_SUM, INT64_MAX, int64_t{1}), INT64_MIN);
+  EXPECT_EQ(one(MTXCOMM_INT64, MTXCOMM_PROD, INT64_MIN, int64_t{-1}), INT64_MIN);
+  EXPECT_EQ(one(MTXCOMM_UINT64, MTXCOMM_PROD, UINT64_MAX, UINT64_MAX), uint64_t{1});
+  EXPECT_EQ(one(MTXCOMM_INT64, MTXCOMM_MIN, INT64_MIN, INT64_MAX), INT64_MIN);
+  EXPECT_EQ(one(MTXCOMM_UINT64, MTXCOMM_MAX, UINT64_MAX, uint64_t{0}), UINT64_MAX);
+}
+
+// NaN in either operand (or both) propagates through every op; MIN/MAX return a's NaN when
+// both are NaN.
+template <class F>
+void checkNanFloat(mtxcomm_datatype_t dt) {
+  const F nanA = std::numeric_limits<F>::quiet_NaN();
+  const F nanB = -std::numeric_limits<F>::quiet_NaN();  // different bits (sign)
+  const F one = F(1), big = std::numeric_limits<F>::max();
+  const std::vector<F> a = {nanA, one, nanA, big, -big, nanA};
+  const std::vector<F> b = {one, nanB, nanB, nanB, nanB, -std::numeric_limits<F>::infinity()};
+  for (mtxcomm_op_t op : kOps) {
+    std::vector<F> out(a.size());
+    reduceBuffers(dt, op, out.data(), a.data(), b.data(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isnan(out[i])) << datatypeName(dt) << " " << opName(op) << " i=" << i;
+    }
+    if (op == MTXCOMM_MIN || op == MTXCOMM_MAX) {
+      EXPECT_TRUE(sameBits(out[0], nanA));
+      EXPECT_TRUE(sameBits(out[1], nanB));
+      EXPECT_TRUE(sameBits(out[2], nanA));  // both NaN: the first operand's
+      EXPECT_TRUE(sameBits(out[3], nanB));
+    }
+  }
+}
+TEST(ReduceBuffers, NanFloat32) { checkNanFloat<float>(MTXCOMM_FLOAT32); }
+TEST(ReduceBuffers, NanFloat64) { checkNanFloat<double>(MTXCOMM_FLOAT64); }
+
+void checkNanSixteen(mtxcomm_datatype_t dt, uint16_t one, uint16_t nanA, uint16_t nanB,
+                     uint16_t quiet) {
+  auto isNan = [&](uint16_t x) { return dt == MTXCOMM_BFLOAT16 ? isBf16Nan(x) : isHalfNan(x); };
+  const std::vector<uint16_t> a = {nanA, one, nanA};
+  const std::vector<uint16_t> b = {one, nanB, nanB};
+  for (mtxcomm_op_t op : kOps) {
+    std::vector<uint16_t> out(3);
+    reduceBuffers(dt, op, out.data(), a.data(), b.data(), 3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(isNan(out[i])) << datatypeName(dt) << " " << opName(op) << " i=" << i;
+      EXPECT_TRUE(out[i] & quiet) << "NaN not quiet";
+    }
+    if (op == MTXCOMM_MIN || op == MTXCOMM_MAX) {
+      EXPECT_EQ(out[0], nanA | quiet);
+      EXPECT_EQ(out[1], nanB | quiet);
+      EXPECT_EQ(out[2], nanA | quiet);
+    }
+  }
+}
+TEST(ReduceBuffers, NanFloat16) {
+  checkNanSixteen(MTXCOMM_FLOAT16, 0x3c00, 0x7e01, 0xfd55 /* signalling */, 0x0200);
+}
+TEST(ReduceBuffers, NanBfloat16) {
+  checkNanSixteen(MTXCOMM_BFLOAT16, 0x3f80, 0x7fc1, 0xff81 /* signalling */, 0x0040);
+}
+
+TEST(ReduceBuffers, SixteenBitRoundsOnceInFloat32) {
+  // float16: 2048 + 1 is not representable (ulp 2 at 2048): tie, rounds to even 2048.
+  const uint16_t h2048 = 0x6800, h1 = 0x3c00, h3 = 0x4200;
+  uint16_t out;
+  reduceBuffers(MTXCOMM_FLOAT16, MTXCOMM_SUM, &out, &h2048, &h1, 1);
+  EXPECT_EQ(out, h2048);
+  reduceBuffers(MTXCOMM_FLOAT16, MTXCOMM_SUM, &out, &h2048, &h3, 1);
+  EXPECT_EQ(out, floatToHalf(2052.0f));  // 2051 -> 2052
+  const uint16_t hMax = 0x7bff;          // 65504 + 65504 overflows to Inf
+  reduceBuffers(MTXCOMM_FLOAT16, MTXCOMM_SUM, &out, &hMax, &hMax, 1);
+  EXPECT_EQ(out, 0x7c00);
+  // bfloat16: 256 + 1 is a tie (ulp 2 at 256), rounds to even 256; 256 + 3 -> 260.
+  const uint16_t b256 = floatToBfloat16(256.0f), b1 = 0x3f80, b3 = floatToBfloat16(3.0f);
+  reduceBuffers(MTXCOMM_BFLOAT16, MTXCOMM_SUM, &out, &b256, &b1, 1);
+  EXPECT_EQ(out, b256);
+  reduceBuffers(MTXCOMM_BFLOAT16, MTXCOMM_SUM, &out, &b256, &b3, 1);
+  EXPECT_EQ(bfloat16ToFloat(out), 260.0f);
+}
+
+TEST(ReduceBuffers, DstAliasesBothOperands) {
+  std::vector<float> x = {1.5f, -2.0f, std::numeric_limits<float>::quiet_NaN(), 3.0f};
+  reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_SUM, x.data(), x.data(), x.data(), x.size());
+  EXPECT_EQ(x[0], 3.0f);
+  EXPECT_EQ(x[1], -4.0f);
+  EXPECT_TRUE(std::isnan(x[2]));
+  std::vector<int8_t> y(1031, 100);
+  reduceBuffers(MTXCOMM_INT8, MTXCOMM_SUM, y.data(), y.data(), y.data(), y.size());
+  for (int8_t v : y) ASSERT_EQ(v, -56);  // 200 wraps
+  std::vector<uint16_t> h(17, 0x3c00);   // float16 1.0
+  reduceBuffers(MTXCOMM_FLOAT16, MTXCOMM_PROD, h.data(), h.data(), h.data(), h.size());
+  for (uint16_t v : h) ASSERT_EQ(v, 0x3c00);
+}
+
+TEST(ReduceBuffers, CountZeroAcceptsNull) {
+  for (int dt = 0; dt < MTXCOMM_NUM_DATATYPES; ++dt) {
+    for (mtxcomm_op_t op : kOps) {
+      EXPECT_NO_THROW(
+          reduceBuffers(static_cast<mtxcomm_datatype_t>(dt), op, nullptr, nullptr, nullptr, 0));
+    }
+    EXPECT_NO_THROW(divideBuffer(static_cast<mtxcomm_datatype_t>(dt), nullptr, 0, 3));
+  }
+  float x = 5.0f;
+  reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_SUM, &x, &x, &x, 0);
+  EXPECT_EQ(x, 5.0f);  // untouched
+}
+
+TEST(ReduceBuffers, WritesExactlyCountElements) {
+  for (size_t n : kCounts) {
+    std::vector<double> a(n + 8, 1.0), b(n + 8, 2.0), out(n + 8, -7.0);
+    reduceBuffers(MTXCOMM_FLOAT64, MTXCOMM_SUM, out.data(), a.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3.0);
+    for (size_t i = n; i < n + 8; ++i) ASSERT_EQ(out[i], -7.0);
+    std::vector<uint16_t> ha(n + 8, 0x3c00), hout(n + 8, 0xabcd);
+    reduceBuffers(MTXCOMM_FLOAT16, MTXCOMM_SUM, hout.data(), ha.data(), ha.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hout[i], 0x4000);
+    for (size_t i = n; i < n + 8; ++i) ASSERT_EQ(hout[i], 0xabcd);
+  }
+}
+
+template <class Fn>
+void expectInvalidArgument(Fn fn, const std::string& needle) {
+  try {
+    fn();
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), MTXCOMM_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReduceBuffers, InvalidArguments) {
+  float x[2] = {1, 2};
+  expectInvalidArgument(
+      [&] { reduceBuffers(static_cast<mtxcomm_datatype_t>(42), MTXCOMM_SUM, x, x, x, 2); }, "42");
+  expectInvalidArgument(
+      [&] { reduceBuffers(static_cast<mtxcomm_datatype_t>(-1), MTXCOMM_SUM, x, x, x, 2); }, "-1");
+  expectInvalidArgument(
+      [&] { reduceBuffers(MTXCOMM_FLOAT32, static_cast<mtxcomm_op_t>(17), x, x, x, 2); }, "17");
+  expectInvalidArgument([&] { reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_AVG, x, x, x, 2); }, "avg");
+  expectInvalidArgument(
+      [&] { reduceBuffers(MTXCOMM_NUM_DATATYPES, MTXCOMM_SUM, nullptr, nullptr, nullptr, 0); },
+      "10");
+  expectInvalidArgument([&] { divideBuffer(static_cast<mtxcomm_datatype_t>(99), x, 2, 2); }, "99");
+  expectInvalidArgument([&] { divideBuffer(MTXCOMM_FLOAT32, x, 2, 0); }, "0");
+  uint16_t h = 0;
+  expectInvalidArgument([&] { widenToFloat(MTXCOMM_FLOAT32, &h, x, 1); }, "float32");
+  expectInvalidArgument([&] { narrowFromFloat(MTXCOMM_INT8, x, &h, 1); }, "int8");
+  EXPECT_EQ(x[0], 1.0f);
+}
+
+// ---- divideBuffer --------------------------------------------------------------------------
+
+template <class T>
+void checkDivideTruncates(mtxcomm_datatype_t dt) {
+  std::vector<T> x = {T(-7),
+                      T(7),
+                      T(-8),
+                      T(0),
+                      T(-1),
+                      T(1),
+                      std::numeric_limits<T>::min(),
+                      std::numeric_limits<T>::max()};
+  const auto orig = x;
+  divideBuffer(dt, x.data(), x.size(), 2);
+  EXPECT_EQ(x[0], T(-3));
+  EXPECT_EQ(x[1], T(3));
+  EXPECT_EQ(x[2], T(-4));
+  EXPECT_EQ(x[4], T(0));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], T(orig[i] / 2)) << datatypeName(dt);
+}
+TEST(DivideBuffer, SignedTruncatesTowardZero) {
+  checkDivideTruncates<int8_t>(MTXCOMM_INT8);
+  checkDivideTruncates<int32_t>(MTXCOMM_INT32);
+  checkDivideTruncates<int64_t>(MTXCOMM_INT64);
+}
+
+template <class T>
+void checkDivideAgainstScalar(mtxcomm_datatype_t dt) {
+  for (int d : {1, 2, 3, 7, 8, 13, 255, 256, 1000003, INT32_MAX}) {
+    for (size_t n : kCounts) {
+      auto x = intInputs<T>(n, static_cast<uint32_t>(d + n));
+      const auto orig = x;
+      divideBuffer(dt, x.data(), n, d);
+      for (size_t i = 0; i < n; ++i) {
+        // Reference in 128-bit: truncating division toward zero.
+        const __int128 want = static_cast<__int128>(orig[i]) / d;
+        ASSERT_EQ(static_cast<__int128>(x[i]), want)
+            << datatypeName(dt) << " " << +orig[i] << " / " << d;
+      }
+    }
+  }
+}
+TEST(DivideBuffer, IntegersMatchTruncatingDivision) {
+  checkDivideAgainstScalar<int8_t>(MTXCOMM_INT8);
+  checkDivideAgainstScalar<uint8_t>(MTXCOMM_UINT8);
+  checkDivideAgainstScalar<int32_t>(MTXCOMM_INT32);
+  checkDivideAgainstScalar<uint32_t>(MTXCOMM_UINT32);
+  checkDivideAgainstScalar<int64_t>(MTXCOMM_INT64);
+  checkDivideAgainstScalar<uint64_t>(MTXCOMM_UINT64);
+}
+
+TEST(DivideBuffer, ExhaustiveInt8AndUint8SmallDivisors) {
+  for (int d = 1; d <= 300; ++d) {
+    std::vector<int8_t> s(256);
+    std::vector<uint8_t> u(256);
+    for (int i = 0; i < 256; ++i) {
+      s[i] = static_cast<int8_t>(i - 128);
+      u[i] = static_cast<uint8_t>(i);
+    }
+    divideBuffer(MTXCOMM_INT8, s.data(), 256, d);
+    divideBuffer(MTXCOMM_UINT8, u.data(), 256, d);
+    for (int i = 0; i < 256; ++i) {
+      ASSERT_EQ(s[i], (i - 128) / d) << d;
+      ASSERT_EQ(u[i], i / d) << d;
+    }
+  }
+}
+
+TEST(DivideBuffer, Uint64LargeValues) {
+  std::vector<uint64_t> x = {UINT64_MAX, UINT64_MAX - 1, uint64_t{1} << 63, (uint64_t{1} << 53) + 1,
+                             12345678901234567890ull};
+  divideBuffer(MTXCOMM_UINT64, x.data(), x.size(), 3);
+  EXPECT_EQ(x[0], 6148914691236517205ull);
+  EXPECT_EQ(x[1], 6148914691236517204ull);
+  EXPECT_EQ(x[2], 3074457345618258602ull);
+  EXPECT_EQ(x[3], 3002399751580331ull);
+  EXPECT_EQ(x[4], 4115226300411522630ull);
+  std::vector<int64_t> y = {INT64_MIN, INT64_MAX, -(int64_t{1} << 62) - 1};
+  divideBuffer(MTXCOMM_INT64, y.data(), y.size(), 7);
+  EXPECT_EQ(y[0], INT64_MIN / 7);
+  EXPECT_EQ(y[1], INT64_MAX / 7);
+  EXPECT_EQ(y[2], (-(int64_t{1} << 62) - 1) / 7);
+  std::vector<int32_t> z = {INT32_MIN, INT32_MAX, -2147483647};
+  divideBuffer(MTXCOMM_INT32, z.data(), z.size(), 3);
+  EXPECT_EQ(z[0], INT32_MIN / 3);
+  EXPECT_EQ(z[1], INT32_MAX / 3);
+  EXPECT_EQ(z[2], -715827882);
+  std::vector<uint32_t> w = {UINT32_MAX, 0x80000001u};
+  divideBuffer(MTXCOMM_UINT32, w.data(), w.size(), 2);
+  EXPECT_EQ(w[0], 0x7fffffffu);
+  EXPECT_EQ(w[1], 0x40000000u);
+}
+
+TEST(DivideBuffer, FloatingTypes) {
+  std::vector<float> f = {1.0f, -7.0f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), 0.1f};
+  divideBuffer(MTXCOMM_FLOAT32, f.data(), f.size(), 3);
+  EXPECT_EQ(f[0], 1.0f / 3.0f);
+  EXPECT_EQ(f[1], -7.0f / 3.0f);
+  EXPECT_TRUE(std::isinf(f[2]));
+  EXPECT_TRUE(std::isnan(f[3]));
+  EXPECT_EQ(f[4], 0.1f / 3.0f);
+  std::vector<double> d = {1.0, -7.0, 1e308};
+  divideBuffer(MTXCOMM_FLOAT64, d.data(), d.size(), 3);
+  EXPECT_EQ(d[0], 1.0 / 3.0);
+  EXPECT_EQ(d[1], -7.0 / 3.0);
+  EXPECT_EQ(d[2], 1e308 / 3.0);
+  // 16-bit: every bit pattern, divided in float32 and rounded once.
+  for (mtxcomm_datatype_t dt : {MTXCOMM_FLOAT16, MTXCOMM_BFLOAT16}) {
+    const bool bf = dt == MTXCOMM_BFLOAT16;
+    std::vector<uint16_t> x(65536);
+    for (uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
+    divideBuffer(dt, x.data(), x.size(), 3);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const uint16_t h = static_cast<uint16_t>(i);
+      if (bf ? isBf16Nan(h) : isHalfNan(h)) {
+        ASSERT_TRUE(bf ? isBf16Nan(x[i]) : isHalfNan(x[i]));
+        continue;
+      }
+      const float q = (bf ? refBf16ToFloat(h) : refHalfToFloat(h)) / 3.0f;
+      ASSERT_EQ(x[i], bf ? refFloatToBf16(q) : refFloatToHalf(q)) << datatypeName(dt) << " " << i;
+    }
+  }
+}
+
+// ---- 16-bit conversions --------------------------------------------------------------------
+
+TEST(Float16, ExhaustiveRoundTripAndValues) {
+  std::vector<uint16_t> all(65536), back(65536);
+  std::vector<float> wide(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  widenToFloat(MTXCOMM_FLOAT16, all.data(), wide.data(), all.size());
+  narrowFromFloat(MTXCOMM_FLOAT16, wide.data(), back.data(), wide.size());
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t h = static_cast<uint16_t>(i);
+    const float f = halfToFloat(h);
+    ASSERT_TRUE(sameBits(f, wide[i])) << "bulk != scalar at " << i;
+    if (isHalfNan(h)) {
+      ASSERT_TRUE(std::isnan(f)) << i;
+      ASSERT_TRUE(bitsOf(f) & 0x00400000u) << "widened NaN not quiet " << i;
+      ASSERT_TRUE(isHalfNan(floatToHalf(f))) << i;
+      ASSERT_EQ(floatToHalf(f), h | 0x0200) << "payload kept, quiet " << i;
+      ASSERT_EQ(back[i], h | 0x0200) << i;
+    } else {
+      ASSERT_TRUE(sameBits(f, refHalfToFloat(h))) << i;
+      ASSERT_EQ(floatToHalf(f), h) << i;
+      ASSERT_EQ(back[i], h) << i;
+    }
+  }
+}
+
+TEST(Float16, RoundingCases) {
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);  // halfway between max and 2^16: to Inf
+  EXPECT_EQ(floatToHalf(65519.0f), 0x7bff);  // 65504
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(floatToHalf(-65520.0f), 0xfc00);
+  EXPECT_EQ(floatToHalf(1e10f), 0x7c00);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(floatToHalf(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_EQ(halfToFloat(floatToHalf(2049.0f)), 2048.0f);  // tie to even
+  EXPECT_EQ(halfToFloat(floatToHalf(2051.0f)), 2052.0f);  // tie to even (up)
+  EXPECT_EQ(halfToFloat(floatToHalf(2050.0f)), 2050.0f);
+  EXPECT_EQ(halfToFloat(floatToHalf(2049.01f)), 2050.0f);
+  EXPECT_EQ(floatToHalf(0x1p-24f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(0x1p-25f), 0x0000);  // tie between 0 and 2^-24: even is 0
+  EXPECT_EQ(floatToHalf(-0x1p-25f), 0x8000);
+  EXPECT_EQ(floatToHalf(0x1.000002p-25f), 0x0001);  // just above the tie
+  EXPECT_EQ(floatToHalf(3 * 0x1p-26f), 0x0001);     // 0.75 ulp rounds up
+  EXPECT_EQ(floatToHalf(3 * 0x1p-25f), 0x0002);     // 1.5 ulp: tie to even (2)
+  EXPECT_EQ(floatToHalf(5 * 0x1p-25f), 0x0002);     // 2.5 ulp: tie to even (2)
+  EXPECT_EQ(floatToHalf(0x1p-14f), 0x0400);         // smallest normal
+  EXPECT_EQ(floatToHalf(0x1.ff8p-15f), 0x03ff);     // largest subnormal (1023 * 2^-24)
+  EXPECT_EQ(floatToHalf(0x1.ffap-15f), 0x03ff);     // 1023.25 ulp
+  EXPECT_EQ(floatToHalf(0x1.ffcp-15f), 0x0400);     // 1023.5 ulp: tie to even, into the normals
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(floatToHalf(0.0f), 0x0000);
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(floatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(floatToHalf(0.1f), 0x2e66);
+  EXPECT_TRUE(isHalfNan(floatToHalf(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(isHalfNan(floatToHalf(std::numeric_limits<float>::signaling_NaN())));
+  EXPECT_TRUE(floatToHalf(std::numeric_limits<float>::signaling_NaN()) & 0x0200);
+  EXPECT_TRUE(isHalfNan(floatToHalf(floatOf(0x7f800001u))));  // payload only in low bits
+  EXPECT_EQ(halfToFloat(0x0001), 0x1p-24f);
+  EXPECT_EQ(halfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(halfToFloat(0x7c00), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(halfToFloat(0xfc00), -std::numeric_limits<float>::infinity());
+}
+
+// Every float in a large sample (random bit patterns plus all floats around each half
+// rounding boundary) rounds exactly as the table search says; bulk and scalar agree.
+void checkNarrowSample(mtxcomm_datatype_t dt) {
+  const bool bf = dt == MTXCOMM_BFLOAT16;
+  std::vector<float> in;
+  std::mt19937 rng(99);
+  for (int i = 0; i < 300000; ++i) in.push_back(floatOf(rng()));
+  // Around the midpoints between consecutive representable values.
+  const Table& t = bf ? bf16Table() : halfTable();
+  for (size_t k = 0; k + 1 < t.values.size(); k += 37) {
+    const float mid = static_cast<float>((t.values[k] + t.values[k + 1]) / 2);
+    uint32_t u = bitsOf(mid);
+    for (uint32_t d = 0; d < 3; ++d) {
+      in.push_back(floatOf(u + d));
+      in.push_back(floatOf(u - d));
+      in.push_back(-floatOf(u + d));
+    }
+  }
+  std::vector<uint16_t> out(in.size());
+  narrowFromFloat(dt, in.data(), out.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint16_t scalar = bf ? floatToBfloat16(in[i]) : floatToHalf(in[i]);
+    ASSERT_EQ(out[i], scalar) << "bulk != scalar " << bitsOf(in[i]);
+    if (std::isnan(in[i])) {
+      ASSERT_TRUE(bf ? isBf16Nan(scalar) : isHalfNan(scalar));
+    } else {
+      ASSERT_EQ(scalar, bf ? refFloatToBf16(in[i]) : refFloatToHalf(in[i]))
+          << std::hexfloat << in[i];
+    }
+  }
+}
+TEST(Float16, NarrowMatchesReferenceOnSample) { checkNarrowSample(MTXCOMM_FLOAT16); }
+TEST(Bfloat16, NarrowMatchesReferenceOnSample) { checkNarrowSample(MTXCOMM_BFLOAT16); }
+
+TEST(Bfloat16, ExhaustiveRoundTrip) {
+  std::vector<uint16_t> all(65536), back(65536);
+  std::vector<float> wide(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  widenToFloat(MTXCOMM_BFLOAT16, all.data(), wide.data(), all.size());
+  narrowFromFloat(MTXCOMM_BFLOAT16, wide.data(), back.data(), wide.size());
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t b = static_cast<uint16_t>(i);
+    const float f = bfloat16ToFloat(b);
+    ASSERT_TRUE(sameBits(f, wide[i])) << "bulk != scalar at " << i;
+    if (isBf16Nan(b)) {
+      ASSERT_TRUE(std::isnan(f)) << i;
+      ASSERT_TRUE(bitsOf(f) & 0x00400000u) << "widened NaN not quiet " << i;
+      ASSERT_EQ(floatToBfloat16(f), b | 0x0040) << i;
+      ASSERT_EQ(back[i], b | 0x0040) << i;
+    } else {
+      ASSERT_EQ(bitsOf(f), static_cast<uint32_t>(b) << 16) << i;
+      ASSERT_EQ(floatToBfloat16(f), b) << i;
+      ASSERT_EQ(back[i], b) << i;
+    }
+  }
+}
+
+TEST(Bfloat16, RoundingCases) {
+  EXPECT_EQ(floatToBfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBfloat16(floatOf(0x3f808000u)), 0x3f80);               // tie, even stays
+  EXPECT_EQ(floatToBfloat16(floatOf(0x3f818000u)), 0x3f82);               // tie, odd rounds up
+  EXPECT_EQ(floatToBfloat16(floatOf(0x3f808001u)), 0x3f81);               // above the tie
+  EXPECT_EQ(floatToBfloat16(floatOf(0x3f807fffu)), 0x3f80);               // below the tie
+  EXPECT_EQ(floatToBfloat16(257.0f), floatToBfloat16(256.0f));            // tie to even
+  EXPECT_EQ(bfloat16ToFloat(floatToBfloat16(259.0f)), 260.0f);            // tie to even (up)
+  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to Inf
+  EXPECT_EQ(floatToBfloat16(floatOf(0x7f7f7fffu)), 0x7f7f);
+  EXPECT_EQ(floatToBfloat16(floatOf(0x7f7f8000u)), 0x7f80);  // tie at max, odd: Inf
+  EXPECT_EQ(floatToBfloat16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(floatToBfloat16(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_EQ(floatToBfloat16(floatOf(0x00008000u)), 0x0000);  // subnormal tie to even 0
+  EXPECT_EQ(floatToBfloat16(floatOf(0x00018000u)), 0x0002);  // subnormal tie to even 2
+  EXPECT_EQ(floatToBfloat16(-0.0f), 0x8000);
+  // NaN whose payload is only in the low 16 bits must not become Inf.
+  EXPECT_TRUE(isBf16Nan(floatToBfloat16(floatOf(0x7f800001u))));
+  EXPECT_TRUE(isBf16Nan(floatToBfloat16(floatOf(0xffffffffu))));
+  EXPECT_TRUE(floatToBfloat16(std::numeric_limits<float>::signaling_NaN()) & 0x0040);
+}
+
+// ---- Datatype and op tables ----------------------------------------------------------------
+
+TEST(Dtype, Tables) {
+  const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+  const char* names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                         "uint64", "float16", "bfloat16", "float32", "float64"};
+  for (int i = 0; i < MTXCOMM_NUM_DATATYPES; ++i) {
+    const auto dt = static_cast<mtxcomm_datatype_t>(i);
+    EXPECT_TRUE(isValidDatatype(dt));
+    EXPECT_EQ(datatypeSize(dt), sizes[i]);
+    EXPECT_STREQ(datatypeName(dt), names[i]);
+    EXPECT_EQ(parseDatatype(datatypeName(dt)), dt);
+    EXPECT_EQ(isFloatingType(dt), i >= MTXCOMM_FLOAT16);
+    EXPECT_EQ(isHalfType(dt), dt == MTXCOMM_FLOAT16 || dt == MTXCOMM_BFLOAT16);
+  }
+  for (int bad : {-1, static_cast<int>(MTXCOMM_NUM_DATATYPES), 1000}) {
+    const auto dt = static_cast<mtxcomm_datatype_t>(bad);
+    EXPECT_FALSE(isValidDatatype(dt));
+    EXPECT_EQ(datatypeSize(dt), 0u);
+    EXPECT_STREQ(datatypeName(dt), "invalid");
+    EXPECT_FALSE(isFloatingType(dt));
+  }
+  EXPECT_EQ(parseDatatype("int"), MTXCOMM_INT32);
+  EXPECT_EQ(parseDatatype("float"), MTXCOMM_FLOAT32);
+  EXPECT_EQ(parseDatatype("double"), MTXCOMM_FLOAT64);
+  EXPECT_EQ(parseDatatype("half"), MTXCOMM_FLOAT16);
+  EXPECT_EQ(parseDatatype("bf16"), MTXCOMM_BFLOAT16);
+  EXPECT_EQ(parseDatatype(""), std::nullopt);
+  EXPECT_EQ(parseDatatype("invalid"), std::nullopt);
+  EXPECT_EQ(parseDatatype("Float32"), std::nullopt);
+  EXPECT_EQ(parseDatatype("float32 "), std::nullopt);
+
+  const char* ops[] = {"sum", "prod", "min", "max", "avg"};
+  for (int i = 0; i < MTXCOMM_NUM_OPS; ++i) {
+    const auto op = static_cast<mtxcomm_op_t>(i);
+    EXPECT_TRUE(isValidOp(op));
+    EXPECT_STREQ(opName(op), ops[i]);
+    EXPECT_EQ(parseOp(opName(op)), op);
+  }
+  EXPECT_FALSE(isValidOp(MTXCOMM_NUM_OPS));
+  EXPECT_FALSE(isValidOp(static_cast<mtxcomm_op_t>(-1)));
+  EXPECT_STREQ(opName(MTXCOMM_NUM_OPS), "invalid");
+  EXPECT_EQ(parseOp("invalid"), std::nullopt);
+  EXPECT_EQ(parseOp("SUM"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace mtxcomm

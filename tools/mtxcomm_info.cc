@@ -1,0 +1,81 @@
+// mtxcomm_info: version, build options, transports, algorithms and the effective configuration
+// (every MTXCOMM_* variable with its value, default and help). Does not start communication
+// unless --init is given (then it also prints the communicator that init_from_env builds).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "algos/registry.h"
+#include "lib/config.h"
+#include "lib/error.h"
+#include "lib/init.h"
+#include "mtxcomm/mtxcomm.h"
+#include "mtxcomm_build_info.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mtxcomm_info: what this mtxcomm was built with and how it is configured"};
+  bool init = false;
+  app.add_flag("--init", init,
+               "also build the world communicator (mtxcomm_comm_init_from_env) and print it");
+  CLI11_PARSE(app, argc, argv);
+
+  int version = 0;
+  mtxcomm_get_version(&version);
+  std::printf("mtxcomm %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
+  std::printf("\nbuild:\n  type: %s\n  compiler: %s\n", MTXCOMM_BUILD_TYPE,
+              MTXCOMM_BUILD_COMPILER);
+  std::printf("  MPI: %s %s\n  UCX: %s\n  CUDA: %s\n  NCCL: %s\n  hwloc: %s\n  TensorFlow: %s\n",
+              MTXCOMM_BUILD_WITH_MPI, MTXCOMM_BUILD_MPI_VERSION, MTXCOMM_BUILD_WITH_UCX,
+              MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
+              MTXCOMM_BUILD_WITH_TENSORFLOW);
+  std::printf("  (UCX, CUDA, NCCL, hwloc and TensorFlow are detected but no component uses them "
+              "yet)\n");
+  std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
+#ifdef MTXCOMM_HAVE_MPI
+  std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");
+#endif
+  std::printf("  tcp     sockets, bootstrapped by MTXCOMM_RANK/MTXCOMM_SIZE/MTXCOMM_STORE\n");
+
+  std::printf("\nalgorithms:\n");
+  for (const mtxcomm::Algorithm& a : mtxcomm::algorithms()) {
+    std::printf("  %-15s %-19s %s\n", mtxcomm::collectiveName(a.coll), a.name, a.description);
+  }
+
+  std::printf("\nconfiguration (environment):\n");
+  int rc = 0;
+  try {
+    mtxcomm::Config cfg = mtxcomm::loadConfig();
+    auto effective = cfg.describe();
+    for (const mtxcomm::ConfigVar& v : mtxcomm::configVars()) {
+      std::string value = "?";
+      for (const auto& line : effective) {
+        if (line.rfind(v.name + "=", 0) == 0) value = line.substr(v.name.size() + 1);
+      }
+      std::printf("  %s=%s\n      [%s, default %s] %s\n", v.name.c_str(), value.c_str(),
+                  v.type.c_str(), v.defaultValue.empty() ? "unset" : v.defaultValue.c_str(),
+                  v.help.c_str());
+    }
+    for (const std::string& u : mtxcomm::Config::unknownVariables()) {
+      std::printf("  %s: unknown variable, ignored\n", u.c_str());
+    }
+  } catch (const mtxcomm::Error& e) {
+    std::fprintf(stderr, "mtxcomm_info: %s\n", e.what());
+    rc = 1;
+  }
+
+  if (init && rc == 0) {
+    mtxcomm_comm_t comm = nullptr;
+    mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
+    if (r != MTXCOMM_SUCCESS) {
+      std::fprintf(stderr, "mtxcomm_info: init failed: %s: %s\n", mtxcomm_get_error_string(r),
+                   mtxcomm_get_last_error(nullptr));
+      return 1;
+    }
+    int rank = 0, size = 0;
+    mtxcomm_comm_rank(comm, &rank);
+    mtxcomm_comm_size(comm, &size);
+    std::printf("\ncommunicator: rank %d of %d\n", rank, size);
+    mtxcomm_comm_destroy(comm);
+  }
+  return rc;
+}

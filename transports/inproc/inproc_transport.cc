@@ -1,0 +1,198 @@
+#include "transports/inproc/inproc_transport.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+
+#include "lib/backoff.h"
+#include "lib/error.h"
+
+namespace mtxcomm {
+
+namespace {
+
+enum Status : int { kPending = 0, kDone = 1, kSizeMismatch = 2 };
+
+struct Entry {
+  uint64_t ctx;
+  int src;  // global rank of the sender
+  int tag;
+  void* buf;
+  size_t bytes;
+  std::atomic<int>* status;
+  size_t* otherBytes;  // where a size mismatch reports the other side's size
+};
+
+struct Mailbox {
+  std::mutex mu;
+  std::deque<Entry> sends;  // unmatched sends to this rank
+  std::deque<Entry> recvs;  // unmatched receives posted by this rank
+};
+
+struct World {
+  explicit World(int n) : boxes(n), dead(n) {
+    for (auto& d : dead) d.store(false);
+  }
+  std::vector<Mailbox> boxes;
+  std::vector<std::atomic<bool>> dead;
+};
+
+class InprocRequest : public Request {
+ public:
+  InprocRequest(std::shared_ptr<World> world, int box, int peer, bool isSend, size_t bytes)
+      : Request(peer, isSend, bytes), world_(std::move(world)), box_(box) {}
+  ~InprocRequest() override {
+    if (status_.load(std::memory_order_acquire) != kPending) return;
+    // Abandoned (the wait failed): withdraw the entry so nobody touches its buffer later.
+    Mailbox& mb = world_->boxes[box_];
+    std::lock_guard<std::mutex> lock(mb.mu);
+    auto& q = isSend() ? mb.sends : mb.recvs;
+    q.erase(std::remove_if(q.begin(), q.end(), [&](const Entry& e) { return e.status == &status_; }),
+            q.end());
+  }
+  std::atomic<int> status_{kPending};
+  size_t otherBytes_ = 0;
+  int tag_ = 0;
+
+ private:
+  std::shared_ptr<World> world_;
+  int box_;
+};
+
+// Completes a matched pair under the mailbox lock.
+void complete(Entry& send, Entry& recv) {
+  if (send.bytes != recv.bytes) {
+    *send.otherBytes = recv.bytes;
+    *recv.otherBytes = send.bytes;
+    send.status->store(kSizeMismatch, std::memory_order_release);
+    recv.status->store(kSizeMismatch, std::memory_order_release);
+    return;
+  }
+  if (send.bytes) std::memcpy(recv.buf, send.buf, send.bytes);
+  send.status->store(kDone, std::memory_order_release);
+  recv.status->store(kDone, std::memory_order_release);
+}
+
+class InprocTransport : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<World> world, std::vector<int> globalOf, int rank, uint64_t ctx)
+      : world_(std::move(world)), globalOf_(std::move(globalOf)), rank_(rank), ctx_(ctx) {}
+
+  const char* name() const override { return "inproc"; }
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(globalOf_.size()); }
+
+  RequestPtr isend(int peer, int tag, const void* buf, size_t bytes) override {
+    checkPeer(peer);
+    const int dst = globalOf_[peer], me = globalOf_[rank_];
+    auto req = std::make_unique<InprocRequest>(world_, dst, peer, true, bytes);
+    req->tag_ = tag;
+    Entry mine{ctx_, me, tag, const_cast<void*>(buf), bytes, &req->status_, &req->otherBytes_};
+    Mailbox& mb = world_->boxes[dst];
+    std::lock_guard<std::mutex> lock(mb.mu);
+    for (auto it = mb.recvs.begin(); it != mb.recvs.end(); ++it) {
+      if (it->ctx == ctx_ && it->src == me && it->tag == tag) {
+        complete(mine, *it);
+        mb.recvs.erase(it);
+        return req;
+      }
+    }
+    mb.sends.push_back(mine);
+    return req;
+  }
+
+  RequestPtr irecv(int peer, int tag, void* buf, size_t bytes) override {
+    checkPeer(peer);
+    const int src = globalOf_[peer], me = globalOf_[rank_];
+    auto req = std::make_unique<InprocRequest>(world_, me, peer, false, bytes);
+    req->tag_ = tag;
+    Entry mine{ctx_, src, tag, buf, bytes, &req->status_, &req->otherBytes_};
+    Mailbox& mb = world_->boxes[me];
+    std::lock_guard<std::mutex> lock(mb.mu);
+    for (auto it = mb.sends.begin(); it != mb.sends.end(); ++it) {
+      if (it->ctx == ctx_ && it->src == src && it->tag == tag) {
+        complete(*it, mine);
+        mb.sends.erase(it);
+        return req;
+      }
+    }
+    mb.recvs.push_back(mine);
+    return req;
+  }
+
+  void waitAll(std::vector<RequestPtr>& reqs, Clock::time_point deadline) override {
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* req = static_cast<InprocRequest*>(r.get());
+      Backoff backoff;
+      int st;
+      while ((st = req->status_.load(std::memory_order_acquire)) == kPending) {
+        if (world_->dead[globalOf_[req->peer()]].load()) {
+          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",
+               " for a ", what(*req));
+        }
+        if (world_->dead[globalOf_[rank_]].load()) {
+          fail(MTXCOMM_REMOTE_ERROR, "this rank's communicator was aborted while waiting for a ",
+               what(*req));
+        }
+        if (backoff.sleeping() && Clock::now() > deadline) {
+          fail(MTXCOMM_TIMEOUT, "timed out waiting for a ", what(*req),
+               " (the peer never posted the matching operation)");
+        }
+        backoff.pause();
+      }
+      if (st == kSizeMismatch) {
+        fail(MTXCOMM_INTERNAL_ERROR, "size mismatch on a ", what(*req), ": peer posted ",
+             req->otherBytes_, " bytes (the ranks disagree on the schedule)");
+      }
+    }
+  }
+
+  std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t ctx) override {
+    std::vector<int> globalOf;
+    int newRank = -1;
+    for (size_t i = 0; i < members.size(); ++i) {
+      globalOf.push_back(globalOf_[members[i]]);
+      if (members[i] == rank_) newRank = static_cast<int>(i);
+    }
+    if (newRank < 0) fail(MTXCOMM_INTERNAL_ERROR, "split: this rank is not among the members");
+    return std::make_unique<InprocTransport>(world_, std::move(globalOf), newRank, ctx);
+  }
+
+  void abort() override { world_->dead[globalOf_[rank_]].store(true); }
+
+ private:
+  void checkPeer(int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_) {
+      fail(MTXCOMM_INTERNAL_ERROR, "inproc: invalid peer rank ", peer, " (size ", size(),
+           ", rank ", rank_, ")");
+    }
+  }
+  static std::string what(const InprocRequest& r) {
+    return strCat(r.isSend() ? "send to" : "receive from", " peer rank ", r.peer(), " (tag ",
+                  r.tag_, ", ", r.bytes(), " bytes)");
+  }
+
+  std::shared_ptr<World> world_;
+  std::vector<int> globalOf_;
+  int rank_;
+  uint64_t ctx_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Transport>> makeInprocTransports(int n) {
+  auto world = std::make_shared<World>(n);
+  std::vector<int> identity(n);
+  for (int i = 0; i < n; ++i) identity[i] = i;
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(std::make_unique<InprocTransport>(world, identity, i, 0));
+  }
+  return out;
+}
+
+}  // namespace mtxcomm

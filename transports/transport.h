@@ -1,0 +1,85 @@
+// The point-to-point transport interface every collective algorithm runs over.
+//
+// Contract
+// --------
+// - Addressing: peers are ranks in [0, size()) of this transport (which covers exactly the
+//   ranks of one communicator). A rank never sends to itself: algorithms copy locally instead.
+// - Matching and ordering: a receive matches a send from the same peer with the same tag.
+//   Messages between one sender and one receiver with the same tag are matched in the order
+//   they were posted (MPI's non-overtaking rule). The byte counts of a matched send and receive
+//   must be equal; a mismatch is MTXCOMM_INTERNAL_ERROR (the ranks disagree on the schedule).
+//   Tags are in [0, kMaxTag]. Zero-byte messages are legal and are delivered.
+// - Buffer ownership: isend/irecv return at once; the buffer belongs to the transport until the
+//   request completes in waitAll. The sender must not write it, the receiver must not read it.
+// - Progress: made inside waitAll (a transport may also progress in background threads).
+//   Waiting is polite: spin briefly, then yield/sleep, never burn a core until the deadline.
+// - Errors: waitAll throws mtxcomm::Error — MTXCOMM_REMOTE_ERROR when a peer is known to be
+//   gone (closed connection, dead process, abort), MTXCOMM_TIMEOUT when the deadline passes,
+//   MTXCOMM_SYSTEM_ERROR for a local failure. The message names the peer ("peer rank 3") and
+//   whether it was a send or a receive; the caller adds rank, collective and algorithm. After an
+//   error the transport is failed: later calls may throw again; the requests are abandoned and
+//   their buffers are no longer touched once waitAll has thrown.
+// - Thread safety: one thread at a time calls a given Transport object. Distinct transports
+//   (also those made by split()) may be used from distinct threads concurrently.
+#ifndef MTXCOMM_TRANSPORTS_TRANSPORT_H_
+#define MTXCOMM_TRANSPORTS_TRANSPORT_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mtxcomm {
+
+using Clock = std::chrono::steady_clock;
+
+// A posted send or receive. Transports derive from it; the caller only holds it and passes it
+// back to waitAll.
+class Request {
+ public:
+  Request(int peer, bool is_send, size_t bytes) : peer_(peer), is_send_(is_send), bytes_(bytes) {}
+  virtual ~Request() = default;
+  int peer() const { return peer_; }
+  bool isSend() const { return is_send_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  int peer_;
+  bool is_send_;
+  size_t bytes_;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+class Transport {
+ public:
+  static constexpr int kMaxTag = 32767;  // MPI guarantees at least this MPI_TAG_UB
+
+  virtual ~Transport() = default;
+  // Stable name: "inproc", "mpi", "tcp".
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual RequestPtr isend(int peer, int tag, const void* buf, size_t bytes) = 0;
+  virtual RequestPtr irecv(int peer, int tag, void* buf, size_t bytes) = 0;
+  // Completes every request in reqs (entries may be null and are skipped), or throws as the
+  // contract says once the deadline has passed or a peer is gone.
+  virtual void waitAll(std::vector<RequestPtr>& reqs, Clock::time_point deadline) = 0;
+
+  // A transport over a subset of this one's ranks. members[i] is the rank, in this transport,
+  // of rank i of the new one; it contains rank(). context_id is the same on every member and
+  // distinct from every other live transport sharing the same channels. Collective over the
+  // members only (ranks not in members do not call it).
+  virtual std::unique_ptr<Transport> split(const std::vector<int>& members,
+                                           uint64_t context_id) = 0;
+
+  // Best-effort notice to peers that this rank is leaving abnormally, so that their blocked
+  // waits end with MTXCOMM_REMOTE_ERROR. Never blocks for long. Default: nothing to tell.
+  virtual void abort() {}
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_TRANSPORTS_TRANSPORT_H_
