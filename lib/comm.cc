@@ -40,17 +40,16 @@ size_t checkedBytes(const char* what, size_t count, size_t elemSize, size_t fact
 // Argument checks on the calling rank, before any byte moves. Throws
 // MTXCOMM_INVALID_ARGUMENT naming the argument.
 void checkArgs(const CollArgs& a, int rank, int n) {
-  const char* coll = collectiveName(a.coll);
   if (a.coll == Collective::kBarrier) return;
   if (!isValidDatatype(a.dtype)) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": invalid datatype ", static_cast<int>(a.dtype));
+    fail(MTXCOMM_INVALID_ARGUMENT, "invalid datatype ", static_cast<int>(a.dtype));
   }
   if (collectiveReduces(a.coll) && !isValidOp(a.op)) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": invalid op ", static_cast<int>(a.op));
+    fail(MTXCOMM_INVALID_ARGUMENT, "invalid op ", static_cast<int>(a.op));
   }
   const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce;
   if (rooted && (a.root < 0 || a.root >= n)) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": root ", a.root, " is out of range [0, ", n, ")");
+    fail(MTXCOMM_INVALID_ARGUMENT, "root ", a.root, " is out of range [0, ", n, ")");
   }
   const size_t es = datatypeSize(a.dtype);
   const size_t unit = checkedBytes("count", a.count, es, 1);
@@ -65,10 +64,10 @@ void checkArgs(const CollArgs& a, int rank, int n) {
   }
   if (a.count == 0) return;
   if (needSend && !a.sendbuf) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": sendbuf is NULL with count ", a.count);
+    fail(MTXCOMM_INVALID_ARGUMENT, "sendbuf is NULL with count ", a.count);
   }
   if (needRecv && !a.recvbuf) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": recvbuf is NULL with count ", a.count);
+    fail(MTXCOMM_INVALID_ARGUMENT, "recvbuf is NULL with count ", a.count);
   }
   if (!needSend || !needRecv) {
     // broadcast on a non-root / reduce on a non-root: the other buffer is not used. On the
@@ -82,7 +81,7 @@ void checkArgs(const CollArgs& a, int rank, int n) {
   if (a.coll == Collective::kReduceScatter) inPlaceSend = r - static_cast<size_t>(rank) * unit;
   if (s == inPlaceSend) return;
   if (overlaps({s, sendBytes}, {r, recvBytes})) {
-    fail(MTXCOMM_INVALID_ARGUMENT, coll, ": sendbuf and recvbuf partially overlap (in place is ",
+    fail(MTXCOMM_INVALID_ARGUMENT, "sendbuf and recvbuf partially overlap (in place is ",
          a.coll == Collective::kAllgather       ? "sendbuf == recvbuf + rank*sendcount"
          : a.coll == Collective::kReduceScatter ? "sendbuf + rank*recvcount == recvbuf"
                                                 : "sendbuf == recvbuf",
@@ -137,7 +136,7 @@ void Comm::run(const CollArgs& user) {
   try {
     checkArgs(user, me, n);
   } catch (const Error& e) {
-    throw Error(e.code(), strCat("rank ", me, ": ", e.what()));
+    throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
   ++seq_;
   CollArgs args = user;
@@ -208,6 +207,9 @@ void Comm::runAlgorithm(const CollArgs& args) {
                              "): ", e.what());
     poison(msg);
     MTXCOMM_LOG(kError, me, msg);
+    // Tell the peers this rank has left the collective, so that those waiting on it fail now
+    // (naming this rank and, where the transport carries it, this error) instead of timing out.
+    transport_->abort(msg);
     throw Error(e.code(), msg);
   }
 }
@@ -250,7 +252,7 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
 
 void Comm::abort() {
   poison(strCat("rank ", rank(), ": the communicator was aborted"));
-  transport_->abort();
+  transport_->abort("the application aborted the communicator");
 }
 
 }  // namespace mtxcomm

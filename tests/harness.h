@@ -22,7 +22,8 @@ namespace testing {
 inline std::vector<mtxcomm_comm_t> makeInprocComms(int n, const Config& config = Config()) {
   auto transports = makeInprocTransports(n);
   std::vector<mtxcomm_comm_t> comms;
-  for (auto& t : transports) comms.push_back(wrapComm(std::make_unique<Comm>(std::move(t), config, 0)));
+  for (auto& t : transports)
+    comms.push_back(wrapComm(std::make_unique<Comm>(std::move(t), config, 0)));
   return comms;
 }
 

@@ -33,30 +33,53 @@ double inputValue(mtxcomm_datatype_t dt, mtxcomm_op_t op, int r, size_t i) {
   const long ii = static_cast<long>(i % 1000);
   switch (op) {
     case MTXCOMM_SUM:
-    case MTXCOMM_AVG: return static_cast<double>((r * 3 + ii * 7 + 1) % 11 - (sgn ? 5 : 0));
+    case MTXCOMM_AVG:
+      return static_cast<double>((r * 3 + ii * 7 + 1) % 11 - (sgn ? 5 : 0));
     case MTXCOMM_PROD: {
       double v = ((r + ii) % 5 == 0) ? 2 : 1;
       if (sgn && (r * 7 + ii) % 3 == 0) v = -v;
       return v;
     }
-    default: return static_cast<double>((r * 13 + ii * 5) % 17 - (sgn ? 8 : 0));
+    default:
+      return static_cast<double>((r * 13 + ii * 5) % 17 - (sgn ? 8 : 0));
   }
 }
 
 // Writes value (an exact integer-valued double, possibly a wrapped integer) as element i.
 void storeValue(mtxcomm_datatype_t dt, void* buf, size_t i, double v) {
   switch (dt) {
-    case MTXCOMM_INT8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case MTXCOMM_UINT8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case MTXCOMM_INT32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case MTXCOMM_UINT32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case MTXCOMM_INT64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case MTXCOMM_UINT64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case MTXCOMM_FLOAT16: static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v)); break;
-    case MTXCOMM_BFLOAT16: static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v)); break;
-    case MTXCOMM_FLOAT32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case MTXCOMM_FLOAT64: static_cast<double*>(buf)[i] = v; break;
-    default: break;
+    case MTXCOMM_INT8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case MTXCOMM_UINT8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case MTXCOMM_INT32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case MTXCOMM_UINT32:
+      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case MTXCOMM_INT64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case MTXCOMM_UINT64:
+      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
+    case MTXCOMM_FLOAT16:
+      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v));
+      break;
+    case MTXCOMM_BFLOAT16:
+      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v));
+      break;
+    case MTXCOMM_FLOAT32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case MTXCOMM_FLOAT64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    default:
+      break;
   }
 }
 
@@ -71,8 +94,10 @@ void storeExpected(mtxcomm_datatype_t dt, mtxcomm_op_t op, int n, size_t i, void
     int64_t mn = static_cast<int64_t>(inputValue(dt, op, 0, i)), mx = mn;
     for (int r = 1; r < n; ++r) {
       int64_t v = static_cast<int64_t>(inputValue(dt, op, r, i));
-      if (op == MTXCOMM_PROD) acc *= static_cast<uint64_t>(v);
-      else acc += static_cast<uint64_t>(v);
+      if (op == MTXCOMM_PROD)
+        acc *= static_cast<uint64_t>(v);
+      else
+        acc += static_cast<uint64_t>(v);
       mn = std::min(mn, v);
       mx = std::max(mx, v);
     }
@@ -86,13 +111,26 @@ void storeExpected(mtxcomm_datatype_t dt, mtxcomm_op_t op, int n, size_t i, void
     std::memcpy(static_cast<char*>(out) + i * es, tmp, es);
     if (op == MTXCOMM_AVG) {
       switch (dt) {
-        case MTXCOMM_INT8: static_cast<int8_t*>(out)[i] = static_cast<int8_t>(static_cast<int8_t*>(out)[i] / n); break;
-        case MTXCOMM_UINT8: static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(static_cast<uint8_t*>(out)[i] / n); break;
-        case MTXCOMM_INT32: static_cast<int32_t*>(out)[i] /= n; break;
-        case MTXCOMM_UINT32: static_cast<uint32_t*>(out)[i] /= static_cast<uint32_t>(n); break;
-        case MTXCOMM_INT64: static_cast<int64_t*>(out)[i] /= n; break;
-        case MTXCOMM_UINT64: static_cast<uint64_t*>(out)[i] /= static_cast<uint64_t>(n); break;
-        default: break;
+        case MTXCOMM_INT8:
+          static_cast<int8_t*>(out)[i] = static_cast<int8_t>(static_cast<int8_t*>(out)[i] / n);
+          break;
+        case MTXCOMM_UINT8:
+          static_cast<uint8_t*>(out)[i] = static_cast<uint8_t>(static_cast<uint8_t*>(out)[i] / n);
+          break;
+        case MTXCOMM_INT32:
+          static_cast<int32_t*>(out)[i] /= n;
+          break;
+        case MTXCOMM_UINT32:
+          static_cast<uint32_t*>(out)[i] /= static_cast<uint32_t>(n);
+          break;
+        case MTXCOMM_INT64:
+          static_cast<int64_t*>(out)[i] /= n;
+          break;
+        case MTXCOMM_UINT64:
+          static_cast<uint64_t*>(out)[i] /= static_cast<uint64_t>(n);
+          break;
+        default:
+          break;
       }
     }
     return;
@@ -102,10 +140,17 @@ void storeExpected(mtxcomm_datatype_t dt, mtxcomm_op_t op, int n, size_t i, void
   for (int r = 1; r < n; ++r) {
     double v = inputValue(dt, op, r, i);
     switch (op) {
-      case MTXCOMM_PROD: acc *= v; break;
-      case MTXCOMM_MIN: acc = std::min(acc, v); break;
-      case MTXCOMM_MAX: acc = std::max(acc, v); break;
-      default: acc += v;
+      case MTXCOMM_PROD:
+        acc *= v;
+        break;
+      case MTXCOMM_MIN:
+        acc = std::min(acc, v);
+        break;
+      case MTXCOMM_MAX:
+        acc = std::max(acc, v);
+        break;
+      default:
+        acc += v;
     }
   }
   if (op == MTXCOMM_AVG) {
@@ -127,9 +172,8 @@ struct Case {
   bool inPlace;
   int root;
   std::string describe(int n) const {
-    return strCat(collectiveName(coll), "/", algo, " n=", n, " ", datatypeName(dt), " ",
-                  opName(op), " count=", count, inPlace ? " in-place" : " out-of-place",
-                  " root=", root);
+    return strCat(collectiveName(coll), "/", algo, " n=", n, " ", datatypeName(dt), " ", opName(op),
+                  " count=", count, inPlace ? " in-place" : " out-of-place", " root=", root);
   }
 };
 
@@ -146,12 +190,12 @@ void runCase(mtxcomm_comm_t comm, int rank, int n, const Case& c) {
   std::vector<char> sendStore(inCount * es + 1), recvStore(bufCount * es + 1);
   char* send = sendStore.data();
   char* recv = recvStore.data();
-  const mtxcomm_op_t dataOp = c.coll == Collective::kBroadcast || c.coll == Collective::kAllgather
-                                  ? MTXCOMM_SUM
-                                  : c.op;
+  const mtxcomm_op_t dataOp =
+      c.coll == Collective::kBroadcast || c.coll == Collective::kAllgather ? MTXCOMM_SUM : c.op;
   // Fill the input. Data-movement collectives use the SUM formula as plain data.
   auto fill = [&](char* dst, size_t first, size_t num) {
-    for (size_t i = 0; i < num; ++i) storeValue(c.dt, dst, i, inputValue(c.dt, dataOp, rank, first + i));
+    for (size_t i = 0; i < num; ++i)
+      storeValue(c.dt, dst, i, inputValue(c.dt, dataOp, rank, first + i));
   };
   const char* sendArg = send;
   char* recvArg = recv;
@@ -194,7 +238,9 @@ void runCase(mtxcomm_comm_t comm, int rank, int n, const Case& c) {
     case Collective::kReduceScatter:
       rc = mtxcomm_reduce_scatter(sendArg, recvArg, c.count, c.dt, c.op, comm, nullptr);
       break;
-    case Collective::kBarrier: rc = mtxcomm_barrier(comm); break;
+    case Collective::kBarrier:
+      rc = mtxcomm_barrier(comm);
+      break;
   }
   ASSERT_EQ(rc, MTXCOMM_SUCCESS) << c.describe(n) << ": " << mtxcomm_get_last_error(comm);
   if (!c.inPlace) {
@@ -229,12 +275,14 @@ void runCase(mtxcomm_comm_t comm, int rank, int n, const Case& c) {
         for (size_t i = 0; i < c.count; ++i)
           storeValue(c.dt, expect.data(), r * c.count + i, inputValue(c.dt, MTXCOMM_SUM, r, i));
       break;
-    case Collective::kBarrier: checkCount = 0; break;
+    case Collective::kBarrier:
+      checkCount = 0;
+      break;
   }
   if (checkCount && std::memcmp(expect.data(), recvArg, checkCount * es) != 0) {
     size_t bad = 0;
-    while (bad < checkCount &&
-           std::memcmp(expect.data() + bad * es, recvArg + bad * es, es) == 0) ++bad;
+    while (bad < checkCount && std::memcmp(expect.data() + bad * es, recvArg + bad * es, es) == 0)
+      ++bad;
     FAIL() << c.describe(n) << ": first wrong element " << bad << " of " << checkCount;
   }
 }
@@ -246,9 +294,9 @@ std::vector<size_t> smallCounts(int n) {
 }
 
 const mtxcomm_op_t kOps[] = {MTXCOMM_SUM, MTXCOMM_PROD, MTXCOMM_MIN, MTXCOMM_MAX, MTXCOMM_AVG};
-const Collective kColls[] = {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce,
-                             Collective::kAllgather, Collective::kReduceScatter,
-                             Collective::kBarrier};
+const Collective kColls[] = {Collective::kAllreduce,     Collective::kBroadcast,
+                             Collective::kReduce,        Collective::kAllgather,
+                             Collective::kReduceScatter, Collective::kBarrier};
 
 // Every case for size n with counts from countsFor.
 std::vector<Case> matrix(int n, const std::vector<size_t>& counts,

@@ -495,7 +495,7 @@ TEST(TcpTransport, AbortedPeerIsRemoteErrorQuicklyForSendsToo) {
     barrier.wait();
     if (rank == 2) {
       std::this_thread::sleep_for(milliseconds(100));
-      t.abort();
+      t.abort("test");
       expectError([&] { t.irecv(0, 1, nullptr, 0); }, MTXCOMM_INVALID_USAGE, {"aborted"});
       barrier.wait();
       return;

@@ -75,9 +75,11 @@ class Transport {
   virtual std::unique_ptr<Transport> split(const std::vector<int>& members,
                                            uint64_t context_id) = 0;
 
-  // Best-effort notice to peers that this rank is leaving abnormally, so that their blocked
-  // waits end with MTXCOMM_REMOTE_ERROR. Never blocks for long. Default: nothing to tell.
-  virtual void abort() {}
+  // Best-effort notice to the peers of this transport that this rank has left abnormally
+  // (reason: why, e.g. the error it saw), so that their blocked waits end with
+  // MTXCOMM_REMOTE_ERROR naming this rank (and the reason, where the transport can carry it)
+  // instead of a timeout. Never blocks for long. Default: nothing to tell.
+  virtual void abort(const std::string& reason) {}
 };
 
 }  // namespace mtxcomm

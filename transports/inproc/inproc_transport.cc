@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -33,11 +34,26 @@ struct Mailbox {
 };
 
 struct World {
-  explicit World(int n) : boxes(n), dead(n) {
-    for (auto& d : dead) d.store(false);
-  }
+  explicit World(int n) : boxes(n) {}
   std::vector<Mailbox> boxes;
-  std::vector<std::atomic<bool>> dead;
+  // Ranks that aborted, per communicator context: (context, global rank) -> reason.
+  std::mutex deadMu;
+  std::map<std::pair<uint64_t, int>, std::string> dead;
+  std::atomic<int> deadCount{0};
+
+  void markDead(uint64_t ctx, int global, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(deadMu);
+    if (dead.emplace(std::make_pair(ctx, global), reason).second) deadCount.fetch_add(1);
+  }
+  // The reason rank global left context ctx, if it did.
+  bool isDead(uint64_t ctx, int global, std::string* reason) {
+    if (deadCount.load(std::memory_order_acquire) == 0) return false;
+    std::lock_guard<std::mutex> lock(deadMu);
+    auto it = dead.find({ctx, global});
+    if (it == dead.end()) return false;
+    *reason = it->second;
+    return true;
+  }
 };
 
 class InprocRequest : public Request {
@@ -130,17 +146,16 @@ class InprocTransport : public Transport {
       Backoff backoff;
       int st;
       while ((st = req->status_.load(std::memory_order_acquire)) == kPending) {
-        if (world_->dead[globalOf_[req->peer()]].load()) {
-          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",
-               " for a ", what(*req));
-        }
-        if (world_->dead[globalOf_[rank_]].load()) {
-          fail(MTXCOMM_REMOTE_ERROR, "this rank's communicator was aborted while waiting for a ",
-               what(*req));
-        }
-        if (backoff.sleeping() && Clock::now() > deadline) {
-          fail(MTXCOMM_TIMEOUT, "timed out waiting for a ", what(*req),
-               " (the peer never posted the matching operation)");
+        if (backoff.sleeping()) {
+          std::string reason;
+          if (world_->isDead(ctx_, globalOf_[req->peer()], &reason)) {
+            fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",
+                 " for a ", what(*req), " (peer's reason: ", reason, ")");
+          }
+          if (Clock::now() > deadline) {
+            fail(MTXCOMM_TIMEOUT, "timed out waiting for a ", what(*req),
+                 " (the peer never posted the matching operation)");
+          }
         }
         backoff.pause();
       }
@@ -162,7 +177,9 @@ class InprocTransport : public Transport {
     return std::make_unique<InprocTransport>(world_, std::move(globalOf), newRank, ctx);
   }
 
-  void abort() override { world_->dead[globalOf_[rank_]].store(true); }
+  void abort(const std::string& reason) override {
+    world_->markDead(ctx_, globalOf_[rank_], reason);
+  }
 
  private:
   void checkPeer(int peer) const {

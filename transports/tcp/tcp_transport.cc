@@ -178,10 +178,10 @@ class TcpShared {
     throw Error(code, msg);
   }
 
-  void abort() {
+  void abort(const std::string& reason) {
     if (!failed_) {
       failed_ = true;
-      first_error_ = "this rank aborted the transport";
+      first_error_ = "this rank aborted the transport: " + reason;
     }
     for (auto& p : peers_) {
       if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
@@ -610,9 +610,9 @@ class TcpTransport : public Transport {
     return std::make_unique<TcpTransport>(shared_, std::move(global), new_rank, context_id);
   }
 
-  void abort() override {
+  void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->abort();
+    shared_->abort(reason);
   }
 
  private:

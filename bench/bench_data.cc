@@ -1,0 +1,181 @@
+#include "bench/bench_data.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "lib/dtype.h"
+#include "lib/reduce.h"
+
+namespace mtxcomm {
+namespace bench {
+namespace {
+
+constexpr size_t kPeriod = 61;  // prime: rank r's pattern is rank 0's shifted by 7r
+
+// Rank r's input at element i: 1..61 (SUM, MIN, MAX, AVG, and the non-reducing collectives);
+// for PROD 2 at about one element in seven, else 1, so products stay small.
+int64_t inputValue(mtxcomm_op_t op, int rank, size_t i) {
+  const size_t k = (7 * static_cast<size_t>(rank) + i) % kPeriod;
+  if (op == MTXCOMM_PROD) return k % 7 == 0 ? 2 : 1;
+  return static_cast<int64_t>(k) + 1;
+}
+
+// Integers: combine in the type, SUM and PROD wrapping (computed unsigned).
+template <typename T>
+struct IntCodec {
+  using Acc = T;
+  using U = std::make_unsigned_t<T>;
+  static Acc make(int64_t v) { return static_cast<T>(v); }
+  static Acc combine(mtxcomm_op_t op, Acc a, Acc b) {
+    switch (op) {
+      case MTXCOMM_PROD:
+        return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      case MTXCOMM_MIN:
+        return std::min(a, b);
+      case MTXCOMM_MAX:
+        return std::max(a, b);
+      default:  // SUM, AVG
+        return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    }
+  }
+  static Acc average(Acc sum, int n) {
+    return static_cast<T>(sum / static_cast<std::common_type_t<T, int>>(n));
+  }
+  static void store(Acc v, unsigned char* dst) { std::memcpy(dst, &v, sizeof(T)); }
+};
+
+// Floating types: accumulate in Acc (float32 for the 16-bit types), round once in store.
+template <typename Acc, uint16_t (*kNarrow)(float)>
+struct FloatCodec {
+  static Acc make(int64_t v) { return static_cast<Acc>(v); }
+  static Acc combine(mtxcomm_op_t op, Acc a, Acc b) {
+    switch (op) {
+      case MTXCOMM_PROD:
+        return a * b;
+      case MTXCOMM_MIN:
+        return std::min(a, b);
+      case MTXCOMM_MAX:
+        return std::max(a, b);
+      default:
+        return a + b;
+    }
+  }
+  static Acc average(Acc sum, int n) { return sum / static_cast<Acc>(n); }
+  static void store(Acc v, unsigned char* dst) {
+    if constexpr (kNarrow != nullptr) {
+      const uint16_t h = kNarrow(v);
+      std::memcpy(dst, &h, 2);
+    } else {
+      std::memcpy(dst, &v, sizeof(Acc));
+    }
+  }
+};
+
+template <typename Codec>
+void buildLines(mtxcomm_op_t op, int nranks, size_t elemSize,
+                std::vector<std::vector<unsigned char>>& inputs,
+                std::vector<unsigned char>& reduced) {
+  inputs.assign(nranks, std::vector<unsigned char>(2 * kPeriod * elemSize));
+  reduced.assign(2 * kPeriod * elemSize, 0);
+  for (size_t j = 0; j < 2 * kPeriod; ++j) {
+    auto acc = Codec::make(inputValue(op, 0, j));
+    Codec::store(acc, inputs[0].data() + j * elemSize);
+    for (int r = 1; r < nranks; ++r) {
+      const auto v = Codec::make(inputValue(op, r, j));
+      Codec::store(v, inputs[r].data() + j * elemSize);
+      acc = Codec::combine(op, acc, v);
+    }
+    if (op == MTXCOMM_AVG) acc = Codec::average(acc, nranks);
+    Codec::store(acc, reduced.data() + j * elemSize);
+  }
+}
+
+// Copies line (periodic with kPeriod) from global index first onwards, kPeriod elements at a time.
+void fillFromLine(const std::vector<unsigned char>& line, size_t elemSize, size_t first,
+                  size_t count, void* dst) {
+  auto* out = static_cast<unsigned char*>(dst);
+  size_t done = 0;
+  while (done < count) {
+    const size_t n = std::min(kPeriod, count - done);
+    std::memcpy(out + done * elemSize, line.data() + ((first + done) % kPeriod) * elemSize,
+                n * elemSize);
+    done += n;
+  }
+}
+
+size_t countWrongFromLine(const std::vector<unsigned char>& line, size_t elemSize, size_t first,
+                          size_t count, const void* buf) {
+  const auto* in = static_cast<const unsigned char*>(buf);
+  size_t wrong = 0;
+  size_t done = 0;
+  while (done < count) {
+    const size_t n = std::min(kPeriod, count - done);
+    const unsigned char* want = line.data() + ((first + done) % kPeriod) * elemSize;
+    const unsigned char* got = in + done * elemSize;
+    if (std::memcmp(got, want, n * elemSize) != 0) {
+      for (size_t k = 0; k < n; ++k) {
+        wrong += std::memcmp(got + k * elemSize, want + k * elemSize, elemSize) != 0;
+      }
+    }
+    done += n;
+  }
+  return wrong;
+}
+
+}  // namespace
+
+TestData::TestData(mtxcomm_datatype_t dtype, mtxcomm_op_t op, int nranks)
+    : elemSize_(datatypeSize(dtype)) {
+  switch (dtype) {
+    case MTXCOMM_INT8:
+      buildLines<IntCodec<int8_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_UINT8:
+      buildLines<IntCodec<uint8_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_INT32:
+      buildLines<IntCodec<int32_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_UINT32:
+      buildLines<IntCodec<uint32_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_INT64:
+      buildLines<IntCodec<int64_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_UINT64:
+      buildLines<IntCodec<uint64_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_FLOAT16:
+      buildLines<FloatCodec<float, floatToHalf>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_BFLOAT16:
+      buildLines<FloatCodec<float, floatToBfloat16>>(op, nranks, elemSize_, inputLines_,
+                                                     reducedLine_);
+      break;
+    case MTXCOMM_FLOAT32:
+      buildLines<FloatCodec<float, nullptr>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    case MTXCOMM_FLOAT64:
+      buildLines<FloatCodec<double, nullptr>>(op, nranks, elemSize_, inputLines_, reducedLine_);
+      break;
+    default:
+      break;
+  }
+}
+
+void TestData::fillInput(int rank, size_t first, size_t count, void* dst) const {
+  fillFromLine(inputLines_[rank], elemSize_, first, count, dst);
+}
+
+size_t TestData::countWrongInput(int rank, size_t first, size_t count, const void* buf) const {
+  return countWrongFromLine(inputLines_[rank], elemSize_, first, count, buf);
+}
+
+size_t TestData::countWrongReduced(size_t first, size_t count, const void* buf) const {
+  return countWrongFromLine(reducedLine_, elemSize_, first, count, buf);
+}
+
+}  // namespace bench
+}  // namespace mtxcomm
