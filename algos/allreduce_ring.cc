@@ -22,8 +22,8 @@
 namespace mtxcomm {
 
 void appendRingReduceScatter(Schedule& s, int rank, int n, const char* src, int shift,
-                             const BlockLayout& blocks,
-                             const std::function<char*(int, int)>& accum, size_t segmentBytes) {
+                             const BlockLayout& blocks, const std::function<char*(int, int)>& accum,
+                             size_t segmentBytes) {
   using patterns::mod;
   const size_t es = s.elemSize();
   size_t segElems = segmentBytes / es;
@@ -39,8 +39,7 @@ void appendRingReduceScatter(Schedule& s, int rank, int n, const char* src, int 
     const int sendBlk = mod(rank - step + shift, n);
     const int recvBlk = mod(rank - step - 1 + shift, n);
     const size_t sendCount = blocks.count(sendBlk), recvCount = blocks.count(recvBlk);
-    const char* sendBase =
-        step == 0 ? src + blocks.offset(sendBlk) * es : accum(step - 1, sendBlk);
+    const char* sendBase = step == 0 ? src + blocks.offset(sendBlk) * es : accum(step - 1, sendBlk);
     char* dstBase = accum(step, recvBlk);
     const char* own = src + blocks.offset(recvBlk) * es;
     const size_t nseg = (std::max(sendCount, recvCount) + segElems - 1) / segElems;

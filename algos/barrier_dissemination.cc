@@ -11,8 +11,7 @@
 
 namespace mtxcomm {
 
-void buildBarrierDissemination(const CollArgs&, int rank, int n, const AlgoParams&,
-                               Schedule& s) {
+void buildBarrierDissemination(const CollArgs&, int rank, int n, const AlgoParams&, Schedule& s) {
   char* token = s.scratch(2);
   token[0] = 1;
   for (int d = 1; d < n; d *= 2) {

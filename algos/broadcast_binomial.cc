@@ -13,8 +13,7 @@
 
 namespace mtxcomm {
 
-void buildBroadcastBinomial(const CollArgs& args, int rank, int n, const AlgoParams&,
-                            Schedule& s) {
+void buildBroadcastBinomial(const CollArgs& args, int rank, int n, const AlgoParams&, Schedule& s) {
   const size_t bytes = args.count * args.elemSize;
   const int vrank = patterns::mod(rank - args.root, n);
   const char* data;
@@ -22,8 +21,7 @@ void buildBroadcastBinomial(const CollArgs& args, int rank, int n, const AlgoPar
     data = static_cast<const char*>(args.sendbuf);
     s.copy(args.recvbuf, data, bytes);  // out of place: the root's own copy
   } else {
-    s.recvData(patterns::mod(patterns::binomialParent(vrank) + args.root, n), args.recvbuf,
-               bytes);
+    s.recvData(patterns::mod(patterns::binomialParent(vrank) + args.root, n), args.recvbuf, bytes);
     data = static_cast<const char*>(args.recvbuf);
   }
   s.endStep();

@@ -13,8 +13,8 @@
 #include "mtxcomm/mtxcomm_mpi.h"
 #endif
 
-using mtxcomm::Collective;
 using mtxcomm::CollArgs;
+using mtxcomm::Collective;
 using mtxcomm::Comm;
 using mtxcomm::Error;
 
@@ -84,7 +84,8 @@ mtxcomm_result_t mtxcomm_comm_init_mpi(MPI_Comm mpiComm, mtxcomm_comm_t* comm) {
   return guarded(nullptr, [&] {
     if (!comm) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     *comm = nullptr;
-    if (mpiComm == MPI_COMM_NULL) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mpi_comm is MPI_COMM_NULL");
+    if (mpiComm == MPI_COMM_NULL)
+      mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mpi_comm is MPI_COMM_NULL");
     *comm = mtxcomm::wrapComm(mtxcomm::initFromMpiComm(&mpiComm));
   });
 }
@@ -165,8 +166,7 @@ mtxcomm_result_t mtxcomm_reduce(const void* sendbuf, void* recvbuf, size_t count
 }
 
 mtxcomm_result_t mtxcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
-                                   mtxcomm_datatype_t datatype, mtxcomm_comm_t comm,
-                                   void* stream) {
+                                   mtxcomm_datatype_t datatype, mtxcomm_comm_t comm, void* stream) {
   CollArgs a;
   a.coll = Collective::kAllgather;
   a.sendbuf = sendbuf, a.recvbuf = recvbuf, a.count = sendcount, a.dtype = datatype;
@@ -190,15 +190,24 @@ mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm) {
 
 const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
   switch (result) {
-    case MTXCOMM_SUCCESS: return "success";
-    case MTXCOMM_INVALID_ARGUMENT: return "invalid argument";
-    case MTXCOMM_INVALID_USAGE: return "invalid usage";
-    case MTXCOMM_SYSTEM_ERROR: return "system error";
-    case MTXCOMM_REMOTE_ERROR: return "remote error (a peer failed)";
-    case MTXCOMM_TIMEOUT: return "timeout";
-    case MTXCOMM_CUDA_ERROR: return "CUDA error";
-    case MTXCOMM_INTERNAL_ERROR: return "internal error";
-    case MTXCOMM_UNSUPPORTED: return "unsupported";
+    case MTXCOMM_SUCCESS:
+      return "success";
+    case MTXCOMM_INVALID_ARGUMENT:
+      return "invalid argument";
+    case MTXCOMM_INVALID_USAGE:
+      return "invalid usage";
+    case MTXCOMM_SYSTEM_ERROR:
+      return "system error";
+    case MTXCOMM_REMOTE_ERROR:
+      return "remote error (a peer failed)";
+    case MTXCOMM_TIMEOUT:
+      return "timeout";
+    case MTXCOMM_CUDA_ERROR:
+      return "CUDA error";
+    case MTXCOMM_INTERNAL_ERROR:
+      return "internal error";
+    case MTXCOMM_UNSUPPORTED:
+      return "unsupported";
   }
   return "unknown result code";
 }

@@ -14,9 +14,7 @@ struct mtxcomm_comm {
 };
 
 namespace mtxcomm {
-inline mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) {
-  return new mtxcomm_comm{std::move(c)};
-}
+inline mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) { return new mtxcomm_comm{std::move(c)}; }
 inline Comm* unwrapComm(mtxcomm_comm_t c) { return c ? c->impl.get() : nullptr; }
 }  // namespace mtxcomm
 

@@ -56,11 +56,20 @@ void checkArgs(const CollArgs& a, int rank, int n) {
   size_t sendBytes = unit, recvBytes = unit;
   bool needSend = true, needRecv = true;
   switch (a.coll) {
-    case Collective::kBroadcast: needSend = rank == a.root; break;
-    case Collective::kReduce: needRecv = rank == a.root; break;
-    case Collective::kAllgather: recvBytes = checkedBytes("sendcount", a.count, es, n); break;
-    case Collective::kReduceScatter: sendBytes = checkedBytes("recvcount", a.count, es, n); break;
-    default: break;
+    case Collective::kBroadcast:
+      needSend = rank == a.root;
+      break;
+    case Collective::kReduce:
+      needRecv = rank == a.root;
+      break;
+    case Collective::kAllgather:
+      recvBytes = checkedBytes("sendcount", a.count, es, n);
+      break;
+    case Collective::kReduceScatter:
+      sendBytes = checkedBytes("recvcount", a.count, es, n);
+      break;
+    default:
+      break;
   }
   if (a.count == 0) return;
   if (needSend && !a.sendbuf) {
@@ -92,10 +101,14 @@ void checkArgs(const CollArgs& a, int rank, int n) {
 // Elements this rank's recvbuf holds for the call (what AVG divides and narrowing writes).
 size_t resultCount(const CollArgs& a, int rank, int n) {
   switch (a.coll) {
-    case Collective::kAllreduce: return a.count;
-    case Collective::kReduce: return rank == a.root ? a.count : 0;
-    case Collective::kReduceScatter: return a.count;
-    default: return 0;
+    case Collective::kAllreduce:
+      return a.count;
+    case Collective::kReduce:
+      return rank == a.root ? a.count : 0;
+    case Collective::kReduceScatter:
+      return a.count;
+    default:
+      return 0;
   }
 }
 
@@ -201,10 +214,10 @@ void Comm::runAlgorithm(const CollArgs& args) {
     executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
                     config_.timeoutSeconds);
   } catch (const Error& e) {
-    std::string msg = strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll),
-                             " (algorithm ", sel.algorithm->name, ", ", args.count, " x ",
-                             datatypeName(args.dtype), ", transport ", transport_->name(),
-                             "): ", e.what());
+    std::string msg =
+        strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (algorithm ",
+               sel.algorithm->name, ", ", args.count, " x ", datatypeName(args.dtype),
+               ", transport ", transport_->name(), "): ", e.what());
     poison(msg);
     MTXCOMM_LOG(kError, me, msg);
     // Tell the peers this rank has left the collective, so that those waiting on it fail now

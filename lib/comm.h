@@ -53,8 +53,8 @@ class Comm {
   std::unique_ptr<Transport> transport_;
   Config config_;
   uint64_t contextId_;
-  uint64_t seq_ = 0;    // collectives issued on this communicator (same on every rank)
-  uint64_t splits_ = 0; // splits issued (same on every rank)
+  uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
+  uint64_t splits_ = 0;  // splits issued (same on every rank)
   std::string lastAlgorithm_;
   std::string firstError_;
   std::string lastError_;

@@ -24,11 +24,10 @@ void logMessage(LogLevel level, int rank, const std::string& message);
 
 }  // namespace mtxcomm
 
-#define MTXCOMM_LOG(level, rank, ...)                                        \
-  do {                                                                       \
-    if (::mtxcomm::logEnabled(::mtxcomm::LogLevel::level))                   \
-      ::mtxcomm::logMessage(::mtxcomm::LogLevel::level, (rank),              \
-                            ::mtxcomm::strCat(__VA_ARGS__));                 \
+#define MTXCOMM_LOG(level, rank, ...)                                                            \
+  do {                                                                                           \
+    if (::mtxcomm::logEnabled(::mtxcomm::LogLevel::level))                                       \
+      ::mtxcomm::logMessage(::mtxcomm::LogLevel::level, (rank), ::mtxcomm::strCat(__VA_ARGS__)); \
   } while (0)
 
 #endif  // MTXCOMM_LIB_LOG_H_

@@ -21,8 +21,8 @@ namespace mtxcomm {
 // dst[i] = a[i] (op) b[i] for i in [0, count). dst may be the same pointer as a or b (not a
 // partial overlap). op is SUM, PROD, MIN or MAX (AVG is SUM followed by divideBuffer).
 // Throws mtxcomm::Error(MTXCOMM_INVALID_ARGUMENT) for an invalid datatype or op.
-void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void* a,
-                   const void* b, size_t count);
+void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void* a, const void* b,
+                   size_t count);
 
 // x[i] = x[i] / divisor. Integers truncate toward zero and keep the type; floating types divide
 // in their own type (float16/bfloat16 in float32, rounded once). divisor > 0.

@@ -22,14 +22,14 @@ int main(int argc, char** argv) {
   int version = 0;
   mtxcomm_get_version(&version);
   std::printf("mtxcomm %d.%d.%d\n", version / 10000, version / 100 % 100, version % 100);
-  std::printf("\nbuild:\n  type: %s\n  compiler: %s\n", MTXCOMM_BUILD_TYPE,
-              MTXCOMM_BUILD_COMPILER);
+  std::printf("\nbuild:\n  type: %s\n  compiler: %s\n", MTXCOMM_BUILD_TYPE, MTXCOMM_BUILD_COMPILER);
   std::printf("  MPI: %s %s\n  UCX: %s\n  CUDA: %s\n  NCCL: %s\n  hwloc: %s\n  TensorFlow: %s\n",
               MTXCOMM_BUILD_WITH_MPI, MTXCOMM_BUILD_MPI_VERSION, MTXCOMM_BUILD_WITH_UCX,
               MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
               MTXCOMM_BUILD_WITH_TENSORFLOW);
-  std::printf("  (UCX, CUDA, NCCL, hwloc and TensorFlow are detected but no component uses them "
-              "yet)\n");
+  std::printf(
+      "  (UCX, CUDA, NCCL, hwloc and TensorFlow are detected but no component uses them "
+      "yet)\n");
   std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
 #ifdef MTXCOMM_HAVE_MPI
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");

@@ -149,9 +149,9 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_reduce(const void* sendbuf, void* recvbuf, 
                                             mtxcomm_comm_t comm, void* stream);
 
 /* recvbuf[r*sendcount + i] = sendbuf_r[i]. recvbuf holds size*sendcount elements. */
-MTXCOMM_API mtxcomm_result_t mtxcomm_allgather(const void* sendbuf, void* recvbuf,
-                                               size_t sendcount, mtxcomm_datatype_t datatype,
-                                               mtxcomm_comm_t comm, void* stream);
+MTXCOMM_API mtxcomm_result_t mtxcomm_allgather(const void* sendbuf, void* recvbuf, size_t sendcount,
+                                               mtxcomm_datatype_t datatype, mtxcomm_comm_t comm,
+                                               void* stream);
 
 /* recvbuf[i] on rank r = op over ranks q of sendbuf_q[r*recvcount + i]. sendbuf holds
  * size*recvcount elements, recvbuf recvcount. */

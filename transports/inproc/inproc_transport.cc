@@ -66,8 +66,9 @@ class InprocRequest : public Request {
     Mailbox& mb = world_->boxes[box_];
     std::lock_guard<std::mutex> lock(mb.mu);
     auto& q = isSend() ? mb.sends : mb.recvs;
-    q.erase(std::remove_if(q.begin(), q.end(), [&](const Entry& e) { return e.status == &status_; }),
-            q.end());
+    q.erase(
+        std::remove_if(q.begin(), q.end(), [&](const Entry& e) { return e.status == &status_; }),
+        q.end());
   }
   std::atomic<int> status_{kPending};
   size_t otherBytes_ = 0;
@@ -184,8 +185,8 @@ class InprocTransport : public Transport {
  private:
   void checkPeer(int peer) const {
     if (peer < 0 || peer >= size() || peer == rank_) {
-      fail(MTXCOMM_INTERNAL_ERROR, "inproc: invalid peer rank ", peer, " (size ", size(),
-           ", rank ", rank_, ")");
+      fail(MTXCOMM_INTERNAL_ERROR, "inproc: invalid peer rank ", peer, " (size ", size(), ", rank ",
+           rank_, ")");
     }
   }
   static std::string what(const InprocRequest& r) {

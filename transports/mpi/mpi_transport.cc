@@ -30,7 +30,8 @@ bool mpiFinalized() {
 
 class MpiRequest : public Request {
  public:
-  MpiRequest(int peer, bool isSend, size_t bytes, int tag) : Request(peer, isSend, bytes), tag(tag) {}
+  MpiRequest(int peer, bool isSend, size_t bytes, int tag)
+      : Request(peer, isSend, bytes), tag(tag) {}
   ~MpiRequest() override {
     if (mpiFinalized()) return;
     for (MPI_Request& r : chunks) {
@@ -153,9 +154,8 @@ class MpiTransport : public Transport {
       int rc = isSend ? MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r)
                       : MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r);
       if (rc != MPI_SUCCESS) {
-        failWith(MTXCOMM_SYSTEM_ERROR,
-                 strCat(isSend ? "MPI_Isend to" : "MPI_Irecv from", " peer rank ", peer, ": ",
-                        mpiErrorString(rc)));
+        failWith(MTXCOMM_SYSTEM_ERROR, strCat(isSend ? "MPI_Isend to" : "MPI_Irecv from",
+                                              " peer rank ", peer, ": ", mpiErrorString(rc)));
       }
       req->chunks.push_back(r);
       off += n;
@@ -173,8 +173,8 @@ class MpiTransport : public Transport {
     }
   }
   static std::string what(const MpiRequest& r) {
-    return strCat(r.isSend() ? "send to" : "receive from", " peer rank ", r.peer(), " (tag ",
-                  r.tag, ", ", r.bytes(), " bytes)");
+    return strCat(r.isSend() ? "send to" : "receive from", " peer rank ", r.peer(), " (tag ", r.tag,
+                  ", ", r.bytes(), " bytes)");
   }
 
   MPI_Comm comm_;

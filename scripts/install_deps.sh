@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mtxcomm builds and tests with. Idempotent: installs only what is
+# missing. Run as root or with sudo available.
+set -euo pipefail
+
+pkgs=(cmake ninja-build g++ pkg-config
+      openmpi-bin libopenmpi-dev
+      libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+      libhwloc-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

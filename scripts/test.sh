@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every test: builds (if needed) and runs ctest — unit tests, the threaded correctness
+# matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+cd build
+ctest --output-on-failure -j 2 --timeout 900 "$@"
