@@ -73,9 +73,9 @@ class MpiTransport : public Transport {
       if (!r) continue;
       auto* req = static_cast<MpiRequest*>(r.get());
       Backoff backoff;
+      std::vector<MPI_Status> statuses(req->chunks.size());  // once per request, not per poll
       for (;;) {
         int done = 0;
-        std::vector<MPI_Status> statuses(req->chunks.size());
         int rc = MPI_Testall(static_cast<int>(req->chunks.size()), req->chunks.data(), &done,
                              statuses.data());
         if (rc != MPI_SUCCESS) {
