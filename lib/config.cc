@@ -71,29 +71,42 @@ const char* getEnv(const char* name) {
 const std::vector<ConfigVar>& configVars() {
   static const std::vector<ConfigVar> kVars = [] {
     std::vector<ConfigVar> v = {
-        {"MTXCOMM_TIMEOUT", "seconds", "300",
+        {"MTXCOMM_TIMEOUT",
+         "seconds",
+         "300",
          "how long a collective waits for a peer before failing with MTXCOMM_TIMEOUT; also "
-         "bounds bootstrap waits"},
+         "bounds bootstrap waits",
+         {}},
         {"MTXCOMM_LOG_LEVEL",
          "enum",
          "WARN",
          "NONE, ERROR, WARN, INFO (echoes the configuration at init), DEBUG (logs the algorithm "
          "chosen for every call), TRACE (also prints every schedule)",
          {"NONE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"}},
-        {"MTXCOMM_SEGMENT_BYTES", "bytes", "1M",
-         "pipeline segment of the ring algorithms (4K..1G; K/M/G suffixes accepted)"},
+        {"MTXCOMM_SEGMENT_BYTES",
+         "bytes",
+         "1M",
+         "pipeline segment of the ring algorithms (4K..1G; K/M/G suffixes accepted)",
+         {}},
         {"MTXCOMM_TRANSPORT",
          "enum",
          "auto",
          "auto: MPI under mpirun/srun or when MPI is initialised, TCP when MTXCOMM_STORE is set",
          {"auto", "mpi", "tcp"}},
-        {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap"},
-        {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap"},
-        {"MTXCOMM_STORE", "string", "",
-         "rendezvous without MPI: file:PATH (a directory all ranks see) or tcp:HOST:PORT "
-         "(served by rank 0)"},
-        {"MTXCOMM_TCP_HOST", "string", "",
-         "address other ranks use to reach this one over TCP (default 127.0.0.1)"},
+        {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap", {}},
+        {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap", {}},
+        {"MTXCOMM_STORE",
+         "string",
+         "",
+         "rendezvous without MPI: file:PATH (a directory all ranks see; one running job per "
+         "directory: rank 0 clears what an earlier job left there) or tcp:HOST:PORT (served by "
+         "rank 0)",
+         {}},
+        {"MTXCOMM_TCP_HOST",
+         "string",
+         "",
+         "address other ranks use to reach this one over TCP (default 127.0.0.1)",
+         {}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);

@@ -11,9 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -33,11 +31,11 @@
 
 #include "lib/backoff.h"
 #include "lib/error.h"
+#include "lib/socket_util.h"
 
 namespace mtxcomm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Ms = std::chrono::milliseconds;
 
 constexpr uint8_t kOpSet = 1;
@@ -45,22 +43,30 @@ constexpr uint8_t kOpGet = 2;
 constexpr uint64_t kMaxKeyBytes = 4096;
 constexpr uint64_t kMaxValueBytes = 64ull << 20;
 
-std::string errnoText(int err) { return std::strerror(err); }
-
-std::string seconds(Ms ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", ms.count() / 1000.0);
+// 16 random hex digits (a job id, a join nonce, a temporary-file tag).
+std::string randomHex() {
+  static thread_local std::mt19937_64 gen(std::random_device{}() ^
+                                          (static_cast<uint64_t>(::getpid()) << 32));
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(gen()));
   return buf;
 }
 
-// Milliseconds left until deadline, rounded up, at least 0.
-int msLeft(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<Ms>(deadline - Clock::now()).count();
-  if (left < 0) return 0;
-  return left > 1000000 ? 1000000 : static_cast<int>(left);
-}
-
 // ---- FileStore ------------------------------------------------------------------------------
+
+// Names in the store directory (see store.h). Everything this store creates at the top level
+// starts with kPrefix; rank 0 of a new job removes such entries, and nothing else.
+constexpr char kPrefix[] = "mtxcomm.";
+constexpr char kJobPrefix[] = "mtxcomm.job.";      // + job id: a directory holding the keys
+constexpr char kHelloPrefix[] = "mtxcomm.hello.";  // + rank "." nonce: a rank asks to join
+constexpr char kAckPrefix[] = "mtxcomm.ack.";      // + nonce: rank 0's answer, the job id
+constexpr char kTmpPrefix[] = "mtxcomm.tmp.";      // a file being written, before its rename
+
+bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool isHex16(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
 
 // Keys may hold '/' and other characters a file name cannot: escape everything but [A-Za-z0-9_-].
 std::string escapeKey(const std::string& key) {
@@ -93,20 +99,163 @@ void makeDirs(const std::string& path, const std::string& spec) {
   }
 }
 
+// The names in dir (none when it cannot be read).
+std::vector<std::string> listDir(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
 class FileStore : public Store {
  public:
-  FileStore(std::string spec, std::string path) : spec_(std::move(spec)), dir_(std::move(path)) {
+  FileStore(std::string spec, std::string path, int rank, int size, Ms timeout)
+      : spec_(std::move(spec)), dir_(std::move(path)) {
     makeDirs(dir_, spec_);
+    const auto deadline = Clock::now() + timeout;
+    if (rank == 0) {
+      removeStaleEntries();
+      job_ = randomHex();
+      const std::string job_dir = dir_ + "/" + kJobPrefix + job_;
+      if (::mkdir(job_dir.c_str(), 0700) != 0) {
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create directory '", job_dir,
+             "': ", errnoText(errno));
+      }
+      if (size > 1) admitRanks(size, deadline, timeout);
+    } else {
+      joinJob(rank, deadline, timeout);
+    }
+    job_dir_ = dir_ + "/" + kJobPrefix + job_;
   }
 
   void set(const std::string& key, const std::string& value) override {
-    const std::string final_path = dir_ + "/" + escapeKey(key);
-    const std::string tmp_path = strCat(dir_, "/.tmp.", escapeKey(key), ".", ::getpid(), ".",
-                                        counter_.fetch_add(1), ".", randomTag());
+    writeAtomically(job_dir_, escapeKey(key), value);
+  }
+
+  std::string get(const std::string& key, Ms timeout) override {
+    const std::string path = job_dir_ + "/" + escapeKey(key);
+    const auto deadline = Clock::now() + timeout;
+    // Every poll is a syscall: skip the spinning phase, go to short sleeps (capped at 1 ms).
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    std::string value;
+    while (!readIfExists(path, &value)) {
+      if (Clock::now() >= deadline) {
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for key '", key,
+             "' in store ", spec_);
+      }
+      backoff.pause();
+    }
+    return value;
+  }
+
+ private:
+  // Rank 0, before anyone of this job can read a key: removes what earlier jobs left (their job
+  // directories, join requests and answers, temporary files). Join requests of this job's ranks
+  // that started earlier are removed too; those ranks make them again.
+  void removeStaleEntries() {
+    for (const std::string& name : listDir(dir_)) {
+      if (!startsWith(name, kPrefix)) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(dir_ + "/" + name, ec);
+      if (ec && ec != std::errc::no_such_file_or_directory) {
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot remove the stale entry '", dir_, "/",
+             name, "' of an earlier job: ", ec.message());
+      }
+    }
+  }
+
+  // Rank 0: answers the join request of every other rank with the job id. Two requests for one
+  // rank mean two jobs share the directory.
+  void admitRanks(int size, Clock::time_point deadline, Ms timeout) {
+    std::vector<std::string> nonce_of(size);
+    int missing = size - 1;
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    while (missing > 0) {
+      for (const std::string& name : listDir(dir_)) {
+        if (!startsWith(name, kHelloPrefix)) continue;
+        const std::string rest = name.substr(sizeof(kHelloPrefix) - 1);
+        const size_t dot = rest.find('.');
+        if (dot == std::string::npos || dot == 0 || dot > 9 ||
+            rest.find_first_not_of("0123456789") != dot || !isHex16(rest.substr(dot + 1))) {
+          continue;
+        }
+        const int r = std::atoi(rest.c_str());
+        const std::string nonce = rest.substr(dot + 1);
+        if (r < 1 || r >= size) {
+          fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": a process asks to join as rank ", r,
+               " but the job has ", size,
+               " ranks: does every rank have the same MTXCOMM_SIZE, and is no other job using "
+               "this directory at the same time?");
+        }
+        if (nonce_of[r].empty()) {
+          writeAtomically(dir_, kAckPrefix + nonce, job_);
+          nonce_of[r] = nonce;
+          --missing;
+        } else if (nonce_of[r] != nonce) {
+          fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": two processes ask to join as rank ", r,
+               ": is another job using the same directory at the same time? Give each running "
+               "job its own directory");
+        }
+        ::unlink((dir_ + "/" + name).c_str());
+      }
+      if (missing == 0) break;
+      if (Clock::now() >= deadline) {
+        std::string who;
+        for (int r = 1; r < size; ++r) {
+          if (nonce_of[r].empty()) who += strCat(who.empty() ? "" : ", ", r);
+        }
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for rank(s) ",
+             who, " to join store ", spec_);
+      }
+      backoff.pause();
+    }
+  }
+
+  // Rank > 0: asks rank 0 for the job id (a request file named by rank and a fresh nonce, made
+  // again if rank 0 removed it as stale) and waits for the answer under that nonce.
+  void joinJob(int rank, Clock::time_point deadline, Ms timeout) {
+    const std::string nonce = randomHex();
+    const std::string hello = strCat(dir_, "/", kHelloPrefix, rank, ".", nonce);
+    const std::string ack = dir_ + "/" + kAckPrefix + nonce;
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    while (!readIfExists(ack, &job_)) {
+      struct stat st;
+      if (::stat(hello.c_str(), &st) != 0) {
+        int fd = ::open(hello.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+          fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create '", hello,
+               "': ", errnoText(errno));
+        }
+        ::close(fd);
+      }
+      if (Clock::now() >= deadline) {
+        ::unlink(hello.c_str());
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
+             " s waiting for rank 0 to admit rank ", rank, " to store ", spec_,
+             " (is rank 0 running, with the same MTXCOMM_STORE?)");
+      }
+      backoff.pause();
+    }
+    ::unlink(ack.c_str());
+    ::unlink(hello.c_str());
+    if (!isHex16(job_)) fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": bad job id in '", ack, "'");
+  }
+
+  // Writes dir/name under a temporary name, then renames it into place (atomic).
+  void writeAtomically(const std::string& dir, const std::string& name, const std::string& value) {
+    const std::string final_path = dir + "/" + name;
+    const std::string tmp_path =
+        strCat(dir, "/", kTmpPrefix, name, ".", counter_.fetch_add(1), ".", randomHex());
     int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
+      int err = errno;
       fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create '", tmp_path,
-           "': ", errnoText(errno));
+           "': ", errnoText(err),
+           err == ENOENT ? " (the job directory was removed: did another job start with the same "
+                           "directory? Give each running job its own directory)"
+                         : "");
     }
     size_t off = 0;
     while (off < value.size()) {
@@ -130,29 +279,14 @@ class FileStore : public Store {
     }
   }
 
-  std::string get(const std::string& key, Ms timeout) override {
-    const std::string path = dir_ + "/" + escapeKey(key);
-    const auto deadline = Clock::now() + timeout;
-    // Every poll is a syscall: skip the spinning phase, go to short sleeps (capped at 1 ms).
-    Backoff backoff(/*spins=*/0, /*yields=*/16);
-    for (;;) {
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) return readAll(fd, path);
-      if (errno != ENOENT) {
-        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot open '", path,
-             "': ", errnoText(errno));
-      }
-      if (Clock::now() >= deadline) {
-        fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout), " s waiting for key '", key,
-             "' in store ", spec_);
-      }
-      backoff.pause();
+  // Reads the file at path into *out; false when it does not exist (yet).
+  bool readIfExists(const std::string& path, std::string* out) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return false;
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot open '", path, "': ", errnoText(errno));
     }
-  }
-
- private:
-  std::string readAll(int fd, const std::string& path) {
-    std::string out;
+    out->clear();
     char buf[4096];
     for (;;) {
       ssize_t n = ::read(fd, buf, sizeof(buf));
@@ -163,79 +297,23 @@ class FileStore : public Store {
         fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot read '", path, "': ", errnoText(err));
       }
       if (n == 0) break;
-      out.append(buf, static_cast<size_t>(n));
+      out->append(buf, static_cast<size_t>(n));
     }
     ::close(fd);
-    return out;
-  }
-
-  static uint64_t randomTag() {
-    static thread_local std::mt19937_64 gen(std::random_device{}());
-    return gen();
+    return true;
   }
 
   const std::string spec_;
   const std::string dir_;
+  std::string job_;      // this job's id (16 hex digits)
+  std::string job_dir_;  // dir_/mtxcomm.job.<job_>: the keys of this job
   std::atomic<uint64_t> counter_{0};
 };
-
-// ---- TCP helpers ----------------------------------------------------------------------------
 
 struct HostPort {
   std::string host;
   int port = 0;
 };
-
-sockaddr_in resolveIpv4(const HostPort& hp, const std::string& spec) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(hp.host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    fail(MTXCOMM_SYSTEM_ERROR, "store ", spec, ": cannot resolve host '", hp.host,
-         "': ", ::gai_strerror(rc));
-  }
-  sockaddr_in addr;
-  std::memcpy(&addr, res->ai_addr, sizeof(addr));
-  ::freeaddrinfo(res);
-  addr.sin_port = htons(static_cast<uint16_t>(hp.port));
-  return addr;
-}
-
-// Writes all of buf to a blocking socket. False on error (errno set).
-bool writeFull(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-enum class ReadResult { kOk, kEof, kError, kTimeout };
-
-// Reads exactly n bytes, waiting with poll(2) until deadline.
-ReadResult readFull(int fd, void* buf, size_t n, Clock::time_point deadline) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = ::poll(&pfd, 1, msLeft(deadline));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return ReadResult::kError;
-    if (rc == 0) return ReadResult::kTimeout;
-    ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (r < 0) return ReadResult::kError;
-    if (r == 0) return ReadResult::kEof;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return ReadResult::kOk;
-}
 
 // ---- TcpStore server ------------------------------------------------------------------------
 
@@ -245,17 +323,10 @@ ReadResult readFull(int fd, void* buf, size_t n, Clock::time_point deadline) {
 class TcpStoreServer {
  public:
   TcpStoreServer(const HostPort& hp, const std::string& spec) {
-    sockaddr_in addr = resolveIpv4(hp, spec);
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr = resolveIpv4(hp.host, hp.port, "store " + spec);
+    listen_fd_ = listenTcp(&addr, /*reuse_addr=*/true);
     if (listen_fd_ < 0) {
-      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec, ": socket() failed: ", errnoText(errno));
-    }
-    int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::listen(listen_fd_, SOMAXCONN) != 0) {
       int err = errno;
-      ::close(listen_fd_);
       fail(MTXCOMM_SYSTEM_ERROR, "MTXCOMM_STORE=", spec, ": rank 0 cannot listen on ", hp.host, ":",
            hp.port, ": ", errnoText(err));
     }
@@ -321,8 +392,7 @@ class TcpStoreServer {
   void acceptClient() {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setNoDelay(fd);
     clients_[next_id_++].fd = fd;
   }
 
@@ -492,30 +562,19 @@ class TcpStore : public Store {
  private:
   // Connects, retrying until deadline: rank 0 may start its server after the others.
   void connectToServer(Clock::time_point deadline) {
-    sockaddr_in addr = resolveIpv4(hp_, spec_);
+    sockaddr_in addr = resolveIpv4(hp_.host, hp_.port, "store " + spec_);
     int last_err = 0;
-    for (;;) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": socket(): ", errnoText(errno));
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        fd_ = fd;
-        return;
-      }
-      last_err = errno;
-      ::close(fd);
-      if (Clock::now() >= deadline) {
-        fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout_),
-             " s connecting to store server ", spec_, " (last error: ", errnoText(last_err), ")");
-      }
-      // Connection refused comes back at once: wait a little between attempts.
-      std::this_thread::sleep_for(std::min<Clock::duration>(Ms(20), deadline - Clock::now()));
+    int fd = connectWithRetry(addr, deadline, &last_err, "store " + spec_);
+    if (fd < 0) {
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout_),
+           " s connecting to store server ", spec_, " (last error: ", errnoText(last_err), ")");
     }
+    setNoDelay(fd);
+    fd_ = fd;
   }
 
   void sendRequest(const std::string& req, const std::string& key) {
-    if (!writeFull(fd_, req.data(), req.size())) {
+    if (!sendAll(fd_, req.data(), req.size())) {
       int err = errno;
       closeConnection();
       fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": lost the connection to the server (",
@@ -525,16 +584,16 @@ class TcpStore : public Store {
 
   void receive(void* buf, size_t n, Clock::time_point deadline, const std::string& key,
                Ms timeout) {
-    ReadResult r = readFull(fd_, buf, n, deadline);
-    if (r == ReadResult::kOk) return;
+    IoResult r = recvAll(fd_, buf, n, deadline);
+    if (r == IoResult::kOk) return;
     int err = errno;
     closeConnection();  // A late answer must not be taken for the next request's.
-    if (r == ReadResult::kTimeout) {
-      fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout), " s waiting for key '", key,
+    if (r == IoResult::kTimeout) {
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for key '", key,
            "' in store ", spec_);
     }
     fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": the server closed the connection (",
-         r == ReadResult::kEof ? std::string("EOF") : errnoText(err), ") waiting for key '", key,
+         r == IoResult::kEof ? std::string("EOF") : errnoText(err), ") waiting for key '", key,
          "'");
   }
 
@@ -566,7 +625,7 @@ std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms
     std::string path = spec.substr(5);
     if (path.empty()) badSpec(spec, "empty path (expected file:PATH)");
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    return std::make_unique<FileStore>(spec, path);
+    return std::make_unique<FileStore>(spec, path, rank, size, timeout);
   }
   if (spec.rfind("tcp:", 0) == 0) {
     std::string rest = spec.substr(4);

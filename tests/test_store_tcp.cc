@@ -2,8 +2,10 @@
 // one process, each with its own store client and transport.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -151,7 +153,48 @@ TEST(FileStore, CreatesNestedDirectory) {
   auto store = makeStore(spec, 0, 1, kTimeout);
   store->set("k", "v");
   EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/a/b/c"));
-  EXPECT_EQ(makeStore(spec, 0, 1, kTimeout)->get("k", milliseconds(10)), "v");
+  EXPECT_EQ(store->get("k", milliseconds(10)), "v");
+  // A later job in the same directory does not see the keys of this one.
+  expectError([&] { makeStore(spec, 0, 1, kTimeout)->get("k", milliseconds(50)); }, MTXCOMM_TIMEOUT,
+              {"'k'"});
+}
+
+// A second job in a reused directory, whose rank 1 starts before its rank 0, must not read the
+// keys of the first job: it waits for the new value.
+TEST(FileStore, LaterJobNeverReadsStaleKeys) {
+  TempDir dir;
+  runRanks(2, [&](int rank) {
+    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout);
+    store->set("tcp/addr/" + std::to_string(rank), "old");
+  });
+  // A file that is not the store's survives rank 0's clean-up.
+  const std::string other = dir.path() + "/store/notes.txt";
+  FILE* f = std::fopen(other.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  runRanks(2, [&](int rank) {
+    if (rank == 0) std::this_thread::sleep_for(milliseconds(100));
+    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout);
+    if (rank == 0) store->set("tcp/addr/0", "new");
+    EXPECT_EQ(store->get("tcp/addr/0", kTimeout), "new");
+  });
+  EXPECT_TRUE(std::filesystem::exists(other));
+}
+
+// Two processes asking to join as the same rank: two jobs share the directory.
+TEST(FileStore, TwoClaimantsOfOneRankAreReported) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  std::filesystem::create_directories(path);
+  std::thread claimants([&] {
+    std::this_thread::sleep_for(milliseconds(50));  // after rank 0's clean-up
+    for (const char* nonce : {"0123456789abcdef", "fedcba9876543210"}) {
+      std::fclose(std::fopen((path + "/mtxcomm.hello.1." + nonce).c_str(), "w"));
+    }
+  });
+  expectError([&] { makeStore(dir.fileSpec(), 0, 3, milliseconds(3000)); }, MTXCOMM_INVALID_USAGE,
+              {"two processes ask to join as rank 1", "same directory"});
+  claimants.join();
 }
 
 TEST(FileStore, GetTimesOutNamingKeyAndStore) {
@@ -542,6 +585,99 @@ TEST(TcpTransport, PeerFinishingNormallyIsNoErrorForOthers) {
     }
   });
 }
+
+// abort(reason) on a view: every member of every view that holds the aborting rank fails with
+// the reason, named in its own view's numbering, also when it waits on another peer, and also
+// when it only starts waiting after the ABORT frame came.
+TEST(TcpTransport, AbortReasonReachesPeersInTheirNumbering) {
+  TempDir dir;
+  Barrier barrier(3);
+  runRanks(3, [&](int rank) {
+    RankEnd e = join(dir.fileSpec(), rank, 3);
+    // The view {2, 0, 1}: mesh rank 2 is view rank 0.
+    std::unique_ptr<Transport> view = e.transport->split({2, 0, 1}, 5);
+    barrier.wait();
+    if (rank == 2) {
+      std::this_thread::sleep_for(milliseconds(100));
+      view->abort("disk on fire");
+      barrier.wait();
+      return;
+    }
+    std::vector<uint8_t> buf(16);
+    const int other = rank == 0 ? 1 : 0;
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(300));  // waits only later
+    auto start = Clock::now();
+    // Ranks 0 and 1 wait on each other (nobody sends): only the ABORT frame can end the wait.
+    Transport& t = rank == 0 ? *e.transport : *view;
+    const int peer = rank == 0 ? other : other + 1;
+    expectError([&] { waitOne(t, t.irecv(peer, 1, buf.data(), buf.size())); }, MTXCOMM_REMOTE_ERROR,
+                {rank == 0 ? "peer rank 2 aborted: disk on fire (in the communicator of context 5)"
+                           : "peer rank 0 aborted: disk on fire",
+                 "receive from peer rank " + std::to_string(peer)});
+    EXPECT_LT(Clock::now() - start, milliseconds(3000));
+    barrier.wait();
+  });
+}
+
+// A forked process is rank 2; ranks 0 and 1 are threads here and wait on each other while rank
+// 2 exits. A crash (no BYE) must end their wait quickly, naming rank 2; a normal end (transport
+// destroyed, then exit) must not disturb them.
+void forkedPeerExits(bool crash) {
+  TempDir dir;
+  const std::string spec = dir.fileSpec();
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      RankEnd e;
+      e.store = makeStore(spec, 2, 3, kTimeout);
+      e.transport = makeTcpTransport(*e.store, 2, 3, kTimeout);
+      e.store.reset();
+      std::this_thread::sleep_for(milliseconds(200));
+      if (crash) ::raise(SIGKILL);
+      e.transport.reset();  // sends BYE
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int status = -1;
+  std::thread reaper([&] { ::waitpid(child, &status, 0); });  // a zombie still looks alive
+  Barrier barrier(2);
+  runRanks(2, [&](int rank) {
+    RankEnd e = join(spec, rank, 3);
+    Transport& t = *e.transport;
+    uint32_t value = 0;
+    auto start = Clock::now();
+    if (crash) {
+      expectError(
+          [&] { waitOne(t, t.irecv(1 - rank, 1, &value, sizeof(value)), milliseconds(8000)); },
+          MTXCOMM_REMOTE_ERROR,
+          {"peer rank 2 (on this node) has exited",
+           "receive from peer rank " + std::to_string(1 - rank)});
+      EXPECT_LT(Clock::now() - start, milliseconds(3000));
+    } else {
+      std::this_thread::sleep_for(milliseconds(rank == 0 ? 600 : 0));  // rank 2 has left by then
+      if (rank == 0) {
+        value = 7;
+        waitOne(t, t.isend(1, 1, &value, sizeof(value)));
+      } else {
+        waitOne(t, t.irecv(0, 1, &value, sizeof(value)));
+        EXPECT_EQ(value, 7u);
+      }
+    }
+    barrier.wait();
+  });
+  reaper.join();
+  if (crash) {
+    EXPECT_TRUE(WIFSIGNALED(status)) << status;
+  } else {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+}
+
+TEST(TcpTransport, KilledLocalPeerIsRemoteErrorForAllWaiters) { forkedPeerExits(true); }
+TEST(TcpTransport, LocalPeerEndingNormallyIsNoError) { forkedPeerExits(false); }
 
 TEST(TcpTransport, ReceiveNobodySendsTimesOut) {
   TempDir dir;

@@ -7,10 +7,7 @@
 #include "transports/tcp/tcp_transport.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -31,6 +28,8 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/liveness.h"
+#include "lib/socket_util.h"
 
 namespace mtxcomm {
 namespace {
@@ -42,6 +41,10 @@ constexpr size_t kStageBytes = 64 << 10;  // small messages and headers are read
 constexpr size_t kReadBudget = 16 << 20;  // bytes read from one peer before serving the others
 constexpr int kMaxPollMs = 100;           // longest single poll(2) / condition wait
 constexpr uint64_t kMagic = 0x316d6d6f6378746dull;  // "mtxcomm1"
+// Control frames: a header with a negative tag (never a message tag) and a small payload.
+constexpr int32_t kAbortTag = -1;          // payload: the reason; context: the aborting view
+constexpr int32_t kByeTag = -2;            // no payload: the sender closes in good order
+constexpr size_t kMaxControlBytes = 4096;  // longer abort reasons are cut
 
 // ---- environment ----------------------------------------------------------------------------
 
@@ -57,22 +60,6 @@ TcpEnv readTcpEnv() {
   if (const char* v = std::getenv("MTXCOMM_TCP_HOST")) env.host = v;
   if (env.host.empty()) env.host = env.ifaddr.empty() ? "127.0.0.1" : env.ifaddr;
   return env;
-}
-
-// ---- small helpers --------------------------------------------------------------------------
-
-std::string errnoText(int err) { return std::strerror(err); }
-
-std::string seconds(Clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3g", std::chrono::duration<double>(d).count());
-  return buf;
-}
-
-int msLeft(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<Ms>(deadline - Clock::now()).count();
-  if (left < 0) return 0;
-  return left > 1000000 ? 1000000 : static_cast<int>(left);
 }
 
 using MatchKey = std::pair<uint64_t, int>;  // (context id, tag)
@@ -114,6 +101,10 @@ struct Peer {
   int fd = -1;
   bool closed = false;
   std::string closed_reason;
+  bool said_bye = false;  // a BYE frame came: the peer closed in good order
+  bool aborted = false;   // an ABORT frame came
+  std::string abort_reason;
+  uint64_t abort_ctx = 0;  // context id of the view the peer aborted
   std::deque<std::shared_ptr<SendOp>> sends;
   std::map<MatchKey, MatchQueue> queues;
   // Receive state machine: a header, then its payload into target_recv or target_unexpected.
@@ -125,6 +116,8 @@ struct Peer {
   size_t payload_got = 0;
   std::shared_ptr<RecvOp> target_recv;
   std::shared_ptr<Unexpected> target_unexpected;
+  int32_t control_tag = 0;  // != 0: the payload is that of a control frame, into control_payload
+  std::string control_payload;
   std::unique_ptr<char[]> stage;
   size_t stage_begin = 0, stage_end = 0;
 };
@@ -137,6 +130,11 @@ class TcpShared {
     for (auto& p : peers_) p.stage.reset(new char[kStageBytes]);
   }
   ~TcpShared() {
+    // The last view and request are gone: tell the peers this rank leaves in good order, so that
+    // their liveness check does not take its exit for a crash.
+    if (!failed_) {
+      for (int g = 0; g < size(); ++g) sendControl(g, kByeTag, 0, "");
+    }
     for (auto& p : peers_) {
       if (p.fd >= 0) ::close(p.fd);
     }
@@ -172,16 +170,24 @@ class TcpShared {
   // Records the first error, fails the shared state and throws.
   [[noreturn]] void failWith(mtxcomm_result_t code, const std::string& msg) {
     if (!failed_) {
+      keepWireMessages();
       failed_ = true;
       first_error_ = msg;
     }
     throw Error(code, msg);
   }
 
-  void abort(const std::string& reason) {
+  // Fails the state, sends every open peer an ABORT frame with reason and the context id ctx of
+  // the aborting view (best effort, without blocking), then shuts the sockets down.
+  void abort(const std::string& reason, uint64_t ctx) {
     if (!failed_) {
       failed_ = true;
       first_error_ = "this rank aborted the transport: " + reason;
+    }
+    if (!abort_sent_) {
+      abort_sent_ = true;
+      const std::string cut = reason.substr(0, kMaxControlBytes);
+      for (int g = 0; g < size(); ++g) sendControl(g, kAbortTag, ctx, cut);
     }
     for (auto& p : peers_) {
       if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);
@@ -278,6 +284,19 @@ class TcpShared {
     if (it->second.posted.empty() && it->second.unexpected.empty()) p.queues.erase(it);
   }
 
+  // Copies every message already partly on the wire (while the caller's buffer is still valid:
+  // once waitAll has thrown it may be gone), so that abort() can finish it and put its ABORT
+  // frame on a message boundary.
+  void keepWireMessages() {
+    for (auto& p : peers_) {
+      if (p.sends.empty()) continue;
+      SendOp& op = *p.sends.front();
+      if (op.sent == 0 || op.done || op.bytes == 0 || op.data == op.copy.data()) continue;
+      op.copy.assign(op.data, op.data + op.bytes);
+      op.data = op.copy.data();
+    }
+  }
+
   void closePeer(int gpeer, const std::string& reason) {
     Peer& p = peers_[gpeer];
     p.closed = true;
@@ -293,6 +312,39 @@ class TcpShared {
         p.sends.pop_front();
         continue;
       }
+      if (!writeOp(gpeer, op)) return;
+      op.done = true;
+      p.sends.pop_front();
+    }
+  }
+
+  // Sends a control frame to gpeer without blocking, if the connection is open: drops the queued
+  // messages not started yet, finishes the one on the wire (the frame must start on a message
+  // boundary) and writes the frame; gives up on the peer when its socket buffer is full.
+  void sendControl(int gpeer, int32_t tag, uint64_t ctx, const std::string& payload) {
+    Peer& p = peers_[gpeer];
+    if (gpeer == rank_ || p.fd < 0 || p.closed) return;
+    while (!p.sends.empty() && p.sends.front()->sent == 0) p.sends.pop_front();
+    if (!p.sends.empty()) {
+      if (!writeOp(gpeer, *p.sends.front())) return;
+      p.sends.front()->done = true;
+    }
+    p.sends.clear();
+    std::string frame(kHeaderBytes, '\0');
+    uint64_t bytes = payload.size();
+    std::memcpy(&frame[0], &ctx, 8);
+    std::memcpy(&frame[8], &tag, 4);
+    std::memcpy(&frame[12], &bytes, 8);
+    frame += payload;
+    size_t sent = 0;
+    sendSome(p.fd, frame.data(), frame.size(), &sent);
+  }
+
+  // Writes what the socket takes of op. True once the whole message is written; false when the
+  // socket is full, or broken (the peer is then closed).
+  bool writeOp(int gpeer, SendOp& op) {
+    Peer& p = peers_[gpeer];
+    for (;;) {
       iovec iov[2];
       int n_iov = 0;
       if (op.sent < kHeaderBytes) {
@@ -308,20 +360,18 @@ class TcpShared {
       ssize_t n = ::sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
         closePeer(gpeer, errnoText(errno));
-        return;
+        return false;
       }
       op.sent += static_cast<size_t>(n);
-      if (op.sent == kHeaderBytes + op.bytes) {
-        op.done = true;
-        p.sends.pop_front();
-      }
+      if (op.sent == kHeaderBytes + op.bytes) return true;
     }
   }
 
   // Where the next payload byte goes; null when it is to be dropped (abandoned receive).
   char* payloadDst(Peer& p) {
+    if (p.control_tag != 0) return &p.control_payload[p.payload_got];
     if (p.target_recv) {
       return p.target_recv->abandoned ? nullptr : p.target_recv->buf + p.payload_got;
     }
@@ -334,6 +384,7 @@ class TcpShared {
     while (budget > 0) {
       if (p.stage_begin < p.stage_end) {
         consumeStage(gpeer);
+        if (p.closed) return;  // a protocol error
         continue;
       }
       char* direct = nullptr;
@@ -365,7 +416,7 @@ class TcpShared {
 
   void consumeStage(int gpeer) {
     Peer& p = peers_[gpeer];
-    while (p.stage_begin < p.stage_end) {
+    while (p.stage_begin < p.stage_end && !p.closed) {
       size_t avail = p.stage_end - p.stage_begin;
       const char* src = p.stage.get() + p.stage_begin;
       if (!p.in_payload) {
@@ -393,6 +444,21 @@ class TcpShared {
     std::memcpy(&ctx, p.header, 8);
     std::memcpy(&tag, p.header + 8, 4);
     std::memcpy(&bytes, p.header + 12, 8);
+    if (tag < 0) {
+      if ((tag != kAbortTag && tag != kByeTag) || bytes > kMaxControlBytes) {
+        closePeer(gpeer,
+                  strCat("protocol error: bad control frame (tag ", tag, ", ", bytes, " bytes)"));
+        return;
+      }
+      p.in_payload = true;
+      p.control_tag = tag;
+      p.control_payload.assign(bytes, '\0');
+      p.payload_key = MatchKey(ctx, tag);
+      p.payload_bytes = bytes;
+      p.payload_got = 0;
+      if (bytes == 0) advancePayload(p, 0);
+      return;
+    }
     MatchKey key(ctx, tag);
     MatchQueue& q = p.queues[key];
     while (!q.posted.empty() && q.posted.front()->abandoned) q.posted.pop_front();
@@ -419,7 +485,13 @@ class TcpShared {
   void advancePayload(Peer& p, size_t n) {
     p.payload_got += n;
     if (p.payload_got < p.payload_bytes) return;
-    if (p.target_recv) {
+    if (p.control_tag == kAbortTag) {
+      p.aborted = true;
+      p.abort_reason = std::move(p.control_payload);
+      p.abort_ctx = p.payload_key.first;
+    } else if (p.control_tag == kByeTag) {
+      p.said_bye = true;
+    } else if (p.target_recv) {
       p.target_recv->done = true;
     } else {
       Unexpected& u = *p.target_unexpected;
@@ -432,6 +504,8 @@ class TcpShared {
       }
     }
     p.in_payload = false;
+    p.control_tag = 0;
+    p.control_payload.clear();
     p.target_recv.reset();
     p.target_unexpected.reset();
   }
@@ -440,6 +514,7 @@ class TcpShared {
   std::vector<Peer> peers_;
   std::map<uint64_t, std::vector<int>> contexts_;
   bool failed_ = false;
+  bool abort_sent_ = false;
   std::string first_error_;
 };
 
@@ -480,8 +555,16 @@ class TcpRequest : public Request {
 class TcpTransport : public Transport {
  public:
   // members[i]: the mesh rank of rank i of this view.
-  TcpTransport(std::shared_ptr<TcpShared> shared, std::vector<int> members, int rank, uint64_t ctx)
-      : shared_(std::move(shared)), members_(std::move(members)), rank_(rank), ctx_(ctx) {
+  // liveness: over the ranks of this view.
+  TcpTransport(std::shared_ptr<TcpShared> shared, std::vector<int> members, int rank, uint64_t ctx,
+               PeerLiveness liveness)
+      : shared_(std::move(shared)),
+        members_(std::move(members)),
+        rank_(rank),
+        ctx_(ctx),
+        all_liveness_(std::move(liveness)) {
+    for (int r = 0; r < size(); ++r) watched_.push_back(r);
+    liveness_ = all_liveness_;
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->registerContext(ctx_, members_);
   }
@@ -538,32 +621,22 @@ class TcpTransport : public Transport {
     }
     std::vector<pollfd> pfds;
     std::unique_lock<std::mutex> lock(shared_->mu);
-    for (;;) {
+    for (bool slow = false;; slow = true) {
       shared_->checkFailed();
       shared_->progress();
-      bool all_done = true;
+      const TcpRequest* pending = nullptr;  // the first request not done yet
       for (TcpRequest* t : mine) {
-        if (t->done()) continue;
-        all_done = false;
-        const Peer& p = shared_->peer(t->gpeer());
-        if (p.closed) {
-          shared_->failWith(
-              MTXCOMM_REMOTE_ERROR,
-              strCat("peer rank ", t->peer(), " closed the connection (", p.closed_reason,
-                     ") before a ", t->isSend() ? "send to" : "receive from", " it completed (tag ",
-                     t->tag(), ", ", t->bytes(), " bytes)"));
+        if (!t->done()) {
+          pending = t;
+          break;
         }
       }
-      if (all_done) return;
+      if (pending == nullptr) return;
+      checkPeersGone(mine, *pending, slow);
       if (Clock::now() >= deadline) {
-        for (TcpRequest* t : mine) {
-          if (t->done()) continue;
-          shared_->failWith(
-              MTXCOMM_TIMEOUT,
-              strCat("timed out after ", seconds(Clock::now() - start), " s waiting for ",
-                     t->isSend() ? "send to" : "receive from", " peer rank ", t->peer(), " (tag ",
-                     t->tag(), ", ", t->bytes(), " bytes)"));
-        }
+        shared_->failWith(MTXCOMM_TIMEOUT,
+                          strCat("timed out after ", secondsText(Clock::now() - start),
+                                 " s waiting for ", describe(*pending)));
       }
       const int wait_ms = std::min(msLeft(deadline), kMaxPollMs);
       if (shared_->poller_active) {
@@ -607,15 +680,68 @@ class TcpTransport : public Transport {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->checkFailed();
     }
-    return std::make_unique<TcpTransport>(shared_, std::move(global), new_rank, context_id);
+    return std::make_unique<TcpTransport>(shared_, std::move(global), new_rank, context_id,
+                                          all_liveness_.subset(members, new_rank));
   }
 
   void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->abort(reason);
+    shared_->abort(reason, ctx_);
   }
 
  private:
+  // "receive from peer rank 1 (tag 3, 8 bytes)"
+  static std::string describe(const TcpRequest& t) {
+    return strCat(t.isSend() ? "send to" : "receive from", " peer rank ", t.peer(), " (tag ",
+                  t.tag(), ", ", t.bytes(), " bytes)");
+  }
+
+  // Throws MTXCOMM_REMOTE_ERROR (failing the shared state) when a peer is known to be gone: a
+  // member of this view sent an ABORT frame; the connection of a peer with a pending request
+  // closed; or, in the slow path (slow: after the first poll), the process of a node-local
+  // member is gone without having said BYE — even when this rank waits on another peer, since
+  // the collective cannot complete without it. Called with the lock held.
+  void checkPeersGone(const std::vector<TcpRequest*>& mine, const TcpRequest& pending, bool slow) {
+    for (int r = 0; r < size(); ++r) {
+      const Peer& p = shared_->peer(members_[r]);
+      if (!p.aborted) continue;
+      std::string where;
+      if (p.abort_ctx != ctx_)
+        where = strCat(" (in the communicator of context ", p.abort_ctx, ")");
+      shared_->failWith(MTXCOMM_REMOTE_ERROR,
+                        strCat("peer rank ", r, " aborted: ", p.abort_reason, where,
+                               "; this rank was waiting for a ", describe(pending)));
+    }
+    for (TcpRequest* t : mine) {
+      if (t->done()) continue;
+      const Peer& p = shared_->peer(t->gpeer());
+      if (p.closed) {
+        shared_->failWith(
+            MTXCOMM_REMOTE_ERROR,
+            strCat("peer rank ", t->peer(), " closed the connection (", p.closed_reason,
+                   ") before a ", t->isSend() ? "send to" : "receive from", " it completed (tag ",
+                   t->tag(), ", ", t->bytes(), " bytes)"));
+      }
+    }
+    if (!slow) return;
+    for (;;) {
+      const int dead = liveness_.findDeadPeer();
+      if (dead < 0) return;
+      const int r = watched_[dead];
+      shared_->progress();  // read what it sent before it exited: BYE, ABORT
+      const Peer& p = shared_->peer(members_[r]);
+      if (p.aborted) return;  // the next round reports the reason
+      if (!p.said_bye) {
+        shared_->failWith(MTXCOMM_REMOTE_ERROR,
+                          strCat("peer rank ", r, " (on this node) has exited while this rank ",
+                                 "waited for a ", describe(pending)));
+      }
+      // It finished normally: stop watching it.
+      watched_.erase(watched_.begin() + dead);
+      liveness_ = all_liveness_.subset(watched_, 0);
+    }
+  }
+
   void checkArgs(int peer, int tag, const char* what) const {
     if (peer < 0 || peer >= size()) {
       fail(MTXCOMM_INTERNAL_ERROR, "tcp transport: ", what, " peer rank ", peer,
@@ -634,6 +760,9 @@ class TcpTransport : public Transport {
   std::vector<int> members_;
   int rank_;
   uint64_t ctx_;
+  PeerLiveness all_liveness_;  // over every rank of this view
+  std::vector<int> watched_;   // the ranks liveness_ checks: those that have not said BYE
+  PeerLiveness liveness_;      // all_liveness_.subset(watched_)
 };
 
 // ---- bootstrap ------------------------------------------------------------------------------
@@ -647,100 +776,8 @@ struct Hello {
   int32_t pad;
 };
 
-// Closes an fd on scope exit unless released.
-class FdGuard {
- public:
-  explicit FdGuard(int fd = -1) : fd_(fd) {}
-  ~FdGuard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
-
-sockaddr_in resolve(const std::string& host, int port, const std::string& what) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: cannot resolve ", what, " '", host,
-         "': ", ::gai_strerror(rc));
-  }
-  sockaddr_in addr;
-  std::memcpy(&addr, res->ai_addr, sizeof(addr));
-  ::freeaddrinfo(res);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  return addr;
-}
-
-bool sendAll(int fd, const void* buf, size_t n) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-// Reads n bytes before deadline; false on EOF, error or timeout (*timed_out says which).
-bool recvAll(int fd, void* buf, size_t n, Clock::time_point deadline, bool* timed_out) {
-  char* p = static_cast<char*>(buf);
-  *timed_out = false;
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    int rc = ::poll(&pfd, 1, msLeft(deadline));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) *timed_out = true;
-    if (rc <= 0) return false;
-    ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 Ms remaining(Clock::time_point deadline) {
   return std::max(Ms(1), std::chrono::ceil<Ms>(deadline - Clock::now()));
-}
-
-int connectWithRetry(const sockaddr_in& addr, int peer, const std::string& where,
-                     Clock::time_point deadline, Ms timeout) {
-  for (;;) {
-    FdGuard fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (fd.get() < 0) fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: socket(): ", errnoText(errno));
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-      return fd.release();
-    }
-    int err = errno;
-    if (Clock::now() >= deadline) {
-      fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout), " s connecting to peer rank ",
-           peer, " at ", where, " (", errnoText(err), ")");
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(Ms(10), deadline - Clock::now()));
-  }
-}
-
-void setUpDataSocket(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  int flags = ::fcntl(fd, F_GETFL, 0);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
 }  // namespace
@@ -753,22 +790,17 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
   auto shared = std::make_shared<TcpShared>(rank, size);
   std::vector<int> identity(size);
   for (int i = 0; i < size; ++i) identity[i] = i;
-  if (size == 1) return std::make_unique<TcpTransport>(shared, identity, 0, 0);
+  if (size == 1) return std::make_unique<TcpTransport>(shared, identity, 0, 0, PeerLiveness());
 
   const TcpEnv env = readTcpEnv();
   // Listen on an ephemeral port.
   sockaddr_in bind_addr{};
   bind_addr.sin_family = AF_INET;
   bind_addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!env.ifaddr.empty()) bind_addr = resolve(env.ifaddr, 0, "MTXCOMM_TCP_IFADDR");
-  FdGuard listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!env.ifaddr.empty())
+    bind_addr = resolveIpv4(env.ifaddr, 0, "tcp transport: MTXCOMM_TCP_IFADDR");
+  UniqueFd listener(listenTcp(&bind_addr, /*reuse_addr=*/false));
   if (listener.get() < 0) {
-    fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: socket(): ", errnoText(errno));
-  }
-  socklen_t len = sizeof(bind_addr);
-  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&bind_addr), sizeof(bind_addr)) != 0 ||
-      ::listen(listener.get(), SOMAXCONN) != 0 ||
-      ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bind_addr), &len) != 0) {
     fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: cannot listen on ",
          env.ifaddr.empty() ? "0.0.0.0" : env.ifaddr, ": ", errnoText(errno));
   }
@@ -784,6 +816,7 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
     job = std::stoull(store.get("tcp/job", remaining(deadline)));
   }
   store.set(strCat("tcp/addr/", rank), strCat(env.host, ":", port));
+  store.set(strCat("tcp/id/", rank), PeerLiveness::selfIdentity());
 
   // Connect to every lower rank and say hello (no wait for the answer yet: the peer may still be
   // connecting to its own lower ranks).
@@ -793,9 +826,14 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
     if (colon == std::string::npos) {
       fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: bad address '", where, "' for peer rank ", peer);
     }
-    sockaddr_in addr =
-        resolve(where.substr(0, colon), std::atoi(where.c_str() + colon + 1), "peer address");
-    FdGuard fd(connectWithRetry(addr, peer, where, deadline, timeout));
+    sockaddr_in addr = resolveIpv4(where.substr(0, colon), std::atoi(where.c_str() + colon + 1),
+                                   strCat("tcp transport: address of peer rank ", peer));
+    int err = 0;
+    UniqueFd fd(connectWithRetry(addr, deadline, &err, "tcp transport"));
+    if (fd.get() < 0) {
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s connecting to peer rank ",
+           peer, " at ", where, " (", errnoText(err), ")");
+    }
     Hello hello{kMagic, job, rank, peer, size, 0};
     if (!sendAll(fd.get(), &hello, sizeof(hello))) {
       fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " closed the connection (", errnoText(errno),
@@ -815,14 +853,13 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
       for (int peer = rank + 1; peer < size; ++peer) {
         if (shared->peer(peer).fd < 0) who += strCat(who.empty() ? "" : ", ", peer);
       }
-      fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout), " s waiting for peer rank(s) ",
-           who, " to connect (tcp bootstrap)");
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
+           " s waiting for peer rank(s) ", who, " to connect (tcp bootstrap)");
     }
-    FdGuard fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (fd.get() < 0) continue;
     Hello hello;
-    bool timed_out;
-    if (!recvAll(fd.get(), &hello, sizeof(hello), deadline, &timed_out)) continue;
+    if (recvAll(fd.get(), &hello, sizeof(hello), deadline) != IoResult::kOk) continue;
     if (hello.magic != kMagic || hello.job != job || hello.to != rank || hello.size != size ||
         hello.from <= rank || hello.from >= size || shared->peer(hello.from).fd >= 0) {
       continue;  // not ours
@@ -836,13 +873,12 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
   // Collect the answers of the lower ranks.
   for (int peer = 0; peer < rank; ++peer) {
     Hello ack;
-    bool timed_out;
-    int fd = shared->peer(peer).fd;
-    if (!recvAll(fd, &ack, sizeof(ack), deadline, &timed_out)) {
-      if (timed_out) {
-        fail(MTXCOMM_TIMEOUT, "timed out after ", seconds(timeout), " s waiting for peer rank ",
-             peer, " to accept the connection (tcp bootstrap)");
-      }
+    IoResult r = recvAll(shared->peer(peer).fd, &ack, sizeof(ack), deadline);
+    if (r == IoResult::kTimeout) {
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for peer rank ",
+           peer, " to accept the connection (tcp bootstrap)");
+    }
+    if (r != IoResult::kOk) {
       fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer,
            " closed the connection during the tcp handshake");
     }
@@ -853,9 +889,16 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size, Ms
     }
   }
   for (int peer = 0; peer < size; ++peer) {
-    if (peer != rank) setUpDataSocket(shared->peer(peer).fd);
+    if (peer == rank) continue;
+    setNoDelay(shared->peer(peer).fd);
+    setNonBlocking(shared->peer(peer).fd);
   }
-  return std::make_unique<TcpTransport>(shared, identity, rank, 0);
+  // Identities for the liveness of node-local peers (every rank set its own before connecting).
+  std::vector<std::string> ids(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) ids[peer] = store.get(strCat("tcp/id/", peer), remaining(deadline));
+  }
+  return std::make_unique<TcpTransport>(shared, identity, rank, 0, PeerLiveness(ids, rank));
 }
 
 }  // namespace mtxcomm
