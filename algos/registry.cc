@@ -45,9 +45,13 @@ bool collectiveReduces(Collective c) {
 }
 
 namespace {
-const char* acceptsAll(const CollArgs&, int) { return nullptr; }
-const char* needsPowerOfTwo(const CollArgs&, int n) {
-  return patterns::isPowerOfTwo(n) ? nullptr : "needs a power-of-two number of ranks";
+const char* acceptsAll(const CollArgs&, const CommInfo&) { return nullptr; }
+const char* needsPowerOfTwo(const CollArgs&, const CommInfo& info) {
+  return patterns::isPowerOfTwo(info.nranks) ? nullptr : "needs a power-of-two number of ranks";
+}
+const char* needsShm(const CollArgs&, const CommInfo& info) {
+  return info.shm ? nullptr
+                  : "needs every rank on one node with a shared-memory segment (MTXCOMM_SHM)";
 }
 }  // namespace
 
@@ -55,29 +59,43 @@ const std::vector<Algorithm>& algorithms() {
   static const std::vector<Algorithm> kAll = {
       {Collective::kAllreduce, "ring",
        "ring reduce-scatter + ring allgather, segmented and pipelined; bandwidth-optimal",
-       acceptsAll, buildAllreduceRing},
+       acceptsAll, buildAllreduceRing, nullptr},
       {Collective::kAllreduce, "recursive_doubling",
        "whole-vector exchange at distances 1,2,4..; non-powers of two folded; latency-optimal",
-       acceptsAll, buildAllreduceRecursiveDoubling},
+       acceptsAll, buildAllreduceRecursiveDoubling, nullptr},
       {Collective::kAllreduce, "rabenseifner",
        "recursive-halving reduce-scatter + recursive-doubling allgather; log rounds, optimal bytes",
-       acceptsAll, buildAllreduceRabenseifner},
+       acceptsAll, buildAllreduceRabenseifner, nullptr},
       {Collective::kBroadcast, "binomial", "binomial tree from the root; latency-optimal",
-       acceptsAll, buildBroadcastBinomial},
+       acceptsAll, buildBroadcastBinomial, nullptr},
       {Collective::kBroadcast, "scatter_allgather",
        "binomial scatter + ring allgather (van de Geijn); for large messages", acceptsAll,
-       buildBroadcastScatterAllgather},
+       buildBroadcastScatterAllgather, nullptr},
       {Collective::kReduce, "binomial", "binomial tree towards the root", acceptsAll,
-       buildReduceBinomial},
+       buildReduceBinomial, nullptr},
       {Collective::kAllgather, "ring", "n-1 ring steps; bandwidth-optimal, any rank count",
-       acceptsAll, buildAllgatherRing},
+       acceptsAll, buildAllgatherRing, nullptr},
       {Collective::kAllgather, "recursive_doubling",
        "exchange at distances 1,2,4..; log rounds; powers of two only", needsPowerOfTwo,
-       buildAllgatherRecursiveDoubling},
+       buildAllgatherRecursiveDoubling, nullptr},
       {Collective::kReduceScatter, "ring", "ring reduce-scatter, segmented and pipelined",
-       acceptsAll, buildReduceScatterRing},
+       acceptsAll, buildReduceScatterRing, nullptr},
       {Collective::kBarrier, "dissemination", "ceil(log2 n) rounds of one-byte messages",
-       acceptsAll, buildBarrierDissemination},
+       acceptsAll, buildBarrierDissemination, nullptr},
+      {Collective::kAllreduce, "shm",
+       "shared-memory slots: copy in, reduce from every slot, copy out; cache-sized chunks",
+       needsShm, nullptr, runAllreduceShm},
+      {Collective::kBroadcast, "shm", "shared-memory slots: the root copies in, all copy out",
+       needsShm, nullptr, runBroadcastShm},
+      {Collective::kReduce, "shm", "shared-memory slots: ranks reduce slices, the root copies out",
+       needsShm, nullptr, runReduceShm},
+      {Collective::kAllgather, "shm", "shared-memory slots: each copies in, all copy all out",
+       needsShm, nullptr, runAllgatherShm},
+      {Collective::kReduceScatter, "shm",
+       "shared-memory slots: each copies in, each reduces its own block", needsShm, nullptr,
+       runReduceScatterShm},
+      {Collective::kBarrier, "shm", "arrival counters in shared memory", needsShm, nullptr,
+       runBarrierShm},
   };
   return kAll;
 }

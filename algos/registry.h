@@ -14,6 +14,7 @@
 namespace mtxcomm {
 
 class Schedule;
+class ShmGroup;
 
 enum class Collective { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kBarrier };
 constexpr int kNumCollectives = 6;
@@ -45,14 +46,23 @@ struct AlgoParams {
   size_t segmentBytes = 1 << 20;  // pipeline segment of ring algorithms
 };
 
+// What selection and algorithms know of the communicator: values every rank agrees on.
+struct CommInfo {
+  int nranks = 1;
+  ShmGroup* shm = nullptr;  // set when every rank is on this node and shares a segment
+};
+
+// An algorithm is either a schedule over the point-to-point transport (build) or runs directly
+// on a shared-memory group (run); exactly one of the two is set.
 struct Algorithm {
   Collective coll;
   const char* name;
   const char* description;
-  // nullptr when the algorithm applies to this call on nranks ranks; otherwise a reason.
-  const char* (*declines)(const CollArgs& args, int nranks);
+  // nullptr when the algorithm applies to this call; otherwise a reason.
+  const char* (*declines)(const CollArgs& args, const CommInfo& info);
   void (*build)(const CollArgs& args, int rank, int nranks, const AlgoParams& params,
                 Schedule& schedule);
+  void (*run)(const CollArgs& args, ShmGroup& shm);
 };
 
 // Every algorithm, grouped by collective, in a fixed order.
@@ -72,6 +82,13 @@ void buildAllgatherRecursiveDoubling(const CollArgs&, int, int, const AlgoParams
 void buildReduceScatterRing(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildReduceBinomial(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildBarrierDissemination(const CollArgs&, int, int, const AlgoParams&, Schedule&);
+// Shared-memory algorithms, one per file algos/<collective>_shm.cc.
+void runAllreduceShm(const CollArgs&, ShmGroup&);
+void runBroadcastShm(const CollArgs&, ShmGroup&);
+void runReduceShm(const CollArgs&, ShmGroup&);
+void runAllgatherShm(const CollArgs&, ShmGroup&);
+void runReduceScatterShm(const CollArgs&, ShmGroup&);
+void runBarrierShm(const CollArgs&, ShmGroup&);
 
 }  // namespace mtxcomm
 

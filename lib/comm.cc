@@ -8,6 +8,7 @@
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/executor.h"
+#include "lib/liveness.h"
 #include "lib/log.h"
 #include "lib/reduce.h"
 #include "lib/select.h"
@@ -200,12 +201,18 @@ void Comm::run(const CollArgs& user) {
 
 void Comm::runAlgorithm(const CollArgs& args) {
   const int n = size(), me = rank();
-  Selection sel = selectAlgorithm(args, n, config_.algorithmFor(args.coll), me);
+  const CommInfo info{n, shm_.get()};
+  Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
   lastAlgorithm_ = sel.algorithm->name;
   Schedule schedule(args.dtype, args.elemSize, args.op);
   AlgoParams params;
   params.segmentBytes = config_.segmentBytes;
   try {
+    if (sel.algorithm->run) {
+      shm_->setTimeout(config_.timeoutSeconds);
+      sel.algorithm->run(args, *shm_);
+      return;
+    }
     sel.algorithm->build(args, me, n, params, schedule);
     if (logEnabled(LogLevel::kTrace)) {
       MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
@@ -223,6 +230,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
     // Tell the peers this rank has left the collective, so that those waiting on it fail now
     // (naming this rank and, where the transport carries it, this error) instead of timing out.
     transport_->abort(msg);
+    if (shm_) shm_->abort(msg);
     throw Error(e.code(), msg);
   }
 }
@@ -260,12 +268,47 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
     poison(msg);
     throw Error(e.code(), msg);
   }
-  return std::make_unique<Comm>(std::move(child), config_, ctx);
+  auto comm = std::make_unique<Comm>(std::move(child), config_, ctx);
+  comm->setupShm();
+  return comm;
+}
+
+void Comm::setupShm() {
+  if (config_.shm == "off" || size() == 1 || shm_) return;
+  // Agree whether every rank is on this node: allgather fixed-size node identities.
+  constexpr size_t kIdBytes = 256;
+  const int n = size();
+  std::string id = PeerLiveness::nodeIdentity();
+  std::vector<char> mine(kIdBytes, 0), all(kIdBytes * n, 0);
+  std::memcpy(mine.data(), id.data(), std::min(id.size(), kIdBytes - 1));
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine.data();
+  ag.recvbuf = all.data();
+  ag.count = kIdBytes;
+  ag.dtype = MTXCOMM_UINT8;
+  run(ag);
+  for (int r = 0; r < n; ++r) {
+    if (std::memcmp(all.data() + r * kIdBytes, mine.data(), kIdBytes) != 0) {
+      MTXCOMM_LOG(kInfo, rank(), "ranks span several nodes: no shared-memory segment");
+      return;
+    }
+  }
+  ++seq_;
+  try {
+    shm_ = ShmGroup::create(*transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
+                            config_.shmSlotBytes, config_.timeoutSeconds);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
+  }
+  MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ",
+              ShmGroup::segmentBytes(n, config_.shmSlotBytes), " bytes for ", n, " ranks");
 }
 
 void Comm::abort() {
   poison(strCat("rank ", rank(), ": the communicator was aborted"));
   transport_->abort("the application aborted the communicator");
+  if (shm_) shm_->abort("the application aborted the communicator");
 }
 
 }  // namespace mtxcomm

@@ -12,6 +12,7 @@
 
 #include "algos/registry.h"
 #include "lib/config.h"
+#include "transports/shm/shm_group.h"
 #include "transports/transport.h"
 
 namespace mtxcomm {
@@ -37,6 +38,11 @@ class Comm {
   void run(const CollArgs& args);
 
   std::unique_ptr<Comm> split(int color, int key);
+  // Collective: when every rank is on this node (agreed by an allgather of node identities)
+  // and MTXCOMM_SHM is not off, maps a shared-memory segment for the shm algorithms. Throws
+  // (on every rank) if the segment cannot be made.
+  void setupShm();
+  bool hasShm() const { return shm_ != nullptr; }
   void abort();
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
@@ -51,6 +57,7 @@ class Comm {
   void poison(const std::string& message);
 
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ShmGroup> shm_;
   Config config_;
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)

@@ -107,6 +107,18 @@ const std::vector<ConfigVar>& configVars() {
          "",
          "address other ranks use to reach this one over TCP (default 127.0.0.1)",
          {}},
+        {"MTXCOMM_SHM",
+         "enum",
+         "auto",
+         "auto: ranks that are all on one node share a /dev/shm segment and use the shm "
+         "algorithms; off: point-to-point transports only",
+         {"auto", "off"}},
+        {"MTXCOMM_SHM_SLOT_BYTES",
+         "bytes",
+         "256K",
+         "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
+         "is about 2 x ranks x this",
+         {}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);
@@ -159,6 +171,10 @@ Config Config::fromEnvironment() {
       c.store = v;
     } else if (var.name == "MTXCOMM_TCP_HOST") {
       c.tcpHost = v;
+    } else if (var.name == "MTXCOMM_SHM") {
+      c.shm = v;
+    } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
+      c.shmSlotBytes = parseBytes(name, v, 4096, size_t{64} << 20);
     } else {
       for (int k = 0; k < kNumCollectives; ++k) {
         if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
@@ -193,6 +209,8 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_SIZE=", size < 0 ? std::string("(unset)") : std::to_string(size)));
   out.push_back(strCat("MTXCOMM_STORE=", store.empty() ? "(unset)" : store));
   out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
+  out.push_back(strCat("MTXCOMM_SHM=", shm));
+  out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

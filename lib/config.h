@@ -31,10 +31,12 @@ struct Config {
   size_t segmentBytes = 1 << 20;        // MTXCOMM_SEGMENT_BYTES
   std::string transport = "auto";       // MTXCOMM_TRANSPORT
   std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto"};
-  int rank = -1;        // MTXCOMM_RANK (-1: unset)
-  int size = -1;        // MTXCOMM_SIZE (-1: unset)
-  std::string store;    // MTXCOMM_STORE
-  std::string tcpHost;  // MTXCOMM_TCP_HOST
+  int rank = -1;                    // MTXCOMM_RANK (-1: unset)
+  int size = -1;                    // MTXCOMM_SIZE (-1: unset)
+  std::string store;                // MTXCOMM_STORE
+  std::string tcpHost;              // MTXCOMM_TCP_HOST
+  std::string shm = "auto";         // MTXCOMM_SHM
+  size_t shmSlotBytes = 256 << 10;  // MTXCOMM_SHM_SLOT_BYTES
 
   // Reads and validates every variable from the environment. Throws
   // mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming the first bad variable and its value.

@@ -19,6 +19,11 @@ std::string PeerLiveness::selfIdentity() {
   return std::string(host) + "|" + ns + "|" + std::to_string(static_cast<long>(getpid()));
 }
 
+std::string PeerLiveness::nodeIdentity() {
+  std::string self = selfIdentity();
+  return self.substr(0, self.rfind('|'));
+}
+
 PeerLiveness::PeerLiveness(const std::vector<std::string>& identities, int myRank) {
   const std::string self = selfIdentity();
   const std::string node = self.substr(0, self.rfind('|'));

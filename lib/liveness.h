@@ -20,6 +20,8 @@ class PeerLiveness {
   PeerLiveness(const std::vector<std::string>& identities, int myRank);
   // "host|pidns|pid" of this process.
   static std::string selfIdentity();
+  // "host|pidns": equal for processes that share a node (and a pid namespace).
+  static std::string nodeIdentity();
   // The lowest rank among node-local peers whose process is gone, or -1. Rate-limited: scans
   // at most once per 100 ms and otherwise returns the last answer.
   int findDeadPeer();

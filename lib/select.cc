@@ -21,7 +21,11 @@ constexpr size_t kAllgatherSmall = 256
                                    << 10;  // total below (and n a power of 2): recursive_doubling
 }  // namespace
 
-const Algorithm* defaultAlgorithm(const CollArgs& args, int n) {
+const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info) {
+  // On one node with a shared segment, the shared-memory algorithms move every byte with plain
+  // loads and stores: they win at every size (bench/RESULTS.md).
+  if (info.shm) return findAlgorithm(args.coll, "shm");
+  const int n = info.nranks;
   const size_t bytes = args.bytes();
   const char* name = nullptr;
   switch (args.coll) {
@@ -50,7 +54,9 @@ const Algorithm* defaultAlgorithm(const CollArgs& args, int n) {
   return findAlgorithm(args.coll, name);
 }
 
-Selection selectAlgorithm(const CollArgs& args, int n, const std::string& forced, int rank) {
+Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std::string& forced,
+                          int rank) {
+  const int n = info.nranks;
   Selection sel{nullptr, ""};
   if (forced != "auto") {
     const Algorithm* a = findAlgorithm(args.coll, forced);
@@ -58,7 +64,7 @@ Selection selectAlgorithm(const CollArgs& args, int n, const std::string& forced
       fail(MTXCOMM_INVALID_USAGE, collectiveAlgoVar(args.coll), "=", forced,
            " names no algorithm of ", collectiveName(args.coll));
     }
-    if (const char* why = a->declines(args, n)) {
+    if (const char* why = a->declines(args, info)) {
       static std::mutex mu;
       static std::set<std::tuple<int, std::string, int>> warned;
       std::lock_guard<std::mutex> lock(mu);
@@ -73,7 +79,7 @@ Selection selectAlgorithm(const CollArgs& args, int n, const std::string& forced
     }
   }
   if (!sel.algorithm) {
-    sel.algorithm = defaultAlgorithm(args, n);
+    sel.algorithm = defaultAlgorithm(args, info);
     if (sel.why.empty()) sel.why = "auto";
   }
   MTXCOMM_LOG(kDebug, rank, collectiveName(args.coll), " ", args.count, " x ", args.elemSize,

@@ -17,9 +17,10 @@ struct Selection {
 };
 
 // The default rule alone (what "auto" means).
-const Algorithm* defaultAlgorithm(const CollArgs& args, int nranks);
+const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info);
 // forced is the configured name or "auto". rank is for the log line only.
-Selection selectAlgorithm(const CollArgs& args, int nranks, const std::string& forced, int rank);
+Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std::string& forced,
+                          int rank);
 
 }  // namespace mtxcomm
 

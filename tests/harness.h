@@ -36,6 +36,8 @@ inline void runRanks(int n, const std::function<void(mtxcomm_comm_t, int)>& fn,
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       SCOPED_TRACE("rank " + std::to_string(r));
+      // Collective, as init_from_env does: a shared-memory group unless MTXCOMM_SHM is off.
+      unwrapComm(comms[r])->setupShm();
       fn(comms[r], r);
     });
   }

@@ -167,38 +167,43 @@ TEST(Api, ZeroCountSucceedsWithNullBuffersAndKeepsRanksInStep) {
 }
 
 TEST(Api, TimeoutNamesThePeerThenPoisons) {
-  Config cfg;
-  cfg.timeoutSeconds = 0.3;
-  std::atomic<bool> rank0Done{false};
-  runRanks(
-      2,
-      [&](mtxcomm_comm_t comm, int rank) {
-        if (rank == 1) {
-          // Never joins; waits until rank 0 has given up.
-          while (!rank0Done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          return;
-        }
-        float x[4] = {1, 2, 3, 4};
-        auto t0 = std::chrono::steady_clock::now();
-        mtxcomm_result_t rc =
-            mtxcomm_allreduce(x, x, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        rank0Done = true;
-        EXPECT_EQ(rc, MTXCOMM_TIMEOUT);
-        EXPECT_GE(secs, 0.3);
-        EXPECT_LT(secs, 5.0);
-        std::string msg = mtxcomm_get_last_error(comm);
-        EXPECT_TRUE(contains(msg, "rank 0")) << msg;
-        EXPECT_TRUE(contains(msg, "peer rank 1")) << msg;
-        EXPECT_TRUE(contains(msg, "allreduce")) << msg;
-        EXPECT_TRUE(contains(msg, "algorithm recursive_doubling")) << msg;
-        // Poisoned: the next call fails at once and points back to the first error.
-        EXPECT_EQ(mtxcomm_barrier(comm), MTXCOMM_INVALID_USAGE);
-        std::string again = mtxcomm_get_last_error(comm);
-        EXPECT_TRUE(contains(again, "first error was")) << again;
-        EXPECT_TRUE(contains(again, "peer rank 1")) << again;
-      },
-      cfg);
+  for (const char* shm : {"off", "auto"}) {
+    Config cfg;
+    cfg.timeoutSeconds = 0.3;
+    cfg.shm = shm;
+    const std::string algo = cfg.shm == "off" ? "recursive_doubling" : "shm";
+    std::atomic<bool> rank0Done{false};
+    runRanks(
+        2,
+        [&](mtxcomm_comm_t comm, int rank) {
+          if (rank == 1) {
+            // Never joins; waits until rank 0 has given up.
+            while (!rank0Done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            return;
+          }
+          float x[4] = {1, 2, 3, 4};
+          auto t0 = std::chrono::steady_clock::now();
+          mtxcomm_result_t rc =
+              mtxcomm_allreduce(x, x, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+          double secs =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          rank0Done = true;
+          EXPECT_EQ(rc, MTXCOMM_TIMEOUT);
+          EXPECT_GE(secs, 0.3);
+          EXPECT_LT(secs, 5.0);
+          std::string msg = mtxcomm_get_last_error(comm);
+          EXPECT_TRUE(contains(msg, "rank 0")) << msg;
+          EXPECT_TRUE(contains(msg, "peer rank 1")) << msg;
+          EXPECT_TRUE(contains(msg, "allreduce")) << msg;
+          EXPECT_TRUE(contains(msg, "algorithm " + algo)) << msg;
+          // Poisoned: the next call fails at once and points back to the first error.
+          EXPECT_EQ(mtxcomm_barrier(comm), MTXCOMM_INVALID_USAGE);
+          std::string again = mtxcomm_get_last_error(comm);
+          EXPECT_TRUE(contains(again, "first error was")) << again;
+          EXPECT_TRUE(contains(again, "peer rank 1")) << again;
+        },
+        cfg);
+  }
 }
 
 TEST(Api, AbortedPeerIsARemoteErrorNamingIt) {
@@ -437,13 +442,13 @@ TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {
   a.coll = Collective::kAllgather;
   a.count = 10;
   a.elemSize = 4;
-  Selection s = selectAlgorithm(a, 3, "recursive_doubling", 0);
+  Selection s = selectAlgorithm(a, CommInfo{3, nullptr}, "recursive_doubling", 0);
   EXPECT_STREQ(s.algorithm->name, "ring");
   EXPECT_TRUE(contains(s.why, "power-of-two")) << s.why;
-  Selection t = selectAlgorithm(a, 4, "recursive_doubling", 0);
+  Selection t = selectAlgorithm(a, CommInfo{4, nullptr}, "recursive_doubling", 0);
   EXPECT_STREQ(t.algorithm->name, "recursive_doubling");
   try {
-    selectAlgorithm(a, 4, "bogus", 0);
+    selectAlgorithm(a, CommInfo{4, nullptr}, "bogus", 0);
     ADD_FAILURE() << "unknown name accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), MTXCOMM_INVALID_USAGE);
@@ -453,9 +458,9 @@ TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {
   r.coll = Collective::kAllreduce;
   r.elemSize = 4;
   r.count = 16;
-  EXPECT_STREQ(defaultAlgorithm(r, 8)->name, "recursive_doubling");
+  EXPECT_STREQ(defaultAlgorithm(r, CommInfo{8, nullptr})->name, "recursive_doubling");
   r.count = 1 << 20;
-  EXPECT_STREQ(defaultAlgorithm(r, 8)->name, "ring");
+  EXPECT_STREQ(defaultAlgorithm(r, CommInfo{8, nullptr})->name, "ring");
   // Every registered algorithm has a description and is found by its name.
   for (const Algorithm& alg : algorithms()) {
     EXPECT_EQ(findAlgorithm(alg.coll, alg.name), &alg);

@@ -381,6 +381,7 @@ TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
   const int n = GetParam();
   Config cfg;
   cfg.segmentBytes = 4096;
+  cfg.shmSlotBytes = 4096;  // many shm chunks too
   const size_t count = 10007;
   auto cases = matrix(n, {count}, {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_FLOAT16}, true);
   runRanks(

@@ -1,0 +1,32 @@
+// broadcast / shm: through a shared-memory slot, for ranks that all live on one node.
+//
+// Accepts: a communicator whose ranks share a segment; any root, any count.
+// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES: the root copies the chunk into its slot;
+//   barrier; every other rank copies it out. Slots alternate between two sets, so the root's
+//   next chunk overlaps the others' copy-out of this one.
+// Bytes moved: the root reads and writes each byte once, every other rank reads and writes it
+//   once — a pipelined two-copy broadcast.
+// Example, n = 3, root 2: r2 writes the chunk into slot 2; barrier; r0 and r1 copy slot 2 out.
+// Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
+#include <cstring>
+
+#include "algos/shm_chunks.h"
+
+namespace mtxcomm {
+
+void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
+  const int me = g.rank();
+  const size_t es = a.elemSize, chunk = g.slotBytes() / es;
+  char* recv = static_cast<char*>(a.recvbuf);
+  const char* send = static_cast<const char*>(a.sendbuf);
+  if (me == a.root && send != recv) std::memcpy(recv, send, a.count * es);
+  for (size_t off = 0; off < a.count; off += chunk) {
+    const size_t len = std::min(chunk, a.count - off);
+    const int set = g.nextSet();
+    if (me == a.root) std::memcpy(g.slot(set, me), recv + off * es, len * es);
+    g.barrier("broadcast (shm)");
+    if (me != a.root) std::memcpy(recv + off * es, g.slot(set, a.root), len * es);
+  }
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,266 @@
+#include "transports/shm/shm_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "lib/backoff.h"
+#include "lib/error.h"
+
+namespace mtxcomm {
+
+namespace {
+constexpr uint64_t kMagic = 0x6d7478636f6d6d31ull;  // "mtxcomm1"
+constexpr size_t kHeaderBytes = 128;
+constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
+constexpr size_t kAlign = 64;
+
+size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+std::string randomName() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t r = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (r < 0 && errno != EINTR) fail(MTXCOMM_SYSTEM_ERROR, "getrandom: ", std::strerror(errno));
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  std::string name = "/mtxcomm-";
+  char hex[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    name += hex;
+  }
+  return name;
+}
+
+// Creates, sizes and maps the segment; returns "" and the mapping, or an error message.
+std::string createSegment(const std::string& name, size_t bytes, char** base) {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) == 0) {
+    const unsigned long long avail = static_cast<unsigned long long>(vfs.f_bavail) *
+                                     static_cast<unsigned long long>(vfs.f_frsize);
+    if (avail < bytes) {
+      return strCat("/dev/shm has ", avail, " bytes free but the shared-memory segment needs ",
+                    bytes, " bytes (enlarge /dev/shm, e.g. docker --shm-size, or lower ",
+                    "MTXCOMM_SHM_SLOT_BYTES, or set MTXCOMM_SHM=off)");
+    }
+  }
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return strCat("shm_open(", name, "): ", std::strerror(errno));
+  std::string err;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    err = strCat("ftruncate of the shared-memory segment to ", bytes,
+                 " bytes: ", std::strerror(errno));
+  } else if (int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    err = strCat("/dev/shm cannot hold the shared-memory segment of ", bytes,
+                 " bytes (posix_fallocate: ", std::strerror(rc),
+                 "); enlarge /dev/shm, lower MTXCOMM_SHM_SLOT_BYTES or set MTXCOMM_SHM=off");
+  } else {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      err = strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
+    } else {
+      *base = static_cast<char*>(p);
+    }
+  }
+  close(fd);
+  if (!err.empty()) shm_unlink(name.c_str());
+  return err;
+}
+
+std::string attachSegment(const std::string& name, size_t bytes, char** base) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return strCat("shm_open(", name, ") to attach: ", std::strerror(errno));
+  struct stat st {};
+  std::string err;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    err =
+        strCat("the shared-memory segment ", name, " has ", st.st_size, " bytes, expected ", bytes);
+  } else {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      err = strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
+    } else {
+      *base = static_cast<char*>(p);
+    }
+  }
+  close(fd);
+  return err;
+}
+
+// Setup messages over the point-to-point transport.
+void sendMsg(Transport& t, int peer, int tag, const std::string& s, Clock::time_point deadline) {
+  std::vector<char> buf(kMsgBytes, 0);
+  std::memcpy(buf.data(), s.data(), std::min(s.size(), kMsgBytes - 1));
+  std::vector<RequestPtr> reqs;
+  reqs.push_back(t.isend(peer, tag, buf.data(), kMsgBytes));
+  t.waitAll(reqs, deadline);
+}
+
+std::string recvMsg(Transport& t, int peer, int tag, Clock::time_point deadline) {
+  std::vector<char> buf(kMsgBytes, 0);
+  std::vector<RequestPtr> reqs;
+  reqs.push_back(t.irecv(peer, tag, buf.data(), kMsgBytes));
+  t.waitAll(reqs, deadline);
+  buf[kMsgBytes - 1] = 0;
+  return std::string(buf.data());
+}
+
+}  // namespace
+
+struct alignas(128) ShmGroup::Control {
+  std::atomic<uint64_t> arrived;  // barriers this rank has arrived at
+  std::atomic<int64_t> pid;
+  std::atomic<int> aborted;
+  char reason[256];
+};
+
+size_t ShmGroup::segmentBytes(int n, size_t slotBytes) {
+  return kHeaderBytes + roundUp(sizeof(Control) * n, kAlign) +
+         2 * static_cast<size_t>(n) * roundUp(slotBytes, kAlign);
+}
+
+std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotBytes,
+                                           double timeoutSeconds) {
+  const int n = t.size(), me = t.rank();
+  const size_t bytes = segmentBytes(n, slotBytes);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeoutSeconds));
+  char* base = nullptr;
+  std::string name, err;
+  if (me == 0) {
+    name = randomName();
+    err = createSegment(name, bytes, &base);
+    for (int p = 1; p < n; ++p) sendMsg(t, p, tag, err.empty() ? name : "!" + err, deadline);
+  } else {
+    std::string msg = recvMsg(t, 0, tag, deadline);
+    if (!msg.empty() && msg[0] == '!') {
+      err = msg.substr(1);
+    } else {
+      name = msg;
+      err = attachSegment(name, bytes, &base);
+    }
+  }
+  // Rank 0 learns every rank's outcome, unlinks the name (everyone who will map it has), and
+  // tells all the verdict, so that every rank fails or succeeds together.
+  std::string verdict;
+  if (me == 0) {
+    verdict = err;
+    for (int p = 1; p < n; ++p) {
+      std::string e = recvMsg(t, p, tag, deadline);
+      if (verdict.empty() && !e.empty()) verdict = strCat("rank ", p, ": ", e);
+    }
+    if (!name.empty() && err.empty()) shm_unlink(name.c_str());
+    for (int p = 1; p < n; ++p) sendMsg(t, p, tag, verdict, deadline);
+  } else {
+    sendMsg(t, 0, tag, err, deadline);
+    verdict = recvMsg(t, 0, tag, deadline);
+  }
+  if (!verdict.empty()) {
+    if (base) munmap(base, bytes);
+    fail(MTXCOMM_SYSTEM_ERROR, "shared-memory setup failed: ", verdict);
+  }
+  auto group =
+      std::unique_ptr<ShmGroup>(new ShmGroup(base, bytes, me, n, slotBytes, timeoutSeconds));
+  if (me == 0) {
+    auto* h = reinterpret_cast<uint64_t*>(base);
+    h[0] = kMagic;
+    h[1] = static_cast<uint64_t>(n);
+  }
+  group->control(me).pid.store(getpid(), std::memory_order_relaxed);
+  // The first barrier publishes every pid before any wait could look at it.
+  group->barrier("shared-memory setup");
+  return group;
+}
+
+ShmGroup::ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout)
+    : base_(base),
+      bytes_(bytes),
+      rank_(rank),
+      size_(size),
+      slotBytes_(slotBytes),
+      timeoutSeconds_(timeout) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  oversubscribed_ = cores > 0 && static_cast<unsigned>(size) > cores;
+}
+
+ShmGroup::~ShmGroup() {
+  if (base_) munmap(base_, bytes_);
+}
+
+ShmGroup::Control& ShmGroup::control(int r) const {
+  return reinterpret_cast<Control*>(base_ + kHeaderBytes)[r];
+}
+
+char* ShmGroup::slot(int set, int r) const {
+  char* data = base_ + kHeaderBytes + roundUp(sizeof(Control) * size_, kAlign);
+  return data + (static_cast<size_t>(set) * size_ + r) * roundUp(slotBytes_, kAlign);
+}
+
+void ShmGroup::abort(const std::string& reason) {
+  Control& c = control(rank_);
+  std::snprintf(c.reason, sizeof(c.reason), "%s", reason.c_str());
+  c.aborted.store(1, std::memory_order_release);
+}
+
+void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
+  if (timedOut) {
+    fail(MTXCOMM_TIMEOUT, "timed out after ", timeoutSeconds_, " s in ", what,
+         " waiting for peer rank ", peer, " (shared memory)");
+  }
+  Control& c = control(peer);
+  if (c.aborted.load(std::memory_order_acquire)) {
+    fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ",
+         "was in ", what, ")");
+  }
+  fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " (pid ", c.pid.load(), ", on this node) has ",
+       "exited while this rank was in ", what, " (shared memory)");
+}
+
+void ShmGroup::barrier(const char* what) {
+  const uint64_t target = ++arrivals_;
+  control(rank_).arrived.store(target, std::memory_order_release);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeoutSeconds_));
+  const pid_t self = getpid();
+  Clock::time_point nextCheck{};
+  for (int i = 1; i < size_; ++i) {
+    const int p = (rank_ + i) % size_;
+    Control& c = control(p);
+    Backoff backoff(oversubscribed_ ? 50 : 2000, oversubscribed_ ? 1000 : 200);
+    while (c.arrived.load(std::memory_order_acquire) < target) {
+      if (backoff.sleeping()) {
+        const auto now = Clock::now();
+        if (now >= nextCheck) {
+          nextCheck = now + std::chrono::milliseconds(50);
+          for (int q = 0; q < size_; ++q) {
+            if (q == rank_) continue;
+            Control& cq = control(q);
+            const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
+            // A peer that already arrived here may have finished and exited normally.
+            const bool arrived = cq.arrived.load(std::memory_order_acquire) >= target;
+            if (cq.aborted.load(std::memory_order_acquire) ||
+                (!arrived && pid > 0 && pid != self && kill(pid, 0) != 0 && errno == ESRCH)) {
+              failPeer(q, what, false);
+            }
+          }
+          if (now > deadline) failPeer(p, what, true);
+        }
+      }
+      backoff.pause();
+    }
+  }
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,79 @@
+// A shared-memory group: the ranks of one communicator that all live on one node share one
+// POSIX shared-memory segment holding, per rank, a control line (arrival counter, pid, abort
+// flag and reason) and two sets of data slots. The shm collective algorithms
+// (algos/<collective>_shm.cc) move data through the slots and synchronise with arrival
+// counters: a rank stores its counter (release) after writing its slot and loads its peers'
+// counters (acquire) before reading theirs.
+//
+// Lifetime and security: rank 0 creates the segment under an unguessable name
+// (/dev/shm/mtxcomm-<128 random bits>), mode 0600, reserves its pages up front (so a full
+// /dev/shm is an init error naming the size needed, never a SIGBUS later), every rank maps it,
+// and rank 0 unlinks it as soon as all have mapped it — a job killed at any later point leaves
+// nothing in /dev/shm.
+//
+// Waiting: spin briefly, then yield, then sleep (lib/backoff.h); while sleeping, check the
+// deadline, the peers' abort flags and whether their processes still exist, so a SIGKILLed
+// peer becomes MTXCOMM_REMOTE_ERROR naming it within ~0.1 s.
+#ifndef MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
+#define MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transports/transport.h"
+
+namespace mtxcomm {
+
+class ShmGroup {
+ public:
+  // Collective over the ranks of transport (which must all be on this node). Uses tag for its
+  // setup messages. Throws MTXCOMM_SYSTEM_ERROR (on every rank) if the segment cannot be made,
+  // naming the size needed and what /dev/shm has.
+  static std::unique_ptr<ShmGroup> create(Transport& transport, int tag, size_t slotBytes,
+                                          double timeoutSeconds);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slotBytes() const { return slotBytes_; }
+  // Bytes of the whole segment for n ranks and the given slot size.
+  static size_t segmentBytes(int n, size_t slotBytes);
+
+  // Data slot of rank r in set s (0 or 1), slotBytes() long, 64-byte aligned.
+  char* slot(int set, int r) const;
+  // The set the next chunk uses; alternates, so a slot is rewritten only two chunks later.
+  int nextSet() { return static_cast<int>(chunks_++ & 1); }
+
+  // Arrives at the next barrier and waits until every rank has arrived (what names the
+  // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
+  // peer.
+  void barrier(const char* what);
+  // Marks this rank aborted with a reason, for the peers' waits.
+  void abort(const std::string& reason);
+  // Sets the deadline budget per wait.
+  void setTimeout(double seconds) { timeoutSeconds_ = seconds; }
+
+ private:
+  struct Control;
+  ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
+  Control& control(int r) const;
+  [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
+
+  char* base_;
+  size_t bytes_;
+  int rank_, size_;
+  size_t slotBytes_;
+  double timeoutSeconds_;
+  uint64_t arrivals_ = 0;
+  uint64_t chunks_ = 0;
+  bool oversubscribed_;
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
