@@ -123,7 +123,7 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> arrived;  // barriers this rank has arrived at
   std::atomic<int64_t> pid;
   std::atomic<int> aborted;
-  char reason[256];
+  char reason[1024];
 };
 
 size_t ShmGroup::segmentBytes(int n, size_t slotBytes) {
@@ -139,6 +139,19 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotByt
                                            std::chrono::duration<double>(timeoutSeconds));
   char* base = nullptr;
   std::string name, err;
+  // Whatever happens below (a peer that dies or times out during setup), the name never
+  // outlives this call and the mapping is released.
+  struct Cleanup {
+    const std::string& name;
+    char*& base;
+    size_t bytes;
+    bool owner, done = false;
+    ~Cleanup() {
+      if (done) return;
+      if (owner && !name.empty()) shm_unlink(name.c_str());
+      if (base) munmap(base, bytes);
+    }
+  } cleanup{name, base, bytes, me == 0};
   if (me == 0) {
     name = randomName();
     err = createSegment(name, bytes, &base);
@@ -167,10 +180,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotByt
     sendMsg(t, 0, tag, err, deadline);
     verdict = recvMsg(t, 0, tag, deadline);
   }
-  if (!verdict.empty()) {
-    if (base) munmap(base, bytes);
-    fail(MTXCOMM_SYSTEM_ERROR, "shared-memory setup failed: ", verdict);
-  }
+  if (!verdict.empty()) fail(MTXCOMM_SYSTEM_ERROR, "shared-memory setup failed: ", verdict);
+  cleanup.done = true;
   auto group =
       std::unique_ptr<ShmGroup>(new ShmGroup(base, bytes, me, n, slotBytes, timeoutSeconds));
   if (me == 0) {
@@ -210,7 +221,10 @@ char* ShmGroup::slot(int set, int r) const {
 
 void ShmGroup::abort(const std::string& reason) {
   Control& c = control(rank_);
-  std::snprintf(c.reason, sizeof(c.reason), "%s", reason.c_str());
+  // Peers learn the root cause: if this rank failed because another one did, pass that on
+  // rather than a message nesting every hop.
+  std::snprintf(c.reason, sizeof(c.reason), "%s",
+                rootCause_.empty() ? reason.c_str() : rootCause_.c_str());
   c.aborted.store(1, std::memory_order_release);
 }
 
@@ -221,11 +235,13 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
   }
   Control& c = control(peer);
   if (c.aborted.load(std::memory_order_acquire)) {
+    rootCause_ = c.reason;
     fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ",
          "was in ", what, ")");
   }
-  fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " (pid ", c.pid.load(), ", on this node) has ",
-       "exited while this rank was in ", what, " (shared memory)");
+  rootCause_ = strCat("rank ", peer, " (pid ", c.pid.load(), ", on this node) has exited");
+  fail(MTXCOMM_REMOTE_ERROR, "peer ", rootCause_, " while this rank was in ", what,
+       " (shared memory)");
 }
 
 void ShmGroup::barrier(const char* what) {
@@ -244,14 +260,20 @@ void ShmGroup::barrier(const char* what) {
         const auto now = Clock::now();
         if (now >= nextCheck) {
           nextCheck = now + std::chrono::milliseconds(50);
+          // Dead processes first (the root cause), then peers that aborted because of one.
           for (int q = 0; q < size_; ++q) {
             if (q == rank_) continue;
             Control& cq = control(q);
             const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
             // A peer that already arrived here may have finished and exited normally.
             const bool arrived = cq.arrived.load(std::memory_order_acquire) >= target;
-            if (cq.aborted.load(std::memory_order_acquire) ||
-                (!arrived && pid > 0 && pid != self && kill(pid, 0) != 0 && errno == ESRCH)) {
+            if (!arrived && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
+                errno == ESRCH) {
+              failPeer(q, what, false);
+            }
+          }
+          for (int q = 0; q < size_; ++q) {
+            if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
               failPeer(q, what, false);
             }
           }

@@ -71,6 +71,7 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
+  std::string rootCause_;  // why a peer failed, when this rank failed because of it
   bool oversubscribed_;
 };
 
