@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -59,6 +61,8 @@ struct Options {
   std::string op = "sum";
   int root = 0;
   std::string json;
+  bool rootGiven = false;  // -r on the command line
+  bool opGiven = false;    // -o on the command line
 };
 
 // A bad command line or configuration: rank 0 prints it, every rank exits with status 2.
@@ -66,13 +70,29 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failure every rank learned of together (collectively) and the ranks concerned already
+// reported on stderr: every rank exits with status 1, cleanly.
+struct ReportedFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Environment variables that shape the results, recorded in the header and in --json (the
+// collective's MTXCOMM_<COLLECTIVE>_ALGO is recorded as the Algorithm line).
+constexpr const char* kEnvRecorded[] = {"MTXCOMM_SHM", "MTXCOMM_SHM_SLOT_BYTES",
+                                        "MTXCOMM_SEGMENT_BYTES"};
+std::string envValue(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "(default)";
+}
+
 // Like OSU: many iterations for small messages, fewer for large ones.
 int defaultIters(size_t bytes) { return bytes <= 64 * kKiB ? 100 : bytes <= kMiB ? 50 : 20; }
 int defaultWarmup(size_t bytes) { return bytes <= kMiB ? 10 : 2; }
 
-// "4", "64K", "4M", "1G" (binary multiples; case-insensitive; an optional trailing B or iB).
+// "4", "64K", "4M", "1G", "1T" (binary multiples: K = 1024; case-insensitive; an optional
+// trailing B or iB, as in 4KB or 4KiB; a bare B means bytes). At most kMaxBytes (1T).
 std::optional<size_t> parseBytes(std::string s) {
-  if (s.empty() || s.find_first_not_of("0123456789KkMmGgIiBb") != std::string::npos) {
+  if (s.empty() || s.find_first_not_of("0123456789KkMmGgTtIiBb") != std::string::npos) {
     return std::nullopt;
   }
   size_t digits = s.find_first_not_of("0123456789");
@@ -90,15 +110,17 @@ std::optional<size_t> parseBytes(std::string s) {
       mult = kMiB;
     } else if (unit == 'G') {
       mult = kMiB * kKiB;
+    } else if (unit == 'T') {
+      mult = kMiB * kMiB;
     } else if (unit != 'B' || rest != "") {
       return std::nullopt;
     }
   }
   const std::string num = s.substr(0, digits);
   if (num.size() > 13) return std::nullopt;
-  const size_t v = std::stoull(num) * mult;
-  if (v > kMaxBytes) return std::nullopt;
-  return v;
+  const size_t n = std::stoull(num);
+  if (n > kMaxBytes / mult) return std::nullopt;
+  return n * mult;
 }
 
 // -m MIN:MAX or -m MAX (MIN then defaults to min(4, MAX)), as OSU.
@@ -111,7 +133,7 @@ std::pair<size_t, size_t> parseSizeRange(const std::string& s) {
   if (minText.empty() && maxBytes) minBytes = std::min<size_t>(4, *maxBytes);
   if (!maxBytes || !minBytes) {
     throw UsageError("-m " + s +
-                     ": expected MIN:MAX or MAX in bytes, with an optional K, M or G suffix "
+                     ": expected MIN:MAX or MAX in bytes, with an optional K, M, G or T suffix "
                      "(binary multiples, at most 1T), e.g. -m 4:64M");
   }
   if (*minBytes > *maxBytes) {
@@ -207,10 +229,30 @@ MPI_Op mpiOp(mtxcomm_op_t op) {
 
 class SizeRun {
  public:
+  // Collective: allocates the buffers, and when any rank cannot, that rank reports it and every
+  // rank throws ReportedFailure (no rank is left waiting in a collective).
   SizeRun(const CollDescriptor& desc, const BenchContext& ctx, const Layout& layout, bool check)
       : desc_(desc), ctx_(ctx), layout_(layout), check_(check) {
-    bufs_.send.resize(layout.sendElems * ctx.elemSize);
-    bufs_.recv.resize(layout.recvElems * ctx.elemSize);
+    const size_t sendBytes = layout.sendElems * ctx.elemSize;
+    const size_t recvBytes = layout.recvElems * ctx.elemSize;
+    int ok = 1;
+    try {
+      bufs_.send.resize(sendBytes);
+      bufs_.recv.resize(recvBytes);
+    } catch (const std::bad_alloc&) {
+      ok = 0;
+    } catch (const std::length_error&) {
+      ok = 0;
+    }
+    if (!ok) {
+      bufs_ = Buffers{};  // give back what was allocated
+      std::fprintf(stderr,
+                   "mtxcomm_bench: rank %d: cannot allocate %zu bytes for %zu-byte buffers\n",
+                   ctx.rank, sendBytes + recvBytes, layout.bytes);
+    }
+    int allOk = 0;
+    MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!allOk) throw ReportedFailure("buffer allocation failed");
     desc_.fillInput(ctx_, layout_, bufs_);
   }
 
@@ -345,6 +387,23 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   const bool rooted = desc.coll == Collective::kBroadcast || desc.coll == Collective::kReduce;
   const bool hasData = desc.coll != Collective::kBarrier;
 
+  std::vector<std::string> rootedNames;
+  std::vector<std::string> reducingNames;
+  for (const CollDescriptor& d : descriptors()) {
+    if (d.coll == Collective::kBroadcast || d.coll == Collective::kReduce) {
+      rootedNames.emplace_back(d.name);
+    }
+    if (collectiveReduces(d.coll)) reducingNames.emplace_back(d.name);
+  }
+  if (opt.rootGiven && !rooted) {
+    throw UsageError("-r " + std::to_string(opt.root) + ": " + desc.name +
+                     " has no root (-r applies to " + joined(rootedNames) + ")");
+  }
+  if (opt.opGiven && !reduces) {
+    throw UsageError("-o " + opt.op + ": " + desc.name + " does not reduce (-o applies to " +
+                     joined(reducingNames) + ")");
+  }
+
   BenchContext ctx;
   ctx.dtype = parseDatatypeOrThrow(opt.dtype);
   ctx.op = reduces ? parseOpOrThrow(opt.op) : MTXCOMM_SUM;
@@ -352,6 +411,18 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   ctx.inPlace = opt.inPlace;
   ctx.root = opt.root;
   const auto [minBytes, maxBytes] = parseSizeRange(opt.sizes);
+  // Sizes are rounded down to a multiple of unitBytes: some size must hold at least one unit.
+  const size_t unitElems = desc.unitElems(worldSize);
+  const size_t unitBytes = unitElems * ctx.elemSize;
+  if (hasData && minBytes > 0 && maxBytes < unitBytes) {
+    const std::string dt = datatypeName(ctx.dtype);
+    throw UsageError("-m " + opt.sizes + ": no message size in the range holds a whole number of " +
+                     dt + " elements" +
+                     (unitElems == 1 ? " (" + std::to_string(unitBytes) + " bytes at least)"
+                                     : " per rank (" + std::to_string(worldSize) + " ranks x " +
+                                           std::to_string(ctx.elemSize) + " bytes = " +
+                                           std::to_string(unitBytes) + " bytes at least)"));
+  }
   if (!opt.algo.empty()) checkAlgorithm(desc, opt.algo);
   if (opt.vsMpi && hasData) {
     ctx.mpiType = mpiDatatype(ctx.dtype);
@@ -400,9 +471,11 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   ctx.comm = comm;
+  // Destroyed on every exit, also when every rank throws ReportedFailure together.
+  const std::unique_ptr<mtxcomm_comm, decltype(&mtxcomm_comm_destroy)> commGuard(
+      comm, &mtxcomm_comm_destroy);
   const TestData data(ctx.dtype, ctx.op, ctx.nranks);
   ctx.data = &data;
-  const size_t unitBytes = desc.unitElems(ctx.nranks) * ctx.elemSize;
 
   // Header.
   Table table;
@@ -443,6 +516,11 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
           unitBytes);
     }
     if (rooted) std::printf("# root %d\n", ctx.root);
+    std::string envText;
+    for (const char* name : kEnvRecorded) {
+      envText += (envText.empty() ? "" : ", ") + std::string(name) + "=" + envValue(name);
+    }
+    std::printf("# Environment: %s\n", envText.c_str());
     std::printf("# Algorithm: %s (the column names the one each size used)\n", algoText.c_str());
     const std::string itersText = opt.iters > 0 ? std::to_string(opt.iters) + " per size"
                                                 : "100 up to 64K, 50 up to 1M, 20 above";
@@ -472,6 +550,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
 
   nlohmann::json rows = nlohmann::json::array();
   unsigned long long totalWrong = 0;
+  int sizesRun = 0;
   const std::vector<size_t> sizes =
       hasData ? messageSizes(minBytes, maxBytes) : std::vector<size_t>{0};
   for (const size_t requested : sizes) {
@@ -494,6 +573,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     const int warmup = opt.warmup >= 0 ? opt.warmup : defaultWarmup(bytes);
 
     SizeRun run(desc, ctx, layout, opt.check);
+    ++sizesRun;
     unsigned long long wrong = 0;
     unsigned long long mpiWrong = 0;
     run.block(false, warmup, &wrong);
@@ -562,6 +642,9 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     rows.push_back(std::move(row));
   }
 
+  if (sizesRun == 0) {  // every rank got here alike
+    throw UsageError("-m " + opt.sizes + ": no message size in the range could be run");
+  }
   if (ctx.rank == 0) {
     if (opt.check) {
       std::printf("# Check: %s (%llu wrong elements)\n", totalWrong == 0 ? "passed" : "FAILED",
@@ -582,11 +665,13 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
       if (reduces) doc["op"] = opName(ctx.op);
       if (rooted) doc["root"] = ctx.root;
       if (desc.hasBandwidth) doc["busbw_factor"] = desc.busbwFormula;
+      nlohmann::json env = nlohmann::json::object();
+      for (const char* name : kEnvRecorded) env[name] = envValue(name);
+      doc["environment"] = env;
       json << doc.dump(2) << "\n";
       if (!json) std::fprintf(stderr, "mtxcomm_bench: writing %s failed\n", opt.json.c_str());
     }
   }
-  mtxcomm_comm_destroy(comm);
   return totalWrong == 0 ? 0 : 1;
 }
 
@@ -607,11 +692,30 @@ int main(int argc, char** argv) {
   CLI::App app{"mtxcomm_bench: latency and bandwidth of an mtxcomm collective (run under mpirun)"};
   std::vector<std::string> collectives;
   for (const auto& d : mtxcomm::bench::descriptors()) collectives.emplace_back(d.name);
+  std::vector<std::string> dtypes;
+  for (int i = 0; i < MTXCOMM_NUM_DATATYPES; ++i) {
+    dtypes.emplace_back(mtxcomm::datatypeName(static_cast<mtxcomm_datatype_t>(i)));
+  }
+  std::vector<std::string> ops;
+  for (int i = 0; i < MTXCOMM_NUM_OPS; ++i) {
+    ops.emplace_back(mtxcomm::opName(static_cast<mtxcomm_op_t>(i)));
+  }
+  std::string algoHelp =
+      "Algorithms for -a (auto, or one of these per collective; mtxcomm_info "
+      "lists them with their descriptions):";
+  for (const auto& d : mtxcomm::bench::descriptors()) {
+    std::vector<std::string> names;
+    for (const char* n : mtxcomm::algorithmNames(d.coll)) names.emplace_back(n);
+    algoHelp += std::string("\n  ") + d.name + ": " + mtxcomm::bench::joined(names);
+  }
+  app.footer(algoHelp);
   app.add_option("collective", opt.collective, "the collective to run")
       ->required()
       ->check(CLI::IsMember(collectives));
   app.add_option("-m,--message-size", opt.sizes,
-                 "MIN:MAX or MAX, bytes with K/M/G suffixes; sizes double from MIN (default 4:4M)");
+                 "MIN:MAX or MAX in bytes, sizes doubling from MIN (default 4:4M); suffixes K, "
+                 "M, G, T are binary (1K = 1024), case-insensitive, optionally followed by B or "
+                 "iB; at most 1T");
   app.add_option("-i,--iterations", opt.iters,
                  "iterations per size (default 100 up to 64K, 50 up to 1M, 20 above)")
       ->check(CLI::Range(1, INT_MAX));
@@ -622,10 +726,15 @@ int main(int argc, char** argv) {
   app.add_flag("-c,--check", opt.check,
                "check every call's result; exit 1 if any element is wrong");
   app.add_option("-a,--algorithm", opt.algo,
-                 "force the algorithm (sets MTXCOMM_<COLLECTIVE>_ALGO; names as in mtxcomm_info)");
-  app.add_option("-T,--datatype", opt.dtype, "datatype (default float32)");
-  app.add_option("-o,--op", opt.op, "reduction op: sum, prod, min, max, avg (default sum)");
-  app.add_option("-r,--root", opt.root, "root of broadcast and reduce (default 0)");
+                 "force the algorithm (sets MTXCOMM_<COLLECTIVE>_ALGO); the names depend on the "
+                 "collective, see below or mtxcomm_info");
+  app.add_option("-T,--datatype", opt.dtype,
+                 "datatype: " + mtxcomm::bench::joined(dtypes) + " (default float32)");
+  CLI::Option* opOpt = app.add_option("-o,--op", opt.op,
+                                      "reduction op of allreduce, reduce and reduce_scatter: " +
+                                          mtxcomm::bench::joined(ops) + " (default sum)");
+  CLI::Option* rootOpt =
+      app.add_option("-r,--root", opt.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--in-place", opt.inPlace, "in place (NCCL buffer conventions)");
   app.add_flag("--vs-mpi", opt.vsMpi, "also time the same MPI collective, interleaved");
   app.add_option("--json", opt.json, "also write every row as JSON to FILE (rank 0)");
@@ -633,12 +742,27 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     app.parse(argc, argv);
+    opt.rootGiven = rootOpt->count() > 0;
+    opt.opGiven = opOpt->count() > 0;
     rc = mtxcomm::bench::runBenchmark(opt, rank, size);
   } catch (const CLI::ParseError& e) {
-    rc = rank == 0 ? app.exit(e) : e.get_exit_code();
+    // Every rank parses the same command line. --help exits 0; any parse error exits 2 like the
+    // benchmark's own usage errors (CLI11's own codes would be 1xx).
+    const int code = e.get_exit_code();
+    if (rank == 0) app.exit(e);
+    rc = code == static_cast<int>(CLI::ExitCodes::Success) ? 0 : 2;
   } catch (const mtxcomm::bench::UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "mtxcomm_bench: %s\n", e.what());
     rc = 2;
+  } catch (const mtxcomm::bench::ReportedFailure&) {
+    rc = 1;  // the failing ranks printed why; every rank is here
+  } catch (const std::bad_alloc&) {
+    // Only this rank may be here: abort the job rather than leave other ranks waiting.
+    std::fprintf(stderr, "mtxcomm_bench: rank %d: out of memory (std::bad_alloc)\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mtxcomm_bench: rank %d: %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();
   return rc;

@@ -123,6 +123,18 @@ struct AlignedBuffer {
   char* p;
 };
 
+// The inverse of the packing in Comm::runAlgorithm, for error messages.
+std::string describeCall(uint64_t a, uint64_t count, uint64_t seq) {
+  const auto coll = static_cast<Collective>(a & 0xff);
+  const auto dt = static_cast<mtxcomm_datatype_t>((a >> 8) & 0xff);
+  const auto op = static_cast<mtxcomm_op_t>((a >> 16) & 0xff);
+  const int root = static_cast<int>(static_cast<uint32_t>(a >> 32));
+  std::string s = strCat(collectiveName(coll), "(count ", count, ", ", datatypeName(dt));
+  if (collectiveReduces(coll)) s += strCat(", ", opName(op));
+  if (coll == Collective::kBroadcast || coll == Collective::kReduce) s += strCat(", root ", root);
+  return s + strCat(") as call #", seq);
+}
+
 }  // namespace
 
 Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId)
@@ -147,12 +159,16 @@ void Comm::run(const CollArgs& user) {
   const char* coll = collectiveName(user.coll);
   checkUsable(coll);
   const int n = size(), me = rank();
+  // Every call counts, also one rejected below: if only some ranks reject it, their next call
+  // carries a different sequence number than the others' current one, so the ranks never pair
+  // different calls (the sequence is the message tag and part of the shm call signature).
+  ++seq_;
   try {
     checkArgs(user, me, n);
   } catch (const Error& e) {
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
-  ++seq_;
+  currentCall_ = user;
   CollArgs args = user;
   args.elemSize = datatypeSize(user.dtype);
   if (user.coll == Collective::kBarrier) args.elemSize = 1;
@@ -210,6 +226,11 @@ void Comm::runAlgorithm(const CollArgs& args) {
   try {
     if (sel.algorithm->run) {
       shm_->setTimeout(config_.timeoutSeconds);
+      const CollArgs& u = currentCall_;
+      shm_->setCall(static_cast<uint64_t>(u.coll) | static_cast<uint64_t>(u.dtype) << 8 |
+                        static_cast<uint64_t>(u.op) << 16 |
+                        static_cast<uint64_t>(static_cast<uint32_t>(u.root)) << 32,
+                    u.count, seq_, describeCall);
       sel.algorithm->run(args, *shm_);
       return;
     }

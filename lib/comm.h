@@ -65,6 +65,7 @@ class Comm {
   std::string lastAlgorithm_;
   std::string firstError_;
   std::string lastError_;
+  CollArgs currentCall_;  // the user-level arguments of the call in progress
 };
 
 }  // namespace mtxcomm

@@ -166,6 +166,39 @@ TEST(Api, ZeroCountSucceedsWithNullBuffersAndKeepsRanksInStep) {
   });
 }
 
+TEST(Api, RanksThatDisagreeGetAnErrorNotWrongData) {
+  // Over shared memory every barrier carries the call: a mismatch is an error naming both.
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    std::vector<float> x(rank == 2 ? 20 : 10, 1.0f);
+    mtxcomm_result_t rc = mtxcomm_allreduce(x.data(), x.data(), x.size(), MTXCOMM_FLOAT32,
+                                            MTXCOMM_SUM, comm, nullptr);
+    EXPECT_NE(rc, MTXCOMM_SUCCESS);
+    std::string msg = mtxcomm_get_last_error(comm);
+    if (rc == MTXCOMM_INVALID_USAGE) {
+      EXPECT_TRUE(contains(msg, "disagree")) << msg;
+      EXPECT_TRUE(contains(msg, "allreduce(count 20, float32, sum) as call #")) << msg;
+    } else {
+      EXPECT_EQ(rc, MTXCOMM_REMOTE_ERROR) << msg;  // a peer that saw it first aborted
+    }
+  });
+  // A call rejected on one rank only: the others must not pair it with that rank's next call.
+  runRanks(2, [](mtxcomm_comm_t comm, int rank) {
+    float x = 1.0f + rank, y = 10.0f * (rank + 1);
+    mtxcomm_op_t op = rank == 0 ? static_cast<mtxcomm_op_t>(9) : MTXCOMM_SUM;
+    mtxcomm_result_t first = mtxcomm_allreduce(&x, &x, 1, MTXCOMM_FLOAT32, op, comm, nullptr);
+    EXPECT_NE(first, MTXCOMM_SUCCESS);
+    mtxcomm_result_t second =
+        mtxcomm_allreduce(&y, &y, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+    if (rank == 0) {
+      EXPECT_EQ(first, MTXCOMM_INVALID_ARGUMENT);
+      // Its second call meets rank 1's first: a disagreement (or rank 1's abort), never 12.
+      EXPECT_NE(second, MTXCOMM_SUCCESS) << "y = " << y;
+    } else {
+      EXPECT_NE(first, MTXCOMM_SUCCESS) << "x = " << x;
+    }
+  });
+}
+
 TEST(Api, TimeoutNamesThePeerThenPoisons) {
   for (const char* shm : {"off", "auto"}) {
     Config cfg;

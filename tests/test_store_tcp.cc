@@ -701,7 +701,7 @@ TEST(TcpTransport, ReceiveNobodySendsTimesOut) {
   });
 }
 
-TEST(TcpTransport, SizeMismatchIsInternalError) {
+TEST(TcpTransport, SizeMismatchIsInvalidUsage) {
   TempDir dir;
   Barrier barrier(2);
   runRanks(2, [&](int rank) {
@@ -711,7 +711,7 @@ TEST(TcpTransport, SizeMismatchIsInternalError) {
     if (rank == 0) {
       waitOne(t, t.isend(1, 2, buf.data(), 8));
     } else {
-      expectError([&] { waitOne(t, t.irecv(0, 2, buf.data(), 16)); }, MTXCOMM_INTERNAL_ERROR,
+      expectError([&] { waitOne(t, t.irecv(0, 2, buf.data(), 16)); }, MTXCOMM_INVALID_USAGE,
                   {"peer rank 0", "tag 2", "16 bytes", "8 bytes"});
     }
     barrier.wait();

@@ -161,8 +161,8 @@ class InprocTransport : public Transport {
         backoff.pause();
       }
       if (st == kSizeMismatch) {
-        fail(MTXCOMM_INTERNAL_ERROR, "size mismatch on a ", what(*req), ": peer posted ",
-             req->otherBytes_, " bytes (the ranks disagree on the schedule)");
+        fail(MTXCOMM_INVALID_USAGE, "size mismatch on a ", what(*req), ": peer posted ",
+             req->otherBytes_, " bytes (the ranks disagree on the call: a different collective, count, datatype or root)");
       }
     }
   }

@@ -85,6 +85,18 @@ class MpiTransport : public Transport {
               if (st.MPI_ERROR != MPI_SUCCESS) detail = mpiErrorString(st.MPI_ERROR);
             }
           }
+          bool truncated = false;
+          for (auto& st : statuses) {
+            int cls = 0;
+            if (st.MPI_ERROR != MPI_SUCCESS && MPI_Error_class(st.MPI_ERROR, &cls) == MPI_SUCCESS)
+              truncated = truncated || cls == MPI_ERR_TRUNCATE;
+          }
+          if (truncated) {
+            failWith(MTXCOMM_INVALID_USAGE,
+                     strCat("size mismatch on a ", what(*req), ": the peer sent more bytes (the ",
+                            "ranks disagree on the call: a different collective, count, datatype ",
+                            "or root)"));
+          }
           failWith(MTXCOMM_REMOTE_ERROR, strCat("MPI failed on a ", what(*req), ": ", detail));
         }
         if (done) {
@@ -135,8 +147,8 @@ class MpiTransport : public Transport {
       got += static_cast<size_t>(c);
     }
     if (got != req.bytes()) {
-      failWith(MTXCOMM_INTERNAL_ERROR, strCat("size mismatch on a ", what(req), ": peer sent ", got,
-                                              " bytes (the ranks disagree on the schedule)"));
+      failWith(MTXCOMM_INVALID_USAGE, strCat("size mismatch on a ", what(req), ": peer sent ", got,
+                                              " bytes (the ranks disagree on the call: a different collective, count, datatype or root)"));
     }
   }
 

@@ -123,6 +123,7 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> arrived;  // barriers this rank has arrived at
   std::atomic<int64_t> pid;
   std::atomic<int> aborted;
+  std::atomic<uint64_t> callA[2], callB[2], callC[2];  // the call of barrier k, at k % 2
   char reason[1024];
 };
 
@@ -246,7 +247,13 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
 
 void ShmGroup::barrier(const char* what) {
   const uint64_t target = ++arrivals_;
-  control(rank_).arrived.store(target, std::memory_order_release);
+  Control& mine = control(rank_);
+  // Double-buffered by barrier parity: a peer can write barrier k+1's call only after this
+  // rank arrived at k+1, so it never overwrites the word this rank is comparing at k.
+  mine.callA[target & 1].store(callA_, std::memory_order_relaxed);
+  mine.callB[target & 1].store(callB_, std::memory_order_relaxed);
+  mine.callC[target & 1].store(callC_, std::memory_order_relaxed);
+  mine.arrived.store(target, std::memory_order_release);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeoutSeconds_));
   const pid_t self = getpid();
@@ -254,7 +261,7 @@ void ShmGroup::barrier(const char* what) {
   for (int i = 1; i < size_; ++i) {
     const int p = (rank_ + i) % size_;
     Control& c = control(p);
-    Backoff backoff(oversubscribed_ ? 50 : 2000, oversubscribed_ ? 1000 : 200);
+    Backoff backoff(oversubscribed_ ? 50 : 50000, oversubscribed_ ? 1000 : 2000);
     while (c.arrived.load(std::memory_order_acquire) < target) {
       if (backoff.sleeping()) {
         const auto now = Clock::now();
@@ -281,6 +288,17 @@ void ShmGroup::barrier(const char* what) {
         }
       }
       backoff.pause();
+    }
+    const uint64_t a = c.callA[target & 1].load(std::memory_order_relaxed);
+    const uint64_t b = c.callB[target & 1].load(std::memory_order_relaxed);
+    const uint64_t cc = c.callC[target & 1].load(std::memory_order_relaxed);
+    if (a != callA_ || b != callB_ || cc != callC_) {
+      auto text = [&](uint64_t x, uint64_t y, uint64_t z) {
+        return describe_ ? describe_(x, y, z) : strCat("call ", x, "/", y, "/", z);
+      };
+      fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
+           text(callA_, callB_, callC_), " but peer rank ", p, " called ", text(a, b, cc),
+           " (every rank must pass the same collective, count, datatype, op and root)");
     }
   }
 }

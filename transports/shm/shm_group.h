@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,17 @@ class ShmGroup {
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
   // peer.
   void barrier(const char* what);
+  // The call the next barriers belong to, packed by the caller into three words (zeros for none).
+  // A barrier fails with MTXCOMM_INVALID_USAGE when a peer arrives with a different call — the
+  // ranks disagree on the collective, count, datatype, op or root — naming both, described by
+  // describe(a, b, c).
+  void setCall(uint64_t a, uint64_t b, uint64_t c,
+               std::string (*describe)(uint64_t, uint64_t, uint64_t)) {
+    callA_ = a;
+    callB_ = b;
+    callC_ = c;
+    describe_ = describe;
+  }
   // Marks this rank aborted with a reason, for the peers' waits.
   void abort(const std::string& reason);
   // Sets the deadline budget per wait.
@@ -72,6 +84,8 @@ class ShmGroup {
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
   std::string rootCause_;  // why a peer failed, when this rank failed because of it
+  uint64_t callA_ = 0, callB_ = 0, callC_ = 0;
+  std::string (*describe_)(uint64_t, uint64_t, uint64_t) = nullptr;
   bool oversubscribed_;
 };
 

@@ -267,10 +267,10 @@ class TcpShared {
 
  private:
   [[noreturn]] void sizeMismatch(int view_peer, MatchKey key, size_t recv_bytes, size_t msg_bytes) {
-    failWith(MTXCOMM_INTERNAL_ERROR,
+    failWith(MTXCOMM_INVALID_USAGE,
              strCat("message size mismatch with peer rank ", view_peer, " (tag ", key.second,
                     ", context ", key.first, "): the receive is for ", recv_bytes,
-                    " bytes, the message has ", msg_bytes, " bytes"));
+                    " bytes, the message has ", msg_bytes, " bytes (the ranks disagree on the call: a different collective, count, datatype or root)"));
   }
 
   int viewRank(uint64_t ctx, int gpeer) const {
