@@ -26,12 +26,24 @@
  *
  * Errors
  * ------
- * Every call returns an mtxcomm_result_t. Invalid arguments are rejected on the calling rank
- * before any byte moves and leave the communicator usable. A peer that dies, or that does not
- * answer within MTXCOMM_TIMEOUT seconds, turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the
- * communicator is then poisoned: later collectives return MTXCOMM_INVALID_USAGE pointing at the
- * first error; abort or destroy it and build a new one. mtxcomm_get_last_error() returns the
- * detailed message (it names this rank, the peer, the collective and the algorithm).
+ * Every call returns an mtxcomm_result_t. Invalid arguments (NULL buffer with count > 0, bad
+ * datatype, op or root, count * element size overflowing size_t, partial overlap, non-NULL
+ * stream) are rejected on the calling rank before any byte moves: MTXCOMM_INVALID_ARGUMENT
+ * (MTXCOMM_UNSUPPORTED for a stream). When every rank rejects the same call the communicator
+ * stays usable. Every call, rejected or not, advances the communicator's call sequence, so if
+ * only some ranks reject a call, the others' call never pairs with a later one: it fails
+ * (MTXCOMM_INVALID_USAGE over shared memory, MTXCOMM_TIMEOUT or a size mismatch otherwise).
+ * Ranks that pass different collectives, counts, datatypes, ops or roots to the same call get
+ * MTXCOMM_INVALID_USAGE naming both calls when the call runs over shared memory (every rank on
+ * one node); across nodes a mismatch that changes message sizes is MTXCOMM_INVALID_USAGE and
+ * one that does not (e.g. float32 vs int32) is undefined, as in MPI and NCCL.
+ * A peer that dies, or that does not answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000),
+ * turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned: later
+ * collectives return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and
+ * build a new one. A rank that fails tells its peers over shared memory and TCP (they fail at
+ * once, quoting the root cause); over MPI across nodes they fail at their timeout.
+ * mtxcomm_get_last_error() returns the detailed message of the last failed call (it names this
+ * rank, the peer, the collective and the algorithm); it is not cleared by later successes.
  * The library never calls abort() or exit().
  *
  * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
@@ -111,8 +123,9 @@ typedef enum {
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_init_from_env(mtxcomm_comm_t* comm);
 
 /* MPI_Comm_split semantics: ranks with the same color form one new communicator, ordered by
- * key, then by rank in comm. color < 0 (MTXCOMM_UNDEFINED) returns *newcomm = NULL.
- * Collective over comm. */
+ * key, then by rank in comm. Any color < 0 (MTXCOMM_UNDEFINED) returns *newcomm = NULL. The new
+ * communicator has the parent's configuration and its own shared-memory segment when its ranks
+ * share a node. Collective over comm. */
 #define MTXCOMM_UNDEFINED (-1)
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, int key,
                                                 mtxcomm_comm_t* newcomm);
@@ -143,7 +156,7 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_broadcast(const void* sendbuf, void* recvbu
                                                mtxcomm_comm_t comm, void* stream);
 
 /* root's recvbuf[i] = op over ranks of sendbuf_r[i]. recvbuf is used on root only (may be NULL
- * elsewhere). */
+ * elsewhere). In place on root: sendbuf == recvbuf. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_reduce(const void* sendbuf, void* recvbuf, size_t count,
                                             mtxcomm_datatype_t datatype, mtxcomm_op_t op, int root,
                                             mtxcomm_comm_t comm, void* stream);
@@ -168,8 +181,9 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
 /* A static, short description of the code ("invalid argument", ...). Never NULL. */
 MTXCOMM_API const char* mtxcomm_get_error_string(mtxcomm_result_t result);
 
-/* The detailed message of the last failure on comm (or of the last failed init on this thread
- * when comm is NULL); "" if none. Valid until the next call on comm. */
+/* The detailed message of the last failure on comm; with comm NULL, of the last failure on this
+ * thread that had no communicator to record it (a failed init, a NULL comm argument). "" if
+ * none. Valid until the next call on comm. */
 MTXCOMM_API const char* mtxcomm_get_last_error(mtxcomm_comm_t comm);
 
 /* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
