@@ -22,6 +22,9 @@
 
 namespace mtxcomm {
 
+// Sliced from two ranks on: measured faster than whole-chunk reduction (bench/RESULTS.md).
+constexpr int kSliceMinRanks = 2;
+
 void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
   const size_t es = a.elemSize, chunk = g.slotBytes() / es;
@@ -30,16 +33,32 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();
-    std::memcpy(g.slot(set, me), send + off * es, len * es);
-    g.barrier("allreduce (shm) copy-in");
-    if (!shmSliced(len * es, n)) {
+    const char* in = send + off * es;
+    if (!shmSliced(len * es, n, kSliceMinRanks)) {
+      std::memcpy(g.slot(set, me), in, len * es);
+      g.barrier("allreduce (shm) copy-in");
       reduceSlots(a, g, set, 0, recv + off * es, len);
       continue;
     }
-    const size_t sliceOff = patterns::blockOffset(len, n, me) * es;
-    reduceSlots(a, g, set, sliceOff, g.slot(set, 0) + sliceOff, patterns::blockCount(len, n, me));
+    // Slice q of the chunk is reduced by rank q. Copy in only the slices the others reduce;
+    // this rank's own slice position in its slot then receives its reduced slice.
+    auto sliceOff = [&](int q) { return patterns::blockOffset(len, n, q) * es; };
+    auto sliceLen = [&](int q) { return patterns::blockCount(len, n, q) * es; };
+    char* mine = g.slot(set, me);
+    for (int q = 0; q < n; ++q) {
+      if (q != me) std::memcpy(mine + sliceOff(q), in + sliceOff(q), sliceLen(q));
+    }
+    g.barrier("allreduce (shm) copy-in");
+    // Operands in rank order; this rank's own straight from its send buffer.
+    const size_t so = sliceOff(me), cnt = sliceLen(me) / es;
+    auto operand = [&](int q) -> const char* { return q == me ? in + so : g.slot(set, q) + so; };
+    char* dst = mine + so;
+    reduceBuffers(a.dtype, a.op, dst, operand(0), operand(1), cnt);
+    for (int q = 2; q < n; ++q) reduceBuffers(a.dtype, a.op, dst, dst, operand(q), cnt);
     g.barrier("allreduce (shm) reduce");
-    std::memcpy(recv + off * es, g.slot(set, 0), len * es);
+    for (int q = 0; q < n; ++q) {
+      std::memcpy(recv + off * es + sliceOff(q), g.slot(set, q) + sliceOff(q), sliceLen(q));
+    }
   }
 }
 

@@ -15,7 +15,9 @@ namespace mtxcomm {
 // and all on two ranks, are reduced whole by every rank (one barrier, fewer bytes moved).
 constexpr size_t kShmSliceBytes = 16 << 10;
 
-inline bool shmSliced(size_t chunkBytes, int n) { return n > 2 && chunkBytes >= kShmSliceBytes; }
+inline bool shmSliced(size_t chunkBytes, int n, int minRanks = 3) {
+  return n >= minRanks && chunkBytes >= kShmSliceBytes;
+}
 
 // dst = slot(set, 0) op slot(set, 1) op ... op slot(set, n-1) over count elements starting at
 // byte offset `at` of each slot, always in rank order 0..n-1 (so every rank computes the same
