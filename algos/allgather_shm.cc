@@ -29,6 +29,7 @@ void runAllgatherShm(const CollArgs& a, ShmGroup& g) {
       if (q == me) continue;
       std::memcpy(recv + (static_cast<size_t>(q) * a.count + off) * es, g.slot(set, q), len * es);
     }
+    g.finishChunk();
   }
 }
 

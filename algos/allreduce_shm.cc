@@ -38,6 +38,7 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
       std::memcpy(g.slot(set, me), in, len * es);
       g.barrier("allreduce (shm) copy-in");
       reduceSlots(a, g, set, 0, recv + off * es, len);
+      g.finishChunk();
       continue;
     }
     // Slice q of the chunk is reduced by rank q. Copy in only the slices the others reduce;
@@ -59,6 +60,7 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
     for (int q = 0; q < n; ++q) {
       std::memcpy(recv + off * es + sliceOff(q), g.slot(set, q) + sliceOff(q), sliceLen(q));
     }
+    g.finishChunk();
   }
 }
 

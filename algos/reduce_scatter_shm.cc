@@ -36,6 +36,7 @@ void runReduceScatterShm(const CollArgs& a, ShmGroup& g) {
     }
     g.barrier("reduce_scatter (shm)");
     reduceSlots(a, g, set, me * len * es, recv + off * es, len);
+    g.finishChunk();
   }
 }
 

@@ -27,12 +27,14 @@ void runReduceShm(const CollArgs& a, ShmGroup& g) {
     g.barrier("reduce (shm) copy-in");
     if (!shmSliced(len * es, n)) {
       if (me == a.root) reduceSlots(a, g, set, 0, recv + off * es, len);
+      g.finishChunk();
       continue;
     }
     const size_t sliceOff = patterns::blockOffset(len, n, me) * es;
     reduceSlots(a, g, set, sliceOff, g.slot(set, 0) + sliceOff, patterns::blockCount(len, n, me));
     g.barrier("reduce (shm) reduce");
     if (me == a.root) std::memcpy(recv + off * es, g.slot(set, 0), len * es);
+    g.finishChunk();
   }
 }
 

@@ -124,6 +124,9 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<int64_t> pid;
   std::atomic<int> aborted;
   std::atomic<uint64_t> callA[2], callB[2], callC[2];  // the call of barrier k, at k % 2
+  std::atomic<uint64_t> consumed;                      // chunks this rank has finished
+  std::atomic<uint64_t> posted;                        // chunks this rank has published
+  std::atomic<uint64_t> postA[2], postB[2], postC[2];  // the call of posted chunk g, at g % 2
   char reason[1024];
 };
 
@@ -245,6 +248,31 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
        " (shared memory)");
 }
 
+int ShmGroup::nextSet() {
+  const uint64_t g = chunks_++;
+  if (g >= 2) {
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) waitFor(q, Counter::kConsumed, g - 1, "reusing a shared-memory slot", -1);
+    }
+  }
+  return static_cast<int>(g & 1);
+}
+
+void ShmGroup::finishChunk() { control(rank_).consumed.store(chunks_, std::memory_order_release); }
+
+void ShmGroup::post() {
+  Control& mine = control(rank_);
+  const int parity = static_cast<int>((chunks_ - 1) & 1);
+  mine.postA[parity].store(callA_, std::memory_order_relaxed);
+  mine.postB[parity].store(callB_, std::memory_order_relaxed);
+  mine.postC[parity].store(callC_, std::memory_order_relaxed);
+  mine.posted.store(chunks_, std::memory_order_release);
+}
+
+void ShmGroup::waitPosted(int root, const char* what) {
+  waitFor(root, Counter::kPosted, chunks_, what, static_cast<int>((chunks_ - 1) & 1));
+}
+
 void ShmGroup::barrier(const char* what) {
   const uint64_t target = ++arrivals_;
   Control& mine = control(rank_);
@@ -254,15 +282,31 @@ void ShmGroup::barrier(const char* what) {
   mine.callB[target & 1].store(callB_, std::memory_order_relaxed);
   mine.callC[target & 1].store(callC_, std::memory_order_relaxed);
   mine.arrived.store(target, std::memory_order_release);
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeoutSeconds_));
-  const pid_t self = getpid();
-  Clock::time_point nextCheck{};
   for (int i = 1; i < size_; ++i) {
-    const int p = (rank_ + i) % size_;
-    Control& c = control(p);
+    waitFor((rank_ + i) % size_, Counter::kArrived, target, what, static_cast<int>(target & 1));
+  }
+}
+
+void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what, int parity) {
+  auto value = [counter](Control& c) -> std::atomic<uint64_t>& {
+    switch (counter) {
+      case Counter::kArrived:
+        return c.arrived;
+      case Counter::kConsumed:
+        return c.consumed;
+      case Counter::kPosted:
+        break;
+    }
+    return c.posted;
+  };
+  Control& c = control(p);
+  if (value(c).load(std::memory_order_acquire) < target) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(timeoutSeconds_));
+    const pid_t self = getpid();
+    Clock::time_point nextCheck{};
     Backoff backoff(oversubscribed_ ? 50 : 50000, oversubscribed_ ? 1000 : 2000);
-    while (c.arrived.load(std::memory_order_acquire) < target) {
+    while (value(c).load(std::memory_order_acquire) < target) {
       if (backoff.sleeping()) {
         const auto now = Clock::now();
         if (now >= nextCheck) {
@@ -272,9 +316,9 @@ void ShmGroup::barrier(const char* what) {
             if (q == rank_) continue;
             Control& cq = control(q);
             const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
-            // A peer that already arrived here may have finished and exited normally.
-            const bool arrived = cq.arrived.load(std::memory_order_acquire) >= target;
-            if (!arrived && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
+            // A peer that already got there may have finished and exited normally.
+            const bool there = value(cq).load(std::memory_order_acquire) >= target;
+            if (!there && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
                 errno == ESRCH) {
               failPeer(q, what, false);
             }
@@ -289,18 +333,27 @@ void ShmGroup::barrier(const char* what) {
       }
       backoff.pause();
     }
-    const uint64_t a = c.callA[target & 1].load(std::memory_order_relaxed);
-    const uint64_t b = c.callB[target & 1].load(std::memory_order_relaxed);
-    const uint64_t cc = c.callC[target & 1].load(std::memory_order_relaxed);
-    if (a != callA_ || b != callB_ || cc != callC_) {
-      auto text = [&](uint64_t x, uint64_t y, uint64_t z) {
-        return describe_ ? describe_(x, y, z) : strCat("call ", x, "/", y, "/", z);
-      };
-      fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
-           text(callA_, callB_, callC_), " but peer rank ", p, " called ", text(a, b, cc),
-           " (every rank must pass the same collective, count, datatype, op and root)");
-    }
   }
+  if (parity < 0) return;
+  if (counter == Counter::kPosted) {
+    checkSameCall(p, c.postA[parity].load(std::memory_order_relaxed),
+                  c.postB[parity].load(std::memory_order_relaxed),
+                  c.postC[parity].load(std::memory_order_relaxed));
+  } else {
+    checkSameCall(p, c.callA[parity].load(std::memory_order_relaxed),
+                  c.callB[parity].load(std::memory_order_relaxed),
+                  c.callC[parity].load(std::memory_order_relaxed));
+  }
+}
+
+void ShmGroup::checkSameCall(int p, uint64_t a, uint64_t b, uint64_t c) {
+  if (a == callA_ && b == callB_ && c == callC_) return;
+  auto text = [&](uint64_t x, uint64_t y, uint64_t z) {
+    return describe_ ? describe_(x, y, z) : strCat("call ", x, "/", y, "/", z);
+  };
+  fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
+       text(callA_, callB_, callC_), " but peer rank ", p, " called ", text(a, b, c),
+       " (every rank must pass the same collective, count, datatype, op and root)");
 }
 
 }  // namespace mtxcomm

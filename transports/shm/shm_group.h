@@ -47,8 +47,17 @@ class ShmGroup {
 
   // Data slot of rank r in set s (0 or 1), slotBytes() long, 64-byte aligned.
   char* slot(int set, int r) const;
-  // The set the next chunk uses; alternates, so a slot is rewritten only two chunks later.
-  int nextSet() { return static_cast<int>(chunks_++ & 1); }
+  // Starts the next chunk and returns the set it uses (sets alternate). Waits, usually not at
+  // all, until every rank has finished the chunk before the previous one — the last one that
+  // used this set — so no slot is rewritten while a peer may still read it. Every algorithm
+  // calls finishChunk() once it has read all it needs of the chunk.
+  int nextSet();
+  void finishChunk();
+  // One-to-all chunks without a barrier (broadcast): the root publishes the chunk it wrote
+  // (post), the others wait for it (waitPosted) — the root never waits for the readers except
+  // through nextSet two chunks later.
+  void post();
+  void waitPosted(int root, const char* what);
 
   // Arrives at the next barrier and waits until every rank has arrived (what names the
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
@@ -74,6 +83,11 @@ class ShmGroup {
   struct Control;
   ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
   Control& control(int r) const;
+  enum class Counter { kArrived, kConsumed, kPosted };
+  // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
+  // processes; then checks that p is in the same call (its words at parity `parity`).
+  void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
+  void checkSameCall(int p, uint64_t a, uint64_t b, uint64_t c);
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
 
   char* base_;
