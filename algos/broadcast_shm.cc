@@ -8,6 +8,8 @@
 //   copy and one store.
 // Bytes moved: the root reads and writes each byte once, every other rank reads and writes it
 //   once — a pipelined two-copy broadcast.
+// Messages of at most 4 KiB go through a ring of 16 small slots per rank instead, so the root
+//   can run up to 16 broadcasts ahead of the slowest reader (more ranks than cores).
 // Example, n = 3, root 2: r2 writes the chunk into slot 2 and posts; r0 and r1 see the post and
 //   copy slot 2 out.
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
@@ -23,6 +25,19 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   char* recv = static_cast<char*>(a.recvbuf);
   const char* send = static_cast<const char*>(a.sendbuf);
   if (me == a.root && send != recv) std::memcpy(recv, send, a.count * es);
+  if (a.count * es <= ShmGroup::kSmallBytes) {
+    // Small: through the ring of small slots, so the root can run ahead of slow readers.
+    char* mine = g.beginSmall();
+    if (me == a.root) {
+      std::memcpy(mine, recv, a.count * es);
+      g.postSmall();
+    } else {
+      g.waitSmall(a.root, "broadcast (shm)");
+      std::memcpy(recv, g.smallSlot(a.root), a.count * es);
+    }
+    g.finishSmall();
+    return;
+  }
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();

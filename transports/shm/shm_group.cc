@@ -127,12 +127,15 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> consumed;                      // chunks this rank has finished
   std::atomic<uint64_t> posted;                        // chunks this rank has published
   std::atomic<uint64_t> postA[2], postB[2], postC[2];  // the call of posted chunk g, at g % 2
+  std::atomic<uint64_t> smallPosted, smallConsumed;
+  std::atomic<uint64_t> smallCall[ShmGroup::kSmallSlots][3];  // the call of small message i
   char reason[1024];
 };
 
 size_t ShmGroup::segmentBytes(int n, size_t slotBytes) {
   return kHeaderBytes + roundUp(sizeof(Control) * n, kAlign) +
-         2 * static_cast<size_t>(n) * roundUp(slotBytes, kAlign);
+         2 * static_cast<size_t>(n) * roundUp(slotBytes, kAlign) +
+         static_cast<size_t>(n) * kSmallSlots * kSmallBytes;
 }
 
 std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotBytes,
@@ -248,6 +251,45 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
        " (shared memory)");
 }
 
+char* ShmGroup::smallSlot(int r) const {
+  char* ring = slot(2, 0);  // just past the two chunk sets
+  const uint64_t i = smalls_ - 1;
+  return ring + (static_cast<size_t>(r) * kSmallSlots + i % kSmallSlots) * kSmallBytes;
+}
+
+char* ShmGroup::beginSmall() {
+  const uint64_t i = smalls_++;
+  if (i >= kSmallSlots) {
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) {
+        waitFor(q, Counter::kSmallConsumed, i - kSmallSlots + 1, "reusing a small slot", -1);
+      }
+    }
+  }
+  return smallSlot(rank_);
+}
+
+void ShmGroup::postSmall() {
+  Control& mine = control(rank_);
+  const uint64_t i = smalls_ - 1;
+  auto& words = mine.smallCall[i % kSmallSlots];
+  words[0].store(callA_, std::memory_order_relaxed);
+  words[1].store(callB_, std::memory_order_relaxed);
+  words[2].store(callC_, std::memory_order_relaxed);
+  mine.smallPosted.store(smalls_, std::memory_order_release);
+}
+
+void ShmGroup::waitSmall(int root, const char* what) {
+  waitFor(root, Counter::kSmallPosted, smalls_, what, -1);
+  auto& words = control(root).smallCall[(smalls_ - 1) % kSmallSlots];
+  checkSameCall(root, words[0].load(std::memory_order_relaxed),
+                words[1].load(std::memory_order_relaxed), words[2].load(std::memory_order_relaxed));
+}
+
+void ShmGroup::finishSmall() {
+  control(rank_).smallConsumed.store(smalls_, std::memory_order_release);
+}
+
 int ShmGroup::nextSet() {
   const uint64_t g = chunks_++;
   if (g >= 2) {
@@ -294,6 +336,10 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
         return c.arrived;
       case Counter::kConsumed:
         return c.consumed;
+      case Counter::kSmallPosted:
+        return c.smallPosted;
+      case Counter::kSmallConsumed:
+        return c.smallConsumed;
       case Counter::kPosted:
         break;
     }

@@ -59,6 +59,20 @@ class ShmGroup {
   void post();
   void waitPosted(int root, const char* what);
 
+  // A ring of kSmallSlots small slots per rank for one-to-all messages of at most kSmallBytes
+  // (small broadcasts): the root may run kSmallSlots messages ahead of the slowest reader, so
+  // with more ranks than cores a broadcast rarely waits for a descheduled peer. Separate memory
+  // and counters from the chunk sets above.
+  static constexpr int kSmallSlots = 16;
+  static constexpr size_t kSmallBytes = 4096;
+  // Starts the next small message: waits until every rank has read the one kSmallSlots back,
+  // then returns the slot of rank r to use (smallSlot(r) for the others to read).
+  char* beginSmall();
+  char* smallSlot(int r) const;
+  void postSmall();
+  void waitSmall(int root, const char* what);
+  void finishSmall();
+
   // Arrives at the next barrier and waits until every rank has arrived (what names the
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
   // peer.
@@ -83,7 +97,7 @@ class ShmGroup {
   struct Control;
   ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
   Control& control(int r) const;
-  enum class Counter { kArrived, kConsumed, kPosted };
+  enum class Counter { kArrived, kConsumed, kPosted, kSmallPosted, kSmallConsumed };
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
@@ -97,6 +111,7 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
+  uint64_t smalls_ = 0;    // small messages started
   std::string rootCause_;  // why a peer failed, when this rank failed because of it
   uint64_t callA_ = 0, callB_ = 0, callC_ = 0;
   std::string (*describe_)(uint64_t, uint64_t, uint64_t) = nullptr;
