@@ -2,19 +2,31 @@
 //
 // Accepts: a communicator whose ranks share a segment (transports/shm/shm_group.h); any count,
 //   every op.
-// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES: every rank copies its chunk into its slot
-//   and arrives at a barrier; then either (two ranks, or a chunk under 16 KiB) every rank
-//   reduces the whole chunk from all slots, in rank order, straight into its receive buffer;
-//   or (more ranks, larger chunks) rank r reduces slice r of the chunk into slot 0, a second
-//   barrier follows, and every rank copies the reduced chunk out. Slots alternate between two
-//   sets, so the next chunk's copy-in overlaps nobody's reads.
-// Bytes moved per rank and element: 1 write + 1 read (copy in), n reads (+1 write into the
-//   receive buffer) — no message passing and no intermediate copies: memory bandwidth bound.
-//   Sliced: copy in, (n/n) reads + 1/n writes, copy out.
-// Example, n = 2, count = 4: r0 writes [a0 b0 c0 d0] into slot 0, r1 [a1 b1 c1 d1] into slot
-//   1; barrier; both compute slot0 + slot1 = [a0+a1 ...] into their receive buffers.
-// Chosen design and its numbers: bench/RESULTS.md. Source: the shared-memory collectives of
-//   Open MPI coll/sm and MPICH's shm allreduce (copy-in/reduce/copy-out through shared slots).
+// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (256 KiB):
+//   small chunks (< 16 KiB): every rank copies its chunk into its slot; one barrier; every rank
+//     reduces the whole chunk from all slots, in rank order, straight into its receive buffer.
+//   larger chunks (sliced; slice q of the chunk belongs to rank q): every rank copies into its
+//     slot only the slices the others own; barrier; rank r reduces slice r — its own operand
+//     read in place from its send buffer, the others' from their slots, in rank order — into
+//     the (unused) slice-r position of its own slot; barrier; every rank copies all n reduced
+//     slices out. Each slice is computed once, so every rank receives the same bits.
+//   Sets of slots alternate; a set is rewritten only after every rank finished the chunk that
+//   last used it (per-rank consumed counters), so copy-in of the next chunk overlaps nothing.
+// Bytes moved per rank and element (n = 2, sliced): copy in 1/2 (read + write), reduce 1/2
+//   (two reads + one write), copy out 1 (read + write): 2.5 reads + 2 writes = 18 bytes per
+//   float32 element, of which one element's worth crosses cores. The whole-chunk variant moves
+//   3 reads + 2 writes and reduces twice as much: measured at np = 2 (median of 5 runs, ratio to
+//   Open MPI's MPI_Allreduce in the same run), whole-chunk 64K-64M geometric mean 0.53 (max
+//   0.81 at 512 KiB); sliced 0.45 (max 0.63). Slots of 64 KiB, 256 KiB and 1 MiB measured
+//   within noise of each other; 256 KiB keeps a chunk's working set (2 sets x 2 ranks) near
+//   the L2 size. Numbers: bench/RESULTS.md.
+// Example, n = 2, count = 4 (sliced): r0 owns [a b], r1 owns [c d]. r0 writes [c0 d0] into its
+//   slot, r1 writes [a1 b1]; barrier; r0 computes a0+a1, b0+b1 (a0, b0 from its send buffer)
+//   into its slot's [a b] place, r1 computes c0+c1, d0+d1 likewise; barrier; both copy
+//   [a b] from slot 0 and [c d] from slot 1 into their receive buffers.
+// Source: the shared-memory collectives of Open MPI coll/sm and MPICH (copy-in, reduce from
+//   shared slots, copy-out); the slicing is the reduce-scatter + allgather structure of
+//   Rabenseifner's algorithm mapped onto shared memory.
 #include <cstring>
 
 #include "algos/patterns.h"
