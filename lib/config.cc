@@ -150,8 +150,7 @@ Config Config::fromEnvironment() {
       char* end = nullptr;
       errno = 0;
       double t = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < 0.001 ||
-          t > 31536000.0) {
+      if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < 0.001 || t > 31536000.0) {
         badValue(name, v, "expected seconds in [0.001, 31536000] (one year)");
       }
       c.timeoutSeconds = t;

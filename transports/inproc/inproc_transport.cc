@@ -162,7 +162,9 @@ class InprocTransport : public Transport {
       }
       if (st == kSizeMismatch) {
         fail(MTXCOMM_INVALID_USAGE, "size mismatch on a ", what(*req), ": peer posted ",
-             req->otherBytes_, " bytes (the ranks disagree on the call: a different collective, count, datatype or root)");
+             req->otherBytes_,
+             " bytes (the ranks disagree on the call: a different collective, count, datatype or "
+             "root)");
       }
     }
   }

@@ -148,7 +148,8 @@ class MpiTransport : public Transport {
     }
     if (got != req.bytes()) {
       failWith(MTXCOMM_INVALID_USAGE, strCat("size mismatch on a ", what(req), ": peer sent ", got,
-                                              " bytes (the ranks disagree on the call: a different collective, count, datatype or root)"));
+                                             " bytes (the ranks disagree on the call: a different "
+                                             "collective, count, datatype or root)"));
     }
   }
 

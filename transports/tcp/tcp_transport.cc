@@ -270,7 +270,9 @@ class TcpShared {
     failWith(MTXCOMM_INVALID_USAGE,
              strCat("message size mismatch with peer rank ", view_peer, " (tag ", key.second,
                     ", context ", key.first, "): the receive is for ", recv_bytes,
-                    " bytes, the message has ", msg_bytes, " bytes (the ranks disagree on the call: a different collective, count, datatype or root)"));
+                    " bytes, the message has ", msg_bytes,
+                    " bytes (the ranks disagree on the call: a different collective, count, "
+                    "datatype or root)"));
   }
 
   int viewRank(uint64_t ctx, int gpeer) const {
