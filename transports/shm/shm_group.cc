@@ -44,6 +44,14 @@ std::string randomName() {
   return name;
 }
 
+// Maps fd read-write and shared; returns "" or why not.
+std::string mapShared(int fd, size_t bytes, char** base) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
+  *base = static_cast<char*>(p);
+  return "";
+}
+
 // Creates, sizes and maps the segment; returns "" and the mapping, or an error message.
 std::string createSegment(const std::string& name, size_t bytes, char** base) {
   struct statvfs vfs {};
@@ -67,12 +75,7 @@ std::string createSegment(const std::string& name, size_t bytes, char** base) {
                  " bytes (posix_fallocate: ", std::strerror(rc),
                  "); enlarge /dev/shm, lower MTXCOMM_SHM_SLOT_BYTES or set MTXCOMM_SHM=off");
   } else {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      err = strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
-    } else {
-      *base = static_cast<char*>(p);
-    }
+    err = mapShared(fd, bytes, base);
   }
   close(fd);
   if (!err.empty()) shm_unlink(name.c_str());
@@ -88,12 +91,7 @@ std::string attachSegment(const std::string& name, size_t bytes, char** base) {
     err =
         strCat("the shared-memory segment ", name, " has ", st.st_size, " bytes, expected ", bytes);
   } else {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      err = strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
-    } else {
-      *base = static_cast<char*>(p);
-    }
+    err = mapShared(fd, bytes, base);
   }
   close(fd);
   return err;
