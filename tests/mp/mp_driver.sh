@@ -14,22 +14,10 @@
 set -u
 
 MAX_ELAPSED=8
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Nothing from the caller's environment may steer the bootstrap.
-for v in $(env | sed -n 's/^\(MTXCOMM_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-
-workdir=$(mktemp -d "${TMPDIR:-/tmp}/mtxcomm_mp.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
-
-die() {
-  echo "FAIL: $*"
-  exit 1
-}
+# shellcheck source=../common/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common/lib.sh"
+rank_timeout_default=30
+driver_init mtxcomm_mp
 
 # check_survivors DIR NP: ranks 0..NP-2 survived, rank NP-1 was killed.
 check_survivors() {
@@ -44,23 +32,10 @@ check_survivors() {
     fi
     echo "--- rank $r:"
     cat "$f"
-    local code elapsed message after
-    code=$(sed -n 's/^code //p' "$f")
-    elapsed=$(sed -n 's/^elapsed //p' "$f")
-    message=$(sed -n 's/^message //p' "$f")
+    check_kill_outcome "$f" "$r" "$victim" "$MAX_ELAPSED" '^(4|5)$' \
+      '4 (MTXCOMM_REMOTE_ERROR) or 5 (MTXCOMM_TIMEOUT)' || bad=1
+    local after
     after=$(sed -n 's/^after //p' "$f")
-    if [[ $code != 4 && $code != 5 ]]; then
-      echo "FAIL: rank $r: code $code, expected 4 (MTXCOMM_REMOTE_ERROR) or 5 (MTXCOMM_TIMEOUT)"
-      bad=1
-    fi
-    if ! grep -Eq "rank $victim([^0-9]|\$)" <<<"$message"; then
-      echo "FAIL: rank $r: the message does not name the lost rank $victim"
-      bad=1
-    fi
-    if ! awk -v e="$elapsed" -v m="$MAX_ELAPSED" 'BEGIN { exit !(e >= 0 && e < m) }'; then
-      echo "FAIL: rank $r: error $elapsed s after the kill (limit $MAX_ELAPSED s)"
-      bad=1
-    fi
     if [[ $after != 2 ]]; then
       echo "FAIL: rank $r: the next call on the poisoned communicator returned '$after', expected 2"
       bad=1
@@ -72,38 +47,6 @@ check_survivors() {
   done
   ((bad == 0)) || exit 1
   echo "PASS: $((np - 1)) survivors failed fast and named rank $victim"
-}
-
-# start_ranks N STORE EXE [ARGS...]: N background processes over the store bootstrap.
-start_ranks() {
-  local n=$1 store=$2
-  shift 2
-  pids=()
-  for ((r = 0; r < n; ++r)); do
-    MTXCOMM_TRANSPORT=tcp MTXCOMM_RANK=$r MTXCOMM_SIZE=$n MTXCOMM_STORE=$store \
-      MTXCOMM_TIMEOUT=${RANK_TIMEOUT:-30} "$@" >"$workdir/out$r.log" 2>&1 &
-    pids+=($!)
-  done
-}
-
-# wait_ranks SECONDS: waits for every started rank; kills them all past the deadline. Sets the
-# array codes[] (124 for a rank that had to be killed).
-wait_ranks() {
-  local deadline=$((SECONDS + $1))
-  codes=()
-  for i in "${!pids[@]}"; do
-    local p=${pids[$i]}
-    while kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-    if kill -0 "$p" 2>/dev/null; then
-      kill -9 "$p" 2>/dev/null
-      wait "$p" 2>/dev/null
-      codes[i]=124
-    else
-      wait "$p"
-      codes[i]=$?
-    fi
-  done
-  pids=()
 }
 
 free_port() {
@@ -133,13 +76,8 @@ case $mode in
     echo "store $store, $n processes"
     start_ranks "$n" "$store" "$exe"
     wait_ranks 120
-    bad=0
-    for ((r = 0; r < n; ++r)); do
-      echo "--- rank $r exited with ${codes[$r]}:"
-      cat "$workdir/out$r.log"
-      ((codes[r] == 0)) || bad=1
-    done
-    ((bad == 0)) || die "a rank failed"
+    show_ranks "$n"
+    for c in "${codes[@]}"; do ((c == 0)) || die "a rank failed"; done
     echo "PASS"
     ;;
   tcp-kill)
@@ -149,10 +87,7 @@ case $mode in
     echo "store $store, $n processes, rank $((n - 1)) is killed"
     RANK_TIMEOUT=10 start_ranks "$n" "$store" "$exe" "$workdir/out"
     wait_ranks 60
-    for ((r = 0; r < n; ++r)); do
-      echo "--- rank $r exited with ${codes[$r]}:"
-      cat "$workdir/out$r.log"
-    done
+    show_ranks "$n"
     check_survivors "$workdir/out" "$n"
     ;;
   *)

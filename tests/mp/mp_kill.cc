@@ -28,28 +28,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/kill_outcome.h"
 #include "mtxcomm/mtxcomm.h"
 
-namespace {
-
-double wallSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return;
-  std::fputs(text.c_str(), f);
-  std::fflush(f);
-  fsync(fileno(f));
-  std::fclose(f);
-  std::rename(tmp.c_str(), path.c_str());
-}
-
-}  // namespace
+using namespace mtxcomm::testkill;  // NOLINT: the shared kill and outcome helpers
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -74,14 +56,7 @@ int main(int argc, char** argv) {
   const double deadline = wallSeconds() + 60;
   for (int iter = 0; wallSeconds() < deadline; ++iter) {
     if (rank == victim && iter == 3) {
-      std::thread([&outdir] {
-        std::mt19937 gen(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
-        std::this_thread::sleep_for(std::chrono::microseconds(gen() % 5000));
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%.6f\n", wallSeconds());
-        writeFile(outdir + "/kill_time", buf);
-        raise(SIGKILL);
-      }).detach();
+      startSelfKill(outdir);
     }
     rc = mtxcomm_allreduce(send.data(), recv.data(), count, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm,
                            nullptr);
@@ -92,29 +67,15 @@ int main(int argc, char** argv) {
       return 4;
     }
   }
-  const double errorTime = wallSeconds();
-  const std::string message = mtxcomm_get_last_error(comm);
-  double killTime = 0;
-  std::ifstream(outdir + "/kill_time") >> killTime;
-  char head[128];
-  std::snprintf(head, sizeof(head), "code %d\nelapsed %.3f\n", static_cast<int>(rc),
-                killTime > 0 ? errorTime - killTime : -1.0);
-  std::string text = std::string(head) + "message " + message + "\n";
-  const std::string path = outdir + "/rank" + std::to_string(rank) + ".txt";
+  std::string text = survivorOutcome(rc, comm, outdir);
+  const std::string path = outcomePath(outdir, rank);
   writeFile(path, text);
   std::fprintf(stderr, "rank %d: %s", rank, text.c_str());
 
   // Each survivor must detect the loss on its own: wait (up to 10 s) until every survivor has
   // written its outcome before closing anything, so that a survivor's abort cannot be what the
   // others report.
-  for (int waited = 0; waited < 1000; ++waited) {
-    int present = 0;
-    for (int r = 0; r < victim; ++r) {
-      present += std::ifstream(outdir + "/rank" + std::to_string(r) + ".txt").good() ? 1 : 0;
-    }
-    if (present == victim) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  waitForSurvivors(outdir, victim);
   const mtxcomm_result_t after = mtxcomm_allreduce(send.data(), recv.data(), count, MTXCOMM_FLOAT32,
                                                    MTXCOMM_SUM, comm, nullptr);
   text += "after " + std::to_string(static_cast<int>(after)) + "\n";

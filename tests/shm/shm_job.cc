@@ -39,26 +39,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/kill_outcome.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace {
 
-double wallSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return;
-  std::fputs(text.c_str(), f);
-  std::fflush(f);
-  fsync(fileno(f));
-  std::fclose(f);
-  std::rename(tmp.c_str(), path.c_str());
-}
+using namespace mtxcomm::testkill;  // NOLINT: the shared kill and outcome helpers
 
 int envRank() {
   for (const char* v : {"MTXCOMM_RANK", "OMPI_COMM_WORLD_RANK"}) {
@@ -150,19 +136,6 @@ int runCollectives(mtxcomm_comm_t comm, int rank, int n, int iters) {
   return 0;
 }
 
-// Waits (up to 10 s) until OUTDIR/rank<r>.txt exists for every r < survivors, so that no
-// survivor tears its communicator down before every other one has seen the loss by itself.
-void waitForSurvivors(const std::string& outdir, int survivors) {
-  for (int waited = 0; waited < 1000; ++waited) {
-    int present = 0;
-    for (int r = 0; r < survivors; ++r) {
-      present += std::ifstream(outdir + "/rank" + std::to_string(r) + ".txt").good() ? 1 : 0;
-    }
-    if (present == survivors) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 int runAbort(mtxcomm_comm_t comm, int rank, int n, const std::string& outdir) {
   std::vector<float> send(1 << 18), recv(send.size());
   fillInput(send, rank);
@@ -211,28 +184,14 @@ int runKill(mtxcomm_comm_t comm, int rank, int n, const std::string& outdir, int
   const double deadline = wallSeconds() + 60;
   for (int it = 0; wallSeconds() < deadline; ++it) {
     if (rank == victim && it == 3) {
-      std::thread([&outdir] {
-        std::mt19937 gen(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
-        std::this_thread::sleep_for(std::chrono::microseconds(gen() % 5000));
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%.6f\n", wallSeconds());
-        writeFile(outdir + "/kill_time", buf);
-        raise(SIGKILL);
-      }).detach();
+      startSelfKill(outdir);
     }
     rc = allreduce(send, recv, comm);
     if (rc != MTXCOMM_SUCCESS) break;
     if (it < 3 && !checkSum(recv, n)) return failed(rank, "allreduce: wrong result");
   }
-  const double errorTime = wallSeconds();
-  const std::string message = mtxcomm_get_last_error(comm);
-  double killTime = 0;
-  std::ifstream(outdir + "/kill_time") >> killTime;
-  char head[128];
-  std::snprintf(head, sizeof(head), "code %d\nelapsed %.3f\n", static_cast<int>(rc),
-                killTime > 0 ? errorTime - killTime : -1.0);
-  const std::string text = std::string(head) + "message " + message + "\n";
-  writeFile(outdir + "/rank" + std::to_string(rank) + ".txt", text);
+  const std::string text = survivorOutcome(rc, comm, outdir);
+  writeFile(outcomePath(outdir, rank), text);
   std::printf("rank %d: %s", rank, text.c_str());
   std::fflush(stdout);
   waitForSurvivors(outdir, victim);
