@@ -1,7 +1,8 @@
 // Shared by the multi-process tests: one collective call per Case, with inputs from a
 // closed-form formula (tests/common/test_data.h) so every rank checks its own output bitwise
-// (the approach of tests/test_collectives.cc, but through the public C API only and without GoogleTest, since
-// these programs run as separate processes under mpirun or the MTXCOMM_STORE bootstrap).
+// (the approach of tests/test_collectives.cc, but through the public C API only and without
+// GoogleTest, since these programs run as separate processes under mpirun or the MTXCOMM_STORE
+// bootstrap).
 #ifndef MTXCOMM_TESTS_MP_MP_CHECK_H_
 #define MTXCOMM_TESTS_MP_MP_CHECK_H_
 
