@@ -27,7 +27,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   if (me == a.root && send != recv) std::memcpy(recv, send, a.count * es);
   if (a.count * es <= ShmGroup::kSmallBytes) {
     // Small: through the ring of small slots, so the root can run ahead of slow readers.
-    char* mine = g.beginSmall();
+    char* mine = g.beginSmall(/*writer=*/me == a.root);
     if (me == a.root) {
       std::memcpy(mine, recv, a.count * es);
       g.postSmall();

@@ -8,7 +8,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -46,7 +48,8 @@ std::string randomName() {
 
 // Maps fd read-write and shared; returns "" or why not.
 std::string mapShared(int fd, size_t bytes, char** base) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_POPULATE: map every page now, so no collective pays a first-touch fault later.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) return strCat("mmap of ", bytes, " bytes: ", std::strerror(errno));
   *base = static_cast<char*>(p);
   return "";
@@ -255,14 +258,19 @@ char* ShmGroup::smallSlot(int r) const {
   return ring + (static_cast<size_t>(r) * kSmallSlots + i % kSmallSlots) * kSmallBytes;
 }
 
-char* ShmGroup::beginSmall() {
+char* ShmGroup::beginSmall(bool writer) {
   const uint64_t i = smalls_++;
-  if (i >= kSmallSlots) {
+  // Only the writer rewrites a slot, so only it must know that every reader is done with the
+  // message kSmallSlots back. It remembers how far all readers had got when it last looked,
+  // so most calls touch no peer's cache line at all.
+  if (writer && i >= kSmallSlots && i - kSmallSlots + 1 > smallReadByAll_) {
+    uint64_t least = UINT64_MAX;
     for (int q = 0; q < size_; ++q) {
-      if (q != rank_) {
-        waitFor(q, Counter::kSmallConsumed, i - kSmallSlots + 1, "reusing a small slot", -1);
-      }
+      if (q == rank_) continue;
+      waitFor(q, Counter::kSmallConsumed, i - kSmallSlots + 1, "reusing a small slot", -1);
+      least = std::min(least, control(q).smallConsumed.load(std::memory_order_acquire));
     }
+    smallReadByAll_ = least;
   }
   return smallSlot(rank_);
 }

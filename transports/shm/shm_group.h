@@ -65,9 +65,10 @@ class ShmGroup {
   // and counters from the chunk sets above.
   static constexpr int kSmallSlots = 16;
   static constexpr size_t kSmallBytes = 4096;
-  // Starts the next small message: waits until every rank has read the one kSmallSlots back,
-  // then returns the slot of rank r to use (smallSlot(r) for the others to read).
-  char* beginSmall();
+  // Starts the next small message; the writer first waits until every rank has read the one
+  // kSmallSlots back. Returns this rank's slot (smallSlot(r) gives another rank's).
+  // writer: this rank writes its slot (the root); readers pass false and never wait here.
+  char* beginSmall(bool writer);
   char* smallSlot(int r) const;
   void postSmall();
   void waitSmall(int root, const char* what);
@@ -111,8 +112,9 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
-  uint64_t smalls_ = 0;    // small messages started
-  std::string rootCause_;  // why a peer failed, when this rank failed because of it
+  uint64_t smalls_ = 0;          // small messages started
+  uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
+  std::string rootCause_;        // why a peer failed, when this rank failed because of it
   uint64_t callA_ = 0, callB_ = 0, callC_ = 0;
   std::string (*describe_)(uint64_t, uint64_t, uint64_t) = nullptr;
   bool oversubscribed_;
