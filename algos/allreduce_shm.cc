@@ -53,25 +53,8 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
       g.finishChunk();
       continue;
     }
-    // Slice q of the chunk is reduced by rank q. Copy in only the slices the others reduce;
-    // this rank's own slice position in its slot then receives its reduced slice.
-    auto sliceOff = [&](int q) { return patterns::blockOffset(len, n, q) * es; };
-    auto sliceLen = [&](int q) { return patterns::blockCount(len, n, q) * es; };
-    char* mine = g.slot(set, me);
-    for (int q = 0; q < n; ++q) {
-      if (q != me) std::memcpy(mine + sliceOff(q), in + sliceOff(q), sliceLen(q));
-    }
-    g.barrier("allreduce (shm) copy-in");
-    // Operands in rank order; this rank's own straight from its send buffer.
-    const size_t so = sliceOff(me), cnt = sliceLen(me) / es;
-    auto operand = [&](int q) -> const char* { return q == me ? in + so : g.slot(set, q) + so; };
-    char* dst = mine + so;
-    reduceBuffers(a.dtype, a.op, dst, operand(0), operand(1), cnt);
-    for (int q = 2; q < n; ++q) reduceBuffers(a.dtype, a.op, dst, dst, operand(q), cnt);
-    g.barrier("allreduce (shm) reduce");
-    for (int q = 0; q < n; ++q) {
-      std::memcpy(recv + off * es + sliceOff(q), g.slot(set, q) + sliceOff(q), sliceLen(q));
-    }
+    reduceChunkSliced(a, g, set, in, len, "allreduce (shm)");
+    copyOutSlices(g, set, len, es, recv + off * es);
     g.finishChunk();
   }
 }

@@ -3,7 +3,9 @@
 #define MTXCOMM_ALGOS_SHM_CHUNKS_H_
 
 #include <cstddef>
+#include <cstring>
 
+#include "algos/patterns.h"
 #include "algos/registry.h"
 #include "lib/reduce.h"
 #include "transports/shm/shm_group.h"
@@ -11,8 +13,8 @@
 namespace mtxcomm {
 
 // Chunks of a reduction at or above this many bytes are reduced in slices (each rank its
-// 1/n, then a second barrier and a copy out) when there are more than two ranks; smaller ones,
-// and all on two ranks, are reduced whole by every rank (one barrier, fewer bytes moved).
+// 1/n, then a second barrier and a copy out) from minRanks ranks on; smaller ones are reduced
+// whole (one barrier).
 constexpr size_t kShmSliceBytes = 16 << 10;
 
 inline bool shmSliced(size_t chunkBytes, int n, int minRanks = 3) {
@@ -27,6 +29,46 @@ inline void reduceSlots(const CollArgs& a, ShmGroup& g, int set, size_t at, void
   reduceBuffers(a.dtype, a.op, dst, g.slot(set, 0) + at, g.slot(set, 1) + at, count);
   for (int q = 2; q < g.size(); ++q) {
     reduceBuffers(a.dtype, a.op, dst, dst, g.slot(set, q) + at, count);
+  }
+}
+
+// Slice q of a chunk of len elements: byte offset and byte length (patterns::block*).
+inline size_t sliceOffset(size_t len, int n, int q, size_t es) {
+  return patterns::blockOffset(len, n, q) * es;
+}
+inline size_t sliceBytes(size_t len, int n, int q, size_t es) {
+  return patterns::blockCount(len, n, q) * es;
+}
+
+// Sliced reduction of one chunk (the reduce-scatter half of Rabenseifner's algorithm on shared
+// memory): every rank copies into its slot only the slices the others own; barrier; rank r
+// reduces slice r in rank order — its own operand read in place from `in` — into the (unused)
+// slice-r position of its own slot; barrier. On return reduced slice q lies at
+// slot(set, q) + sliceOffset(q), computed once, so every reader gets the same bits.
+inline void reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const char* in, size_t len,
+                              const char* what) {
+  const int n = g.size(), me = g.rank();
+  const size_t es = a.elemSize;
+  char* mine = g.slot(set, me);
+  for (int q = 0; q < n; ++q) {
+    const size_t at = sliceOffset(len, n, q, es);
+    if (q != me) std::memcpy(mine + at, in + at, sliceBytes(len, n, q, es));
+  }
+  g.barrier(what);
+  const size_t at = sliceOffset(len, n, me, es), cnt = sliceBytes(len, n, me, es) / es;
+  auto operand = [&](int q) -> const char* { return q == me ? in + at : g.slot(set, q) + at; };
+  char* dst = mine + at;
+  reduceBuffers(a.dtype, a.op, dst, operand(0), operand(1), cnt);
+  for (int q = 2; q < n; ++q) reduceBuffers(a.dtype, a.op, dst, dst, operand(q), cnt);
+  g.barrier(what);
+}
+
+// Copies the n reduced slices of a chunk (after reduceChunkSliced) to out.
+inline void copyOutSlices(ShmGroup& g, int set, size_t len, size_t es, char* out) {
+  const int n = g.size();
+  for (int q = 0; q < n; ++q) {
+    const size_t at = sliceOffset(len, n, q, es);
+    std::memcpy(out + at, g.slot(set, q) + at, sliceBytes(len, n, q, es));
   }
 }
 
