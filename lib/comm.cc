@@ -123,7 +123,14 @@ struct AlignedBuffer {
   char* p;
 };
 
-// The inverse of the packing in Comm::runAlgorithm, for error messages.
+// A call's collective, datatype, op and root in one word, for the shm call signature.
+uint64_t packCall(const CollArgs& u) {
+  return static_cast<uint64_t>(u.coll) | static_cast<uint64_t>(u.dtype) << 8 |
+         static_cast<uint64_t>(u.op) << 16 |
+         static_cast<uint64_t>(static_cast<uint32_t>(u.root)) << 32;
+}
+
+// The inverse of packCall (with the count and call number), for error messages.
 std::string describeCall(uint64_t a, uint64_t count, uint64_t seq) {
   const auto coll = static_cast<Collective>(a & 0xff);
   const auto dt = static_cast<mtxcomm_datatype_t>((a >> 8) & 0xff);
@@ -220,20 +227,16 @@ void Comm::runAlgorithm(const CollArgs& args) {
   const CommInfo info{n, shm_.get()};
   Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
   lastAlgorithm_ = sel.algorithm->name;
-  Schedule schedule(args.dtype, args.elemSize, args.op);
-  AlgoParams params;
-  params.segmentBytes = config_.segmentBytes;
   try {
     if (sel.algorithm->run) {
       shm_->setTimeout(config_.timeoutSeconds);
-      const CollArgs& u = currentCall_;
-      shm_->setCall(static_cast<uint64_t>(u.coll) | static_cast<uint64_t>(u.dtype) << 8 |
-                        static_cast<uint64_t>(u.op) << 16 |
-                        static_cast<uint64_t>(static_cast<uint32_t>(u.root)) << 32,
-                    u.count, seq_, describeCall);
+      shm_->setCall(packCall(currentCall_), currentCall_.count, seq_, describeCall);
       sel.algorithm->run(args, *shm_);
       return;
     }
+    Schedule schedule(args.dtype, args.elemSize, args.op);
+    AlgoParams params;
+    params.segmentBytes = config_.segmentBytes;
     sel.algorithm->build(args, me, n, params, schedule);
     if (logEnabled(LogLevel::kTrace)) {
       MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
@@ -245,7 +248,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
     std::string msg =
         strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (algorithm ",
                sel.algorithm->name, ", ", args.count, " x ", datatypeName(args.dtype),
-               ", transport ", transport_->name(), "): ", e.what());
+               ", transport ", sel.algorithm->run ? "shm" : transport_->name(), "): ", e.what());
     poison(msg);
     MTXCOMM_LOG(kError, me, msg);
     // Tell the peers this rank has left the collective, so that those waiting on it fail now
