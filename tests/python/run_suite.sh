@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the Python tests of the TensorFlow binding (tests/python/README.md):
+#   1. test_ops.py + test_keras.py under mpirun at np=1 and np=2, test_ops.py at np=3
+#      (one pytest session per rank count: importing TensorFlow takes seconds per process);
+#   2. test_transparent.py in one plain process (it launches its own mtxrun jobs).
+# Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
+# session passed. Usage: tests/python/run_suite.sh [PYTHON]   (default: .venv/bin/python)
+# Environment: MTXCOMM_PYTEST_ARGS adds pytest arguments (e.g. "-x" or "-k allreduce").
+set -u
+cd "$(dirname "$0")/../.."
+PY=${1:-${PYTHON:-.venv/bin/python}}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export TF_CPP_MIN_LOG_LEVEL=2
+# A collective waiting for a peer that never comes fails after this many seconds.
+export MTXCOMM_TIMEOUT=${MTXCOMM_TIMEOUT:-120}
+PYTEST=(-m pytest -q -p no:cacheprovider -rfEs ${MTXCOMM_PYTEST_ARGS:-})
+
+if ! "$PY" -c "import mtxcomm.tensorflow" >/dev/null 2>&1; then
+  echo "run_suite: '$PY -c \"import mtxcomm.tensorflow\"' fails; the tests will report it" >&2
+fi
+
+failed=()
+run() {  # run NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*"
+  local start=$SECONDS
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - start)) s"
+  [ "$rc" -eq 0 ] || failed+=("$name (exit $rc$([ "$rc" -eq 124 ] && echo ', timed out'))")
+}
+
+MPIRUN=(mpirun --tag-output)
+run "np=1 ops+keras" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" \
+  tests/python/test_ops.py tests/python/test_keras.py
+run "np=2 ops+keras" 420 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
+  tests/python/test_ops.py tests/python/test_keras.py
+run "np=3 ops" 420 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
+  tests/python/test_ops.py
+run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'run_suite: FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "run_suite: all sessions passed"
