@@ -2,8 +2,10 @@
 // into a result code plus the communicator's last error. Nothing here throws.
 #include "lib/c_api.h"
 
+#include <cstring>
 #include <new>
 
+#include "lib/config.h"
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/init.h"
@@ -134,6 +136,40 @@ mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size) {
     Comm& c = checked(comm);
     if (!size) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "size (the output pointer) is NULL");
     *size = c.size();
+  });
+}
+
+mtxcomm_result_t mtxcomm_comm_local_rank(mtxcomm_comm_t comm, int* local_rank) {
+  return guarded(comm, [&] {
+    Comm& c = checked(comm);
+    if (!local_rank) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "local_rank (the output) is NULL");
+    *local_rank = c.localRank();
+  });
+}
+
+mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size) {
+  return guarded(comm, [&] {
+    Comm& c = checked(comm);
+    if (!local_size) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "local_size (the output) is NULL");
+    *local_size = c.localSize();
+  });
+}
+
+mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len) {
+  return guarded(nullptr, [&] {
+    if (!name || !value) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "name or value is NULL");
+    const std::string prefix = std::string(name) + "=";
+    for (const std::string& kv : mtxcomm::Config::fromEnvironment().describe()) {
+      if (kv.rfind(prefix, 0) != 0) continue;
+      std::string v = kv.substr(prefix.size());
+      if (v.size() + 1 > len) {
+        mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, name, "'s value needs ", v.size() + 1,
+                      " bytes, the buffer has ", len);
+      }
+      std::memcpy(value, v.c_str(), v.size() + 1);
+      return;
+    }
+    mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "unknown configuration variable \"", name, "\"");
   });
 }
 

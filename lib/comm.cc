@@ -298,8 +298,9 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
 }
 
 void Comm::setupShm() {
-  if (config_.shm == "off" || size() == 1 || shm_) return;
-  // Agree whether every rank is on this node: allgather fixed-size node identities.
+  if (size() == 1 || shm_) return;
+  // Agree on the node map: allgather fixed-size node identities. It gives the local rank and
+  // size, and says whether every rank is on this node.
   constexpr size_t kIdBytes = 256;
   const int n = size();
   std::string id = PeerLiveness::nodeIdentity();
@@ -312,11 +313,17 @@ void Comm::setupShm() {
   ag.count = kIdBytes;
   ag.dtype = MTXCOMM_UINT8;
   run(ag);
+  localRank_ = 0;
+  localSize_ = 0;
   for (int r = 0; r < n; ++r) {
-    if (std::memcmp(all.data() + r * kIdBytes, mine.data(), kIdBytes) != 0) {
-      MTXCOMM_LOG(kInfo, rank(), "ranks span several nodes: no shared-memory segment");
-      return;
-    }
+    if (std::memcmp(all.data() + r * kIdBytes, mine.data(), kIdBytes) != 0) continue;
+    if (r < rank()) ++localRank_;
+    ++localSize_;
+  }
+  if (config_.shm == "off") return;
+  if (localSize_ != n) {
+    MTXCOMM_LOG(kInfo, rank(), "ranks span several nodes: no shared-memory segment");
+    return;
   }
   ++seq_;
   try {

@@ -43,6 +43,10 @@ class Comm {
   // (on every rank) if the segment cannot be made.
   void setupShm();
   bool hasShm() const { return shm_ != nullptr; }
+  // This rank's index among the ranks on its node, and their number (agreed in setupShm;
+  // 0 and 1 before it).
+  int localRank() const { return localRank_; }
+  int localSize() const { return localSize_; }
   void abort();
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
@@ -62,6 +66,8 @@ class Comm {
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
   uint64_t splits_ = 0;  // splits issued (same on every rank)
+  int localRank_ = 0;
+  int localSize_ = 1;
   std::string lastAlgorithm_;
   std::string firstError_;
   std::string lastError_;

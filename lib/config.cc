@@ -61,6 +61,16 @@ size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) 
   return static_cast<size_t>(x);
 }
 
+double parseSeconds(const char* name, const std::string& v, double lo, double hi) {
+  char* end = nullptr;
+  errno = 0;
+  double t = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < lo || t > hi) {
+    badValue(name, v, strCat("expected seconds in [", lo, ", ", hi, "]"));
+  }
+  return t;
+}
+
 }  // namespace
 
 const char* getEnv(const char* name) {
@@ -119,6 +129,35 @@ const std::vector<ConfigVar>& configVars() {
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
          "is about 2 x ranks x this",
          {}},
+        {"MTXCOMM_CYCLE_TIME",
+         "seconds",
+         "0.001",
+         "framework bindings: how long the background thread sleeps between negotiation "
+         "cycles when it has nothing to do (0..1)",
+         {}},
+        {"MTXCOMM_FUSION_BYTES",
+         "bytes",
+         "64M",
+         "framework bindings: allreduces ready in the same cycle with the same dtype and op are "
+         "packed into one buffer of up to this many bytes (0: no fusion)",
+         {}},
+        {"MTXCOMM_STALL_WARNING",
+         "seconds",
+         "60",
+         "framework bindings: warn, naming the missing ranks, when a tensor submitted by some "
+         "ranks has waited this long for the others (0: never)",
+         {}},
+        {"MTXCOMM_TRANSPARENT",
+         "enum",
+         "0",
+         "1: set by `mtxrun --transparent`, makes an unmodified Keras script data-parallel",
+         {"0", "1"}},
+        {"MTXCOMM_TRANSPARENT_OUTPUT",
+         "enum",
+         "rank0",
+         "transparent mode: standard output of rank 0 only, or of all ranks "
+         "(`mtxrun --all-ranks-output`)",
+         {"rank0", "all"}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);
@@ -147,13 +186,17 @@ Config Config::fromEnvironment() {
       if (!ok) badValue(name, v, "expected one of " + joinChoices(var.choices));
     }
     if (var.name == "MTXCOMM_TIMEOUT") {
-      char* end = nullptr;
-      errno = 0;
-      double t = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < 0.001 || t > 31536000.0) {
-        badValue(name, v, "expected seconds in [0.001, 31536000] (one year)");
-      }
-      c.timeoutSeconds = t;
+      c.timeoutSeconds = parseSeconds(name, v, 0.001, 31536000.0);  // up to one year
+    } else if (var.name == "MTXCOMM_CYCLE_TIME") {
+      c.cycleTimeSeconds = parseSeconds(name, v, 0.0, 1.0);
+    } else if (var.name == "MTXCOMM_FUSION_BYTES") {
+      c.fusionBytes = parseBytes(name, v, 0, size_t{1} << 34);
+    } else if (var.name == "MTXCOMM_TRANSPARENT") {
+      c.transparent = v;
+    } else if (var.name == "MTXCOMM_TRANSPARENT_OUTPUT") {
+      c.transparentOutput = v;
+    } else if (var.name == "MTXCOMM_STALL_WARNING") {
+      c.stallWarningSeconds = parseSeconds(name, v, 0.0, 31536000.0);
     } else if (var.name == "MTXCOMM_LOG_LEVEL") {
       c.logLevel = *parseLogLevel(v);
     } else if (var.name == "MTXCOMM_SEGMENT_BYTES") {
@@ -211,6 +254,11 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
+  out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));
+  out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
+  out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));
+  out.push_back(strCat("MTXCOMM_TRANSPARENT=", transparent));
+  out.push_back(strCat("MTXCOMM_TRANSPARENT_OUTPUT=", transparentOutput));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

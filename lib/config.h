@@ -37,6 +37,13 @@ struct Config {
   std::string tcpHost;              // MTXCOMM_TCP_HOST
   std::string shm = "auto";         // MTXCOMM_SHM
   size_t shmSlotBytes = 256 << 10;  // MTXCOMM_SHM_SLOT_BYTES
+  // Read by framework bindings through mtxcomm_config_get().
+  double cycleTimeSeconds = 0.001;    // MTXCOMM_CYCLE_TIME
+  size_t fusionBytes = 64 << 20;      // MTXCOMM_FUSION_BYTES
+  double stallWarningSeconds = 60.0;  // MTXCOMM_STALL_WARNING
+  // Read by the Python package (mtxcomm.transparent).
+  std::string transparent = "0";            // MTXCOMM_TRANSPARENT
+  std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT
 
   // Reads and validates every variable from the environment. Throws
   // mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming the first bad variable and its value.

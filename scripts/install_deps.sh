@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       openmpi-bin libopenmpi-dev
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-      libhwloc-dev)
+      libhwloc-dev
+      python3-venv)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test: builds (if needed) and runs ctest — unit tests, the threaded correctness
-# matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test.
+# matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test —
+# then sets up the Python environment (if needed) and runs the TensorFlow binding's pytest
+# suite under mpirun (tests/python/run_suite.sh). Arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-cd build
-ctest --output-on-failure -j 2 --timeout 900 "$@"
+(cd build && ctest --output-on-failure -j 2 --timeout 900 "$@")
+scripts/setup_python.sh
+tests/python/run_suite.sh

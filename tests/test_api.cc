@@ -470,6 +470,40 @@ TEST(Config, ValuesAreParsedAndUnknownNamesReported) {
   }
 }
 
+TEST(Config, BindingsReadNormalisedValuesThroughTheCApi) {
+  char buf[64];
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_FUSION_BYTES", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "67108864");  // the default, 64M
+  setenv("MTXCOMM_FUSION_BYTES", "2K", 1);
+  setenv("MTXCOMM_CYCLE_TIME", "0.005", 1);
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_FUSION_BYTES", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "2048");
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "0.005");
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, 3), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_NO_SUCH", buf, sizeof(buf)), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mtxcomm_get_last_error(nullptr)).find("MTXCOMM_NO_SUCH"),
+            std::string::npos);
+  setenv("MTXCOMM_CYCLE_TIME", "2", 1);  // above the 1 s limit
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, sizeof(buf)), MTXCOMM_INVALID_USAGE);
+  EXPECT_NE(std::string(mtxcomm_get_last_error(nullptr)).find("MTXCOMM_CYCLE_TIME"),
+            std::string::npos);
+  unsetenv("MTXCOMM_FUSION_BYTES");
+  unsetenv("MTXCOMM_CYCLE_TIME");
+}
+
+TEST(Api, LocalRankAndSizeCountTheRanksOnThisNode) {
+  // Threads of one process are on one node.
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    int lr = -1, ls = -1;
+    ASSERT_EQ(mtxcomm_comm_local_rank(comm, &lr), MTXCOMM_SUCCESS);
+    ASSERT_EQ(mtxcomm_comm_local_size(comm, &ls), MTXCOMM_SUCCESS);
+    EXPECT_EQ(lr, rank);
+    EXPECT_EQ(ls, 3);
+    EXPECT_EQ(mtxcomm_comm_local_rank(comm, nullptr), MTXCOMM_INVALID_ARGUMENT);
+  });
+}
+
 TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {
   CollArgs a;
   a.coll = Collective::kAllgather;

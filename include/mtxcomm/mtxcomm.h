@@ -141,6 +141,10 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
 
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size);
+/* This rank's index among the communicator's ranks on the same node (ordered by rank), and
+ * their number; agreed at init from the ranks' node identities. Local, not collective. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_rank(mtxcomm_comm_t comm, int* local_rank);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size);
 
 /* ---- Collectives (blocking; stream must be NULL) ----------------------------------------- */
 
@@ -188,6 +192,12 @@ MTXCOMM_API const char* mtxcomm_get_last_error(mtxcomm_comm_t comm);
 
 /* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);
+
+/* The effective value of configuration variable name ("MTXCOMM_FUSION_BYTES", ...), validated
+ * and normalised (bytes and seconds as plain numbers), NUL-terminated into value[0, len).
+ * MTXCOMM_INVALID_ARGUMENT: unknown name or value too short; MTXCOMM_INVALID_USAGE: the
+ * environment holds an invalid value (the last error names it). For framework bindings. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len);
 
 /* Size in bytes of one element of datatype, 0 if datatype is not valid. */
 MTXCOMM_API size_t mtxcomm_datatype_size(mtxcomm_datatype_t datatype);

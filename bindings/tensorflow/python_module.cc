@@ -1,0 +1,46 @@
+// The Python side of the binding's engine (module mtxcomm.tensorflow._mtxcomm_tf). The same
+// shared object holds the TensorFlow ops, so that Python and the ops share one engine:
+// tf.load_op_library() and the Python import open the same file.
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+
+#include "bindings/tensorflow/engine.h"
+
+namespace py = pybind11;
+namespace eng = mtxcomm::binding;
+
+PYBIND11_MODULE(_mtxcomm_tf, m) {
+  m.doc() = "mtxcomm's engine: world communicator, background negotiation thread.";
+  m.def(
+      "init",
+      [] {
+        eng::Status st;
+        {
+          py::gil_scoped_release release;
+          st = eng::init();
+        }
+        if (!st.ok()) throw std::runtime_error(st.message);
+      },
+      "Creates the world communicator from the environment (mpirun or MTXCOMM_STORE) and "
+      "starts the engine. Collective. Raises RuntimeError with the library's message.");
+  m.def(
+      "shutdown",
+      [] {
+        py::gil_scoped_release release;
+        eng::shutdown();
+      },
+      "Stops the engine on every rank and frees the communicator. Idempotent.");
+  m.def("is_initialized", &eng::isInitialized);
+  m.def("rank", &eng::rank);
+  m.def("size", &eng::size);
+  m.def("local_rank", &eng::localRank);
+  m.def("local_size", &eng::localSize);
+  m.def("collective_count", &eng::collectiveCount,
+        "Library collectives run for submitted tensors (negotiation not counted).");
+  m.def("version", [] {
+    int v = 0;
+    mtxcomm_get_version(&v);
+    return v;
+  });
+}

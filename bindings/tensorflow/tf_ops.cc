@@ -1,0 +1,261 @@
+// TensorFlow custom ops over the binding's engine: asynchronous kernels that hand the tensors'
+// buffers to mtxcomm (no copy for a single allreduce, broadcast or evenly split allgather or
+// reduce-scatter; fused allreduces are packed into one buffer). The ops are stateful so that
+// tf.function keeps them even when their outputs are unused.
+//
+// Ops (shapes: tensor of shape [d0, d1, ...], n ranks):
+//   MtxcommAllreduce(tensor) -> same shape; reduce_op 0 sum, 1 prod, 2 min, 3 max, 4 avg.
+//   MtxcommGroupedAllreduce(tensors: list) -> same shapes; one negotiation, fused.
+//   MtxcommBroadcast(tensor, root_rank) -> root's tensor.
+//   MtxcommAllgather(tensor [d0_r, ...]) -> [sum_r d0_r, ...], rank order.
+//   MtxcommReducescatter(tensor [d0, ...]) -> [d0/n (+1 on the first d0%n ranks), ...].
+// Errors come back as TF statuses: ranks that disagree on a tensor's dtype or shape get
+// InvalidArgument naming the tensor and the ranks; a dead or shut-down peer gets Aborted or
+// DeadlineExceeded (MTXCOMM_TIMEOUT).
+#include <string>
+#include <vector>
+
+#include "bindings/tensorflow/engine.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace mtxcomm::binding {
+namespace {
+
+namespace tf = ::tensorflow;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+#define MTXCOMM_TF_TYPES \
+  "{int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double}"
+
+bool toMtxcomm(tf::DataType t, mtxcomm_datatype_t* out) {
+  switch (t) {
+    case tf::DT_INT8:
+      *out = MTXCOMM_INT8;
+      return true;
+    case tf::DT_UINT8:
+      *out = MTXCOMM_UINT8;
+      return true;
+    case tf::DT_INT32:
+      *out = MTXCOMM_INT32;
+      return true;
+    case tf::DT_UINT32:
+      *out = MTXCOMM_UINT32;
+      return true;
+    case tf::DT_INT64:
+      *out = MTXCOMM_INT64;
+      return true;
+    case tf::DT_UINT64:
+      *out = MTXCOMM_UINT64;
+      return true;
+    case tf::DT_HALF:
+      *out = MTXCOMM_FLOAT16;
+      return true;
+    case tf::DT_BFLOAT16:
+      *out = MTXCOMM_BFLOAT16;
+      return true;
+    case tf::DT_FLOAT:
+      *out = MTXCOMM_FLOAT32;
+      return true;
+    case tf::DT_DOUBLE:
+      *out = MTXCOMM_FLOAT64;
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status toTf(const Status& st) {
+  switch (st.code) {
+    case MTXCOMM_SUCCESS:
+      return absl::OkStatus();
+    case MTXCOMM_INVALID_ARGUMENT:
+      return absl::InvalidArgumentError(st.message);
+    case MTXCOMM_INVALID_USAGE:
+      return absl::FailedPreconditionError(st.message);
+    case MTXCOMM_TIMEOUT:
+      return absl::DeadlineExceededError(st.message);
+    case MTXCOMM_REMOTE_ERROR:
+      return absl::AbortedError(st.message);
+    case MTXCOMM_UNSUPPORTED:
+      return absl::UnimplementedError(st.message);
+    default:
+      return absl::InternalError(st.message);
+  }
+}
+
+// Dimension 0 unknown, the rest as the input's.
+absl::Status firstDimUnknown(InferenceContext* c) {
+  ShapeHandle in = c->input(0);
+  if (!c->RankKnown(in)) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  if (c->Rank(in) == 0) return absl::InvalidArgumentError("the tensor must have rank >= 1");
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+absl::Status sameShapes(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  return absl::OkStatus();
+}
+
+REGISTER_OP("MtxcommAllreduce")
+    .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(sameShapes)
+    .Doc("Allreduce of tensor over all ranks (reduce_op: 0 sum, 1 prod, 2 min, 3 max, 4 avg).");
+
+REGISTER_OP("MtxcommGroupedAllreduce")
+    .Attr("T: list(" MTXCOMM_TF_TYPES ")")
+    .Attr("reduce_op: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn(sameShapes)
+    .Doc("Allreduce of every tensor of the list, negotiated once and fused.");
+
+REGISTER_OP("MtxcommBroadcast")
+    .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(sameShapes)
+    .Doc("Every rank receives root_rank's tensor.");
+
+REGISTER_OP("MtxcommAllgather")
+    .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(firstDimUnknown)
+    .Doc("Concatenation of every rank's tensor along dimension 0, in rank order.");
+
+REGISTER_OP("MtxcommReducescatter")
+    .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetIsStateful()
+    .SetShapeFn(firstDimUnknown)
+    .Doc("Reduction over ranks, then rank r keeps its share of the rows of dimension 0.");
+
+class MtxcommOp : public tf::AsyncOpKernel {
+ public:
+  MtxcommOp(tf::OpKernelConstruction* c, Kind kind) : AsyncOpKernel(c), kind_(kind) {
+    std::string name;
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    name_ = name.empty() ? this->name() : name;
+    if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter) {
+      int op = 0;
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
+      OP_REQUIRES(
+          c, op >= 0 && op < MTXCOMM_NUM_OPS,
+          absl::InvalidArgumentError("reduce_op must be in [0, 5), got " + std::to_string(op)));
+      op_ = static_cast<mtxcomm_op_t>(op);
+    }
+    if (kind == Kind::kBroadcast) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+  }
+
+  void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
+    Entry e;
+    e.request.kind = kind_;
+    e.request.name = name_;
+    e.request.op = op_;
+    e.request.root = root_;
+    std::vector<tf::Tensor> keep;  // holds the inputs alive until done
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const tf::Tensor& t = ctx->input(i);
+      TensorMeta m;
+      OP_REQUIRES_ASYNC(
+          ctx, toMtxcomm(t.dtype(), &m.dtype),
+          absl::InvalidArgumentError("mtxcomm: dtype " + tf::DataTypeString(t.dtype()) +
+                                     " is not supported"),
+          done);
+      for (int d = 0; d < t.dims(); ++d) m.shape.push_back(t.dim_size(d));
+      e.request.tensors.push_back(std::move(m));
+      e.inputs.push_back(t.tensor_data().data());
+      keep.push_back(t);
+    }
+    e.allocate = [ctx](size_t i, const std::vector<int64_t>& shape, std::string* err) -> void* {
+      tf::TensorShape ts;
+      for (int64_t d : shape) ts.AddDim(d);
+      tf::Tensor* out = nullptr;
+      absl::Status s = ctx->allocate_output(static_cast<int>(i), ts, &out);
+      if (!s.ok()) {
+        *err = std::string(s.message());
+        return nullptr;
+      }
+      return const_cast<char*>(out->tensor_data().data());
+    };
+    e.done = [ctx, done, keep = std::move(keep)](const Status& st) {
+      if (!st.ok()) ctx->SetStatus(toTf(st));
+      done();
+    };
+    enqueue(std::move(e));
+  }
+
+ private:
+  Kind kind_;
+  std::string name_;
+  mtxcomm_op_t op_ = MTXCOMM_SUM;
+  int root_ = 0;
+};
+
+template <Kind K>
+class MtxcommKindOp : public MtxcommOp {
+ public:
+  explicit MtxcommKindOp(tf::OpKernelConstruction* c) : MtxcommOp(c, K) {}
+};
+
+REGISTER_KERNEL_BUILDER(Name("MtxcommAllreduce").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllreduce").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommBroadcast").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kBroadcast>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommAllgather").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommReducescatter").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kReduceScatter>);
+
+#if GOOGLE_CUDA
+// A TensorFlow built with CUDA places these ops on the GPU when their inputs live there. The
+// kernels take host memory (TensorFlow stages the tensors), so the CPU wheel and CUDA builds
+// share one code path; device buffers handed straight to mtxcomm are left to the library's
+// CUDA paths.
+REGISTER_KERNEL_BUILDER(
+    Name("MtxcommAllreduce").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
+    MtxcommKindOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllreduce")
+                            .Device(tf::DEVICE_GPU)
+                            .HostMemory("tensors")
+                            .HostMemory("outputs"),
+                        MtxcommKindOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(
+    Name("MtxcommBroadcast").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
+    MtxcommKindOp<Kind::kBroadcast>);
+REGISTER_KERNEL_BUILDER(
+    Name("MtxcommAllgather").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
+    MtxcommKindOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(
+    Name("MtxcommReducescatter").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
+    MtxcommKindOp<Kind::kReduceScatter>);
+#endif
+
+}  // namespace
+}  // namespace mtxcomm::binding

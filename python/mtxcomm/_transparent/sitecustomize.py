@@ -1,0 +1,28 @@
+"""Put first on PYTHONPATH by ``mtxrun --transparent``: makes the script data-parallel (see
+mtxcomm.transparent), then runs any other sitecustomize the environment has."""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _chain():
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+if os.environ.get("MTXCOMM_TRANSPARENT") == "1":
+    try:
+        from mtxcomm import transparent as _transparent
+    except ImportError as e:
+        sys.stderr.write("mtxrun --transparent: this Python (%s) cannot import mtxcomm (%s); run "
+                         "the script with the Python of the environment mtxcomm is installed "
+                         "in\n" % (sys.executable, e))
+        raise SystemExit(2)
+    _transparent.install()
+_chain()

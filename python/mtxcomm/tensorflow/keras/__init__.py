@@ -1,0 +1,163 @@
+"""mtxcomm for Keras 3 (TensorFlow backend), Horovod-compatible.
+
+``import mtxcomm.tensorflow.keras as hvd`` runs a Horovod Keras script unchanged but for the
+import::
+
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
+    model.compile(optimizer=opt, loss=...)
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()],
+              verbose=1 if hvd.rank() == 0 else 0)
+"""
+
+import threading
+
+import tensorflow as tf
+
+from mtxcomm.tensorflow import (  # noqa: F401  (re-exported, as Horovod's keras module does)
+    Adasum, Average, Compression, Max, Min, Product, Sum, allgather, allreduce,
+    broadcast, broadcast_object, broadcast_variables, cross_rank, cross_size,
+    grouped_allreduce, init, is_initialized, local_rank, local_size, rank, reducescatter,
+    shutdown, size, DistributedGradientTape, _allreduce_gradients, _collective_count,
+    _resolve_op)
+from mtxcomm.tensorflow.keras import callbacks  # noqa: F401
+
+# Transparent mode sets, while a train step is traced, the factor each rank's gradients are
+# multiplied by before averaging (its share of an uneven global batch).
+_step_state = threading.local()
+
+
+def _current_grad_scale():
+    return getattr(_step_state, "grad_scale", None)
+
+
+def _distributed_apply(self, grads, trainable_variables=None):
+    cls = self._mtx_dist_class
+    grads = list(grads)
+    if self._mtx_passes == 1:
+        grads = _allreduce_gradients(grads, op=self._mtx_op,
+                                     sparse_as_dense=self._mtx_sparse_as_dense,
+                                     compression=self._mtx_compression,
+                                     scale=_current_grad_scale())
+        return super(cls, self).apply(grads, trainable_variables)
+    return _accumulate_then_apply(self, cls, grads, trainable_variables)
+
+
+def _accumulate_then_apply(self, cls, grads, trainable_variables):
+    """backward_passes_per_step = k > 1: gradients are summed locally for k calls; every k-th
+    call averages the sum over the k passes and over the ranks (one allreduce) and applies it.
+    The other calls change no weight and no optimizer step."""
+    if trainable_variables is None:
+        trainable_variables = self._trainable_variables
+    trainable_variables = list(trainable_variables)
+    if not self.built:
+        self.build(trainable_variables)
+    scale = _current_grad_scale()
+    accs = self._mtx_accumulators
+    for g, v in zip(grads, trainable_variables):
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            g = tf.convert_to_tensor(g)
+        if scale is not None:
+            g = g * tf.cast(scale, g.dtype)
+        accs[self._get_variable_index(v)].assign_add(g)
+    self._mtx_pass.assign_add(1)
+    k = self._mtx_passes
+
+    def update():
+        summed = [None if g is None else accs[self._get_variable_index(v)] / k
+                  for g, v in zip(grads, trainable_variables)]
+        averaged = _allreduce_gradients(
+            [None if s is None else tf.convert_to_tensor(s) for s in summed], op=self._mtx_op,
+            compression=self._mtx_compression)
+        super(cls, self).apply(averaged, trainable_variables)
+        for a in accs:
+            a.assign(tf.zeros_like(a))
+        return tf.constant(True)
+
+    tf.cond(tf.equal(self._mtx_pass % k, 0), update, lambda: tf.constant(False))
+
+
+def _distributed_build(self, variables):
+    cls = self._mtx_dist_class
+    super(cls, self).build(variables)
+    if self._mtx_passes > 1 and not getattr(self, "_mtx_accumulators", None):
+        self._mtx_accumulators = [
+            self.add_variable_from_reference(v, name="mtxcomm_accumulated_gradient")
+            for v in variables]
+        self._mtx_pass = self.add_variable((), initializer="zeros", dtype="int64",
+                                           name="mtxcomm_backward_pass")
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=True,
+                         num_groups=0, groups=None, process_set=None):
+    """Makes a Keras 3 optimizer average every gradient over the ranks (op), exactly once per
+    applied step, before the optimizer uses it (so clipping, weight decay and loss scaling see
+    the averaged gradient). The optimizer is changed in place and returned.
+
+    - None gradients pass through; IndexedSlices (e.g. from Embedding) are allgathered and
+      averaged, or densified first with ``sparse_as_dense=True``.
+    - All gradients of a step go in one grouped allreduce (one collective per dtype).
+    - Works wrapping, or wrapped by, ``keras.optimizers.LossScaleOptimizer``.
+    - ``backward_passes_per_step=k``: gradients are accumulated locally for k steps, then their
+      mean is averaged over ranks and applied (an effective batch k times larger).
+    Raises ValueError for a non-Keras-3 optimizer, NotImplementedError for Horovod options
+    mtxcomm does not provide (process sets, groups, gradient_predivide_factor != 1).
+    """
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError("DistributedOptimizer expects a Keras 3 optimizer "
+                         "(keras.optimizers.Optimizer), got %r" % type(optimizer).__name__)
+    if process_set is not None or groups is not None or num_groups:
+        raise NotImplementedError("DistributedOptimizer: process sets and groups are not "
+                                  "supported (all gradients go in one group)")
+    if gradient_predivide_factor != 1.0:
+        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor is not "
+                                  "supported")
+    if not average_aggregated_gradients and backward_passes_per_step > 1:
+        raise NotImplementedError("DistributedOptimizer: accumulated gradients are always "
+                                  "averaged over the backward passes")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                         % backward_passes_per_step)
+    if getattr(optimizer, "_mtx_dist_class", None) is not None:
+        return optimizer  # already distributed: averaging twice would be wrong
+    if backward_passes_per_step > 1 and optimizer.built:
+        raise ValueError("DistributedOptimizer(backward_passes_per_step > 1) must wrap the "
+                         "optimizer before its first step")
+    base = type(optimizer)
+    cls = type(base.__name__, (base,), {"apply": _distributed_apply,
+                                        "build": _distributed_build})
+    cls.__module__ = base.__module__
+    cls.__qualname__ = base.__qualname__
+    cls._mtx_dist_class = cls
+    optimizer.__class__ = cls
+    optimizer._mtx_op = _resolve_op(op, None, "DistributedOptimizer")
+    optimizer._mtx_sparse_as_dense = bool(sparse_as_dense)
+    optimizer._mtx_compression = compression
+    optimizer._mtx_passes = int(backward_passes_per_step)
+    return optimizer
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 helper has no meaning without a global graph: use
+    broadcast_variables(model.variables, root_rank) or BroadcastGlobalVariablesCallback."""
+    raise NotImplementedError("broadcast_global_variables: use "
+                              "hvd.broadcast_variables(model.variables, root_rank) or "
+                              "hvd.callbacks.BroadcastGlobalVariablesCallback")
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True):
+    """keras.saving.load_model, then the optimizer made distributed (Horovod's load_model)."""
+    import keras
+
+    model = keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)
+    if compile and model.optimizer is not None:
+        DistributedOptimizer(model.optimizer)
+    return model

@@ -1,0 +1,111 @@
+"""Keras 3 callbacks of the Horovod API: broadcast at start, metric averaging, LR warmup."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import mtxcomm.tensorflow as _mtx
+
+
+def _optimizer_variables(model):
+    opt = getattr(model, "optimizer", None)
+    if opt is None:
+        return []
+    if not opt.built and model.trainable_variables:
+        opt.build(model.trainable_variables)
+    return list(opt.variables)
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """At the start of training, sets every rank's model variables and optimizer state to
+    root_rank's, so that all replicas start identical (random initialisation differs between
+    ranks). Put it first in the callbacks list."""
+
+    def __init__(self, root_rank=0, device=""):
+        super().__init__()
+        self.root_rank = int(root_rank)
+        self.broadcast_done = False
+
+    def on_train_begin(self, logs=None):
+        if self.broadcast_done:
+            return
+        _mtx.broadcast_variables(list(self.model.variables) +
+                                 _optimizer_variables(self.model), self.root_rank)
+        self.broadcast_done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """At the end of each epoch, replaces every numeric value in ``logs`` by its average over
+    the ranks (each rank measured only its own data). Put it before callbacks that read the
+    logs (ReduceLROnPlateau, ModelCheckpoint, CSVLogger)."""
+
+    def __init__(self, device=""):
+        super().__init__()
+
+    def _average(self, logs):
+        if not logs:
+            return
+        keys = sorted(k for k, v in logs.items() if np.isscalar(v) or np.ndim(v) == 0)
+        if not keys:
+            return
+        values = tf.constant([float(logs[k]) for k in keys], dtype=tf.float64)
+        averaged = _mtx.allreduce(values, op=_mtx.Average, name="mtxcomm.metric_average")
+        for k, v in zip(keys, averaged.numpy()):
+            logs[k] = float(v)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average(logs)
+
+
+class LearningRateWarmupCallback(keras.callbacks.Callback):
+    """Ramps the learning rate from initial_lr / size() to initial_lr over the first
+    warmup_epochs epochs, batch by batch (Goyal et al., "Accurate, Large Minibatch SGD:
+    Training ImageNet in 1 Hour", 2017): lr(e) = initial_lr / size * (e * (size - 1) /
+    warmup_epochs + 1), e the fractional epoch. Afterwards the rate is left at initial_lr.
+    steps_per_epoch defaults to the one fit() reports. The optimizer's learning rate must be a
+    number or variable, not a schedule."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        super().__init__()
+        if warmup_epochs <= 0:
+            raise ValueError("warmup_epochs must be > 0, got %r" % warmup_epochs)
+        self.initial_lr = float(initial_lr)
+        self.warmup_epochs = float(warmup_epochs)
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self.current_epoch = 0
+
+    def _set_lr(self, lr):
+        opt = self.model.optimizer
+        if isinstance(opt.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or \
+                callable(getattr(opt, "_learning_rate", None)):
+            raise ValueError("LearningRateWarmupCallback: the optimizer's learning rate is a "
+                             "schedule; it needs a number")
+        opt.learning_rate = lr
+
+    def multiplier(self, epoch):
+        n = _mtx.size()
+        return 1.0 / n * (epoch * (n - 1) / self.warmup_epochs + 1)
+
+    def on_train_begin(self, logs=None):
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = self.params.get("steps") or 1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.current_epoch >= self.warmup_epochs:
+            return
+        e = self.current_epoch + float(batch) / self.steps_per_epoch
+        self._set_lr(self.initial_lr * self.multiplier(min(e, self.warmup_epochs)))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == int(np.ceil(self.warmup_epochs)):
+            self._set_lr(self.initial_lr)
+            if self.verbose and _mtx.rank() == 0:
+                print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                      % (epoch + 1, self.initial_lr))
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self.model.optimizer.learning_rate))
