@@ -69,3 +69,14 @@ def rank_values(shape, dtype, rank, offset=0):
     if np.dtype(dtype).kind == "u":
         base = np.abs(base)
     return base.reshape(shape).astype(dtype)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per rank, so that the interleaved output of an mpirun session says who failed."""
+    counts = {k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "error", "skipped")}
+    failed = [r.nodeid for r in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])]
+    terminalreporter.write_line(
+        f"[rank {launched_rank()} of {launched_size()}] "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + (": " + " ".join(failed) if failed else "")
+    )

@@ -13,7 +13,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TF_CPP_MIN_LOG_LEVEL=2
 # A collective waiting for a peer that never comes fails after this many seconds.
 export MTXCOMM_TIMEOUT=${MTXCOMM_TIMEOUT:-120}
-PYTEST=(-m pytest -q -p no:cacheprovider -rfEs ${MTXCOMM_PYTEST_ARGS:-})
+PYTEST=(-m pytest -q -p no:cacheprovider --color=no -rfEs ${MTXCOMM_PYTEST_ARGS:-})
 
 if ! "$PY" -c "import mtxcomm.tensorflow" >/dev/null 2>&1; then
   echo "run_suite: '$PY -c \"import mtxcomm.tensorflow\"' fails; the tests will report it" >&2
@@ -31,7 +31,7 @@ run() {  # run NAME TIMEOUT_S COMMAND...
   [ "$rc" -eq 0 ] || failed+=("$name (exit $rc$([ "$rc" -eq 124 ] && echo ', timed out'))")
 }
 
-MPIRUN=(mpirun --tag-output)
+MPIRUN=(mpirun)
 run "np=1 ops+keras" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" \
   tests/python/test_ops.py tests/python/test_keras.py
 run "np=2 ops+keras" 420 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \

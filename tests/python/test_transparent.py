@@ -118,7 +118,8 @@ def full_np2_run(tmp):
 
 
 def test_mtxrun_module_entry_point_launches_every_rank(tmp):
-    code = "import os; print('launched rank', os.environ.get('OMPI_COMM_WORLD_RANK'))"
+    # one write(2) per rank, so that the two ranks' lines cannot interleave
+    code = "import os; os.write(1, ('launched rank %s\\n' % os.environ.get('OMPI_COMM_WORLD_RANK')).encode())"
     job = Job([sys.executable, "-m", "mtxcomm.run", "-np", "2", "python", "-c", code], cwd=str(tmp), timeout=120)
     job.check_ok()
     assert sorted(re.findall(r"launched rank (\d)", job.stdout)) == ["0", "1"], job.describe()
@@ -164,6 +165,29 @@ def test_transparent_np1_matches_plain_python(plain_run, tmp):
     w = load_npz(tmp / "W1t.npz")
     diffs = [float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(w, plain_run)]
     assert max(diffs) <= 1e-6, f"mtxrun -np 1 --transparent vs plain python: {diffs}"
+
+
+def test_transparent_np2_each_rank_computes_its_half_of_every_batch(tmp):
+    # Without this, a "transparent" mode that trained the whole batches on every rank would pass
+    # the weight comparisons above. The probe records the row ids of every training batch.
+    probe = os.path.join(SCRIPTS, "transparent_probe.py")
+    plain = Job(["python", probe, "probe1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT)
+    plain.check_ok()
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
+              cwd=str(tmp), timeout=JOB_TIMEOUT)
+    job.check_ok()
+    import json
+
+    whole = json.loads((tmp / "probe1.0.json").read_text())["steps"]
+    ranks = [json.loads((tmp / f"probe2.{r}.json").read_text())["steps"] for r in (0, 1)]
+    assert len(whole) == 8 and all(len(b) == 32 for b in whole), whole
+    for r in (0, 1):
+        assert len(ranks[r]) == len(whole), f"rank {r} ran {len(ranks[r])} steps, the 1-process run {len(whole)}"
+    for i, batch in enumerate(whole):
+        a, b = ranks[0][i], ranks[1][i]
+        assert len(a) == len(b) == 16, f"step {i}: rank 0 computed on {len(a)} rows, rank 1 on {len(b)} (want 16 each)"
+        assert not set(a) & set(b), f"step {i}: ranks 0 and 1 computed on the same rows {sorted(set(a) & set(b))}"
+        assert sorted(a + b) == sorted(batch), f"step {i}: the ranks' rows are not the 1-process batch"
 
 
 def test_transparent_checkpoint_written_once(np2_run, tmp):

@@ -20,7 +20,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 import mtxcomm.tensorflow.keras as hvd  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--epochs", type=int, default=15)
+parser.add_argument("--epochs", type=int, default=12)
 parser.add_argument("--checkpoint-dir", default=None)
 args = parser.parse_args()
 
