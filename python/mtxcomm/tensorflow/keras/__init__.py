@@ -35,6 +35,12 @@ def _current_grad_scale():
 def _distributed_apply(self, grads, trainable_variables=None):
     cls = self._mtx_dist_class
     grads = list(grads)
+    if getattr(_step_state, "averaged", False):  # a LossScaleOptimizer around us averaged them
+        if self._mtx_passes > 1:
+            raise NotImplementedError(
+                "backward_passes_per_step > 1 inside a LossScaleOptimizer: wrap the "
+                "LossScaleOptimizer instead, DistributedOptimizer(LossScaleOptimizer(opt), ...)")
+        return super(cls, self).apply(grads, trainable_variables)
     if self._mtx_passes == 1:
         grads = _allreduce_gradients(grads, op=self._mtx_op,
                                      sparse_as_dense=self._mtx_sparse_as_dense,
@@ -91,6 +97,38 @@ def _distributed_build(self, variables):
                                            name="mtxcomm_backward_pass")
 
 
+def _patch_loss_scale_optimizer():
+    """LossScaleOptimizer(DistributedOptimizer(opt)): the loss-scale optimizer decides on its
+    own whether the gradients are finite and skips the inner optimizer when they are not. Ranks
+    could then decide differently and the inner allreduce would pair with another step. So such
+    an outer optimizer averages the (scaled; averaging is linear) gradients first, every rank
+    sees the same values and takes the same branch, and the inner one does not average again."""
+    import keras
+
+    lso = keras.optimizers.LossScaleOptimizer
+    if getattr(lso, "_mtx_patched", False):
+        return
+    original_apply = lso.apply
+
+    def apply(self, grads, trainable_variables=None):
+        inner = getattr(self, "inner_optimizer", None)
+        if getattr(inner, "_mtx_dist_class", None) is None or \
+                getattr(self, "_mtx_dist_class", None) is not None:
+            return original_apply(self, grads, trainable_variables)
+        grads = _allreduce_gradients(list(grads), op=inner._mtx_op,
+                                     sparse_as_dense=inner._mtx_sparse_as_dense,
+                                     compression=inner._mtx_compression,
+                                     scale=_current_grad_scale())
+        _step_state.averaged = True
+        try:
+            return original_apply(self, grads, trainable_variables)
+        finally:
+            _step_state.averaged = False
+
+    lso.apply = apply
+    lso._mtx_patched = True
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
@@ -128,6 +166,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          % backward_passes_per_step)
     if getattr(optimizer, "_mtx_dist_class", None) is not None:
         return optimizer  # already distributed: averaging twice would be wrong
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if getattr(inner, "_mtx_dist_class", None) is not None:
+        return optimizer  # a LossScaleOptimizer around a distributed one averages already
+    _patch_loss_scale_optimizer()
     if backward_passes_per_step > 1 and optimizer.built:
         raise ValueError("DistributedOptimizer(backward_passes_per_step > 1) must wrap the "
                          "optimizer before its first step")

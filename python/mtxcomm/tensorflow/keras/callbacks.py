@@ -61,7 +61,7 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
     """Ramps the learning rate from initial_lr / size() to initial_lr over the first
     warmup_epochs epochs, batch by batch (Goyal et al., "Accurate, Large Minibatch SGD:
     Training ImageNet in 1 Hour", 2017): lr(e) = initial_lr / size * (e * (size - 1) /
-    warmup_epochs + 1), e the fractional epoch. Afterwards the rate is left at initial_lr.
+    warmup_epochs + 1), e the fractional epoch reached at the end of the batch. Afterwards the rate is left at initial_lr.
     steps_per_epoch defaults to the one fit() reports. The optimizer's learning rate must be a
     number or variable, not a schedule."""
 
@@ -98,7 +98,8 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         if self.current_epoch >= self.warmup_epochs:
             return
-        e = self.current_epoch + float(batch) / self.steps_per_epoch
+        # As Horovod: batch b of epoch e uses the rate reached at the end of that batch.
+        e = self.current_epoch + float(batch + 1) / self.steps_per_epoch
         self._set_lr(self.initial_lr * self.multiplier(min(e, self.warmup_epochs)))
 
     def on_epoch_end(self, epoch, logs=None):
