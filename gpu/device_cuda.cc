@@ -93,13 +93,7 @@ class CudaDeviceComm : public DeviceComm {
     MTXCOMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
     std::vector<RankDevice> all(n);
-    CollArgs ag;
-    ag.coll = Collective::kAllgather;
-    ag.sendbuf = &mine;
-    ag.recvbuf = all.data();
-    ag.count = sizeof(RankDevice);
-    ag.dtype = MTXCOMM_UINT8;
-    hostCollective(comm, ag);
+    hostAllgatherBytes(comm, &mine, all.data(), sizeof(RankDevice));
     topo_.nranks = n;
     topo_.ncclBuilt = ncclBuilt();
     topo_.oneNode = topo_.distinctGpus = topo_.oneProcessPerRank = true;
@@ -220,6 +214,16 @@ std::unique_ptr<DeviceComm> DeviceComm::create(Comm& comm, const CollArgs& first
 }
 
 void hostCollective(Comm& comm, const CollArgs& args) { comm.run(args); }
+
+void hostAllgatherBytes(Comm& comm, const void* mine, void* all, size_t bytes) {
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine;
+  ag.recvbuf = all;
+  ag.count = bytes;
+  ag.dtype = MTXCOMM_UINT8;
+  comm.run(ag);
+}
 
 void hostBarrier(Comm& comm) {
   CollArgs b;

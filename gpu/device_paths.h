@@ -27,6 +27,8 @@ class PathRunner {
 // The host collectives a path may use (bootstrap of NCCL and IPC, barriers between stream
 // phases, the staged collectives): comm's own, over its host transport.
 void hostCollective(Comm& comm, const CollArgs& args);
+// all[r * bytes ..] = rank r's mine (bytes each): identities and handles between ranks.
+void hostAllgatherBytes(Comm& comm, const void* mine, void* all, size_t bytes);
 void hostBarrier(Comm& comm);
 
 // NCCL (algos/device_nccl.cc, or gpu/nccl_none.cc without NCCL). Collective over comm: rank 0

@@ -111,7 +111,8 @@ __device__ T reduceOne(const ReduceSources& src, size_t i, int divisor) {
 }
 
 template <typename T, class Op>
-__global__ void reduceKernel(T* dst, ReduceSources src, size_t count, int divisor, bool vector) {
+__global__ void reduceKernel(ReduceTargets dst, ReduceSources src, size_t count, int divisor,
+                             bool vector) {
   using E = Elem<T>;
   using Acc = typename E::Acc;
   constexpr int kPack = 16 / sizeof(T);
@@ -137,17 +138,22 @@ __global__ void reduceKernel(T* dst, ReduceSources src, size_t count, int diviso
       for (int j = 0; j < kPack; ++j) {
         y[j] = E::store(divisor > 1 ? divideBy(acc[j], divisor) : acc[j]);
       }
-      reinterpret_cast<uint4*>(dst)[v] = out;
+      for (int d = 0; d < dst.n; ++d) reinterpret_cast<uint4*>(dst.p[d])[v] = out;
     }
     done = packs * kPack;
   }
-  for (size_t i = done + tid; i < count; i += stride) dst[i] = reduceOne<T, Op>(src, i, divisor);
+  for (size_t i = done + tid; i < count; i += stride) {
+    const T y = reduceOne<T, Op>(src, i, divisor);
+    for (int d = 0; d < dst.n; ++d) static_cast<T*>(dst.p[d])[i] = y;
+  }
 }
 
 template <typename T, class Op>
-void launchTyped(void* dst, const ReduceSources& src, size_t count, int divisor,
+void launchTyped(const ReduceTargets& dst, const ReduceSources& src, size_t count, int divisor,
                  cudaStream_t stream) {
-  bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  bool aligned = true;
+  for (int d = 0; d < dst.n; ++d)
+    aligned = aligned && reinterpret_cast<uintptr_t>(dst.p[d]) % 16 == 0;
   for (int k = 0; k < src.n; ++k)
     aligned = aligned && reinterpret_cast<uintptr_t>(src.p[k]) % 16 == 0;
   constexpr int kThreads = 256;
@@ -155,14 +161,13 @@ void launchTyped(void* dst, const ReduceSources& src, size_t count, int divisor,
   const size_t work = aligned ? count / (16 / sizeof(T)) + 16 : count;
   const unsigned blocks = static_cast<unsigned>(
       std::min(kMaxBlocks, std::max<size_t>(1, (work + kThreads - 1) / kThreads)));
-  reduceKernel<T, Op>
-      <<<blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), src, count, divisor, aligned);
+  reduceKernel<T, Op><<<blocks, kThreads, 0, stream>>>(dst, src, count, divisor, aligned);
   checkCuda(cudaGetLastError(), "reduceKernel launch");
 }
 
 template <typename T>
-void launchOp(mtxcomm_op_t op, void* dst, const ReduceSources& src, size_t count, int divisor,
-              cudaStream_t stream) {
+void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& src, size_t count,
+              int divisor, cudaStream_t stream) {
   switch (op) {
     case MTXCOMM_SUM:
       return launchTyped<T, OpSum>(dst, src, count, divisor, stream);
@@ -181,7 +186,19 @@ void launchOp(mtxcomm_op_t op, void* dst, const ReduceSources& src, size_t count
 
 void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const ReduceSources& src,
                   size_t count, int divisor, cudaStream_t stream) {
+  ReduceTargets one;
+  one.n = 1;
+  one.p[0] = dst;
+  launchReduce(dt, op, one, src, count, divisor, stream);
+}
+
+void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, const ReduceTargets& dst,
+                  const ReduceSources& src, size_t count, int divisor, cudaStream_t stream) {
   if (count == 0) return;
+  if (dst.n < 1 || dst.n > kMaxReduceSources) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: ", dst.n, " targets (1..", kMaxReduceSources,
+         ")");
+  }
   if (src.n < 1 || src.n > kMaxReduceSources) {
     fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: ", src.n, " sources (1..", kMaxReduceSources,
          ")");

@@ -20,6 +20,13 @@ struct ReduceSources {
   int n = 0;
 };
 
+// Where the result goes: every p[k] receives the same values (the cuda_ipc allreduce writes
+// each reduced slice straight into every rank's recvbuf).
+struct ReduceTargets {
+  void* p[kMaxReduceSources] = {};
+  int n = 0;
+};
+
 // Enqueues on stream: dst[i] = op over k of src.p[k][i] for i in [0, count), then, when
 // divisor > 1, dst[i] /= divisor (AVG). op is SUM, PROD, MIN or MAX. The numbers are the
 // host kernels' (lib/reduce.h): integer SUM/PROD wrap, MIN/MAX propagate NaN, float16 and
@@ -29,6 +36,11 @@ struct ReduceSources {
 // MTXCOMM_CUDA_ERROR when the launch fails, MTXCOMM_INVALID_ARGUMENT for a bad dtype or op.
 void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const ReduceSources& src,
                   size_t count, int divisor, cudaStream_t stream);
+// The same, writing the result to every target (each may also be one of the sources, as long
+// as no source is read after a target that aliases it is written: element i is read from
+// every source before it is written anywhere).
+void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, const ReduceTargets& dst,
+                  const ReduceSources& src, size_t count, int divisor, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace mtxcomm

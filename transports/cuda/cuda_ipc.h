@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace mtxcomm {
@@ -30,6 +32,12 @@ class CudaIpcGroup {
   char* scratch(int r) const { return scratch_[r]; }
   size_t scratchBytes() const { return bytes_; }
 
+  // Every rank's view of a device buffer each rank passes (bufs[r] for rank r, this rank's
+  // own pointer for itself): collective, an allgather of (IPC handle of the allocation,
+  // offset) over the host transport; peers' allocations are opened once and cached by handle.
+  // ptr may be NULL (then NULL for that rank).
+  std::vector<char*> exchangeBuffer(const void* ptr);
+
   // Starts a call on stream: it waits for every rank's last recorded phase (earlier calls,
   // maybe on other streams, may still read or write the scratch buffers).
   void beginCall(cudaStream_t stream);
@@ -45,7 +53,8 @@ class CudaIpcGroup {
   Comm& comm_;
   size_t bytes_;
   std::vector<char*> scratch_;
-  std::vector<cudaEvent_t> event_;  // [rank]: own one created, peers' opened
+  std::vector<cudaEvent_t> event_;       // [rank]: own one created, peers' opened
+  std::map<std::string, char*> opened_;  // peers' user allocations, by IPC handle bytes
 };
 
 }  // namespace mtxcomm
