@@ -1,4 +1,4 @@
-// One rank of a multi-process device-buffer job (tests/gpu/gpu_driver.sh starts the ranks
+// One rank of a multi-process device-buffer job (tests/gpu/run_ranks.sh starts the ranks
 // through MTXCOMM_STORE, with MTXCOMM_CUDA_PATH set to the path under test). Every collective,
 // several datatypes and ops, counts that take several chunks of the scratch; inputs written,
 // the call made and the result read back on one stream with no synchronisation in between
@@ -9,63 +9,27 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
-#include "common/gpu_data.h"
+#include "common/gpu_case.h"
 #include "lib/c_api.h"
 
 using mtxcomm::Collective;
-namespace gd = mtxcomm::gpudata;
+namespace td = mtxcomm::testdata;
 
 namespace {
 
 int failures = 0;
 
-#define CHECK_CUDA(call)                                                           \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("FAIL: rank %d: %s: %s\n", rank, #call, cudaGetErrorString(e_)); \
-      ++failures;                                                                  \
-      return;                                                                      \
-    }                                                                              \
-  } while (0)
-
-void runOne(mtxcomm_comm_t comm, int rank, int n, Collective c, mtxcomm_datatype_t dt,
+void runOne(mtxcomm_comm_t comm, int rank, int n, Collective coll, mtxcomm_datatype_t dt,
             mtxcomm_op_t op, size_t count, const std::string& wantPath, cudaStream_t stream) {
-  const size_t es = mtxcomm::datatypeSize(dt);
-  const int root = n - 1;
-  const size_t sendElems = c == Collective::kReduceScatter ? count * n : count;
-  const size_t recvElems = c == Collective::kAllgather ? count * n : count;
-  std::vector<unsigned char> in(sendElems * es), out(recvElems * es);
-  for (size_t i = 0; i < sendElems; ++i) gd::store(dt, in.data(), i, gd::input(rank, i));
-  void *send, *recv;
-  CHECK_CUDA(cudaMalloc(&send, sendElems * es));
-  CHECK_CUDA(cudaMalloc(&recv, recvElems * es));
-  CHECK_CUDA(cudaMemsetAsync(recv, 0, recvElems * es, stream));
-  CHECK_CUDA(cudaMemcpyAsync(send, in.data(), sendElems * es, cudaMemcpyHostToDevice, stream));
-  mtxcomm_result_t r = MTXCOMM_SUCCESS;
-  switch (c) {
-    case Collective::kAllreduce:
-      r = mtxcomm_allreduce(send, recv, count, dt, op, comm, stream);
-      break;
-    case Collective::kBroadcast:
-      r = mtxcomm_broadcast(send, recv, count, dt, root, comm, stream);
-      break;
-    case Collective::kReduce:
-      r = mtxcomm_reduce(send, recv, count, dt, op, root, comm, stream);
-      break;
-    case Collective::kAllgather:
-      r = mtxcomm_allgather(send, recv, count, dt, comm, stream);
-      break;
-    default:
-      r = mtxcomm_reduce_scatter(send, recv, count, dt, op, comm, stream);
-  }
-  const std::string what = std::string(mtxcomm::collectiveName(c)) + " " +
-                           mtxcomm::datatypeName(dt) + " " + mtxcomm::opName(op) + " count " +
-                           std::to_string(count);
+  const td::Case c{coll, "", dt, op, count, false, n - 1};
+  const std::string what = c.describe(n);
+  td::CaseBuffers b(c, rank, n, true);
+  std::string why;
+  const mtxcomm_result_t r = td::runCaseOnDevice(c, b, comm, rank, stream, &why);
   if (r != MTXCOMM_SUCCESS) {
-    std::printf("FAIL: rank %d: %s: %s\n", rank, what.c_str(), mtxcomm_get_last_error(comm));
+    std::printf("FAIL: rank %d: %s: %s%s\n", rank, what.c_str(), why.c_str(),
+                mtxcomm_get_last_error(comm));
     ++failures;
     return;
   }
@@ -75,23 +39,12 @@ void runOne(mtxcomm_comm_t comm, int rank, int n, Collective c, mtxcomm_datatype
                 wantPath.c_str());
     ++failures;
   }
-  CHECK_CUDA(cudaMemcpyAsync(out.data(), recv, recvElems * es, cudaMemcpyDeviceToHost, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  size_t wrong = 0, first = 0;
-  const bool hasResult = c != Collective::kReduce || rank == root;
-  for (size_t i = 0; hasResult && i < recvElems; ++i) {
-    if (gd::load(dt, out.data(), i) != gd::expected(c, op, dt, n, rank, root, count, i)) {
-      if (wrong++ == 0) first = i;
-    }
-  }
-  if (wrong) {
-    std::printf("FAIL: rank %d: %s: %zu wrong, first at %zu: %g, want %g\n", rank, what.c_str(),
-                wrong, first, gd::load(dt, out.data(), first),
-                gd::expected(c, op, dt, n, rank, root, count, first));
+  const td::OutputCheck check = td::checkOutput(b, c, rank, n);
+  if (!check.ok()) {
+    std::printf("FAIL: rank %d: %s: element %zu of %zu is wrong\n", rank, what.c_str(),
+                check.firstWrong, check.checkCount);
     ++failures;
   }
-  cudaFree(send);
-  cudaFree(recv);
 }
 
 }  // namespace

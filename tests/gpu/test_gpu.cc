@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "common/gpu_data.h"
+#include "common/gpu_case.h"
 #include "gpu/device.h"
 #include "gpu/reduce_kernels.h"
 #include "harness.h"
@@ -54,11 +54,38 @@ std::vector<unsigned char> hostReference(mtxcomm_datatype_t dt, mtxcomm_op_t op,
   return out;
 }
 
-bool sameElement(mtxcomm_datatype_t dt, const unsigned char* a, const unsigned char* b) {
+bool isNan(mtxcomm_datatype_t dt, const unsigned char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  switch (dt) {
+    case MTXCOMM_FLOAT16:
+      return std::isnan(halfToFloat(h));
+    case MTXCOMM_BFLOAT16:
+      return std::isnan(bfloat16ToFloat(h));
+    case MTXCOMM_FLOAT32:
+      return std::isnan(*reinterpret_cast<const float*>(p));
+    case MTXCOMM_FLOAT64:
+      return std::isnan(*reinterpret_cast<const double*>(p));
+    default:
+      return false;
+  }
+}
+
+// Element i of a floating buffer set to a quiet NaN.
+void storeNan(mtxcomm_datatype_t dt, unsigned char* buf, size_t i) {
   const size_t es = datatypeSize(dt);
-  if (std::memcmp(a, b, es) == 0) return true;
-  if (!isFloatingType(dt)) return false;
-  return std::isnan(gpudata::load(dt, a, 0)) && std::isnan(gpudata::load(dt, b, 0));
+  const float f = NAN;
+  const double d = NAN;
+  const uint16_t h = dt == MTXCOMM_FLOAT16 ? 0x7e00 : 0x7fc0;
+  std::memcpy(buf + i * es,
+              es == 8   ? static_cast<const void*>(&d)
+              : es == 4 ? static_cast<const void*>(&f)
+                        : static_cast<const void*>(&h),
+              es);
+}
+
+bool sameElement(mtxcomm_datatype_t dt, const unsigned char* a, const unsigned char* b) {
+  return std::memcmp(a, b, datatypeSize(dt)) == 0 || (isNan(dt, a) && isNan(dt, b));
 }
 
 // Every datatype and op, 3 sources, aligned (vector loads) and misaligned by one element
@@ -80,8 +107,8 @@ TEST(GpuKernels, EveryDatatypeAndOpMatchesTheHostKernels) {
             double v = isFloatingType(dt) ? std::uniform_real_distribution<>(-4, 4)(rng)
                                           : std::uniform_int_distribution<>(0, 90)(rng);
             if (op == MTXCOMM_PROD && !isFloatingType(dt)) v = 1 + static_cast<int>(v) % 3;
-            if (isFloatingType(dt) && i % 997 == 5) v = NAN;
-            gpudata::store(dt, s.data(), i, v);
+            testdata::storeValue(dt, s.data(), i, v);
+            if (isFloatingType(dt) && i % 997 == 5) storeNan(dt, s.data(), i);
           }
         }
         const auto want = hostReference(dt, op, src, kCount);
@@ -108,78 +135,29 @@ TEST(GpuKernels, EveryDatatypeAndOpMatchesTheHostKernels) {
             if (first == kCount) first = i;
           }
         }
-        EXPECT_EQ(wrong, 0u) << "first wrong element " << first << ": got "
-                             << gpudata::load(dt, got.data(), first) << ", want "
-                             << gpudata::load(dt, want.data(), first);
+        EXPECT_EQ(wrong, 0u) << "first wrong element " << first;
       }
     }
   }
 }
 
-// Fills rank's inputs on stream, runs the collective on stream and reads the result back on
-// stream, synchronising only the stream at the end: the call must be stream-ordered.
-void runAndCheck(mtxcomm_comm_t comm, int rank, int n, Collective c, mtxcomm_datatype_t dt,
+// One case on device buffers (common/gpu_case.h: inputs, call and result all on one stream),
+// checked against the closed-form output, and the path it took.
+void runAndCheck(mtxcomm_comm_t comm, int rank, int n, Collective coll, mtxcomm_datatype_t dt,
                  mtxcomm_op_t op, size_t count, bool inPlace, const char* wantPath) {
-  SCOPED_TRACE(::testing::Message()
-               << collectiveName(c) << " " << datatypeName(dt) << " " << opName(op) << " count "
-               << count << (inPlace ? " in place" : ""));
-  const size_t es = datatypeSize(dt);
-  const int root = n - 1;
-  const size_t sendElems = c == Collective::kReduceScatter ? count * n : count;
-  const size_t recvElems = c == Collective::kAllgather ? count * n : count;
-  std::vector<unsigned char> in(std::max<size_t>(1, sendElems * es));
-  for (size_t i = 0; i < sendElems; ++i) gpudata::store(dt, in.data(), i, gpudata::input(rank, i));
+  const testdata::Case c{coll, "", dt, op, count, inPlace, n - 1};
+  SCOPED_TRACE(c.describe(n));
+  testdata::CaseBuffers b(c, rank, n, true);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  char *send = nullptr, *recv = nullptr;
-  CUDA_OK(cudaMalloc(&recv, std::max<size_t>(1, recvElems * es)));
-  CUDA_OK(cudaMemsetAsync(recv, 0, std::max<size_t>(1, recvElems * es), stream));
-  if (inPlace) {
-    send = c == Collective::kAllgather ? recv + rank * count * es : recv;
-    if (c == Collective::kReduceScatter) send = nullptr;  // not tested in place
-  } else {
-    CUDA_OK(cudaMalloc(&send, std::max<size_t>(1, sendElems * es)));
-  }
-  if (send) {
-    CUDA_OK(cudaMemcpyAsync(send, in.data(), sendElems * es, cudaMemcpyHostToDevice, stream));
-  }
-  mtxcomm_result_t r = MTXCOMM_SUCCESS;
-  switch (c) {
-    case Collective::kAllreduce:
-      r = mtxcomm_allreduce(send, recv, count, dt, op, comm, stream);
-      break;
-    case Collective::kBroadcast:
-      r = mtxcomm_broadcast(send, recv, count, dt, root, comm, stream);
-      break;
-    case Collective::kReduce:
-      r = mtxcomm_reduce(send, recv, count, dt, op, root, comm, stream);
-      break;
-    case Collective::kAllgather:
-      r = mtxcomm_allgather(send, recv, count, dt, comm, stream);
-      break;
-    case Collective::kReduceScatter:
-      r = mtxcomm_reduce_scatter(send, recv, count, dt, op, comm, stream);
-      break;
-    default:
-      break;
-  }
-  ASSERT_EQ(r, MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comm);
+  std::string why;
+  const mtxcomm_result_t r = testdata::runCaseOnDevice(c, b, comm, rank, stream, &why);
+  cudaStreamDestroy(stream);
+  ASSERT_EQ(r, MTXCOMM_SUCCESS) << why << mtxcomm_get_last_error(comm);
   EXPECT_EQ(unwrapComm(comm)->lastAlgorithm(), count == 0 ? "local" : wantPath);
-  std::vector<unsigned char> out(std::max<size_t>(1, recvElems * es));
-  CUDA_OK(cudaMemcpyAsync(out.data(), recv, recvElems * es, cudaMemcpyDeviceToHost, stream));
-  CUDA_OK(cudaStreamSynchronize(stream));
-  const bool hasResult = c != Collective::kReduce || rank == root;
-  size_t wrong = 0;
-  for (size_t i = 0; hasResult && i < recvElems; ++i) {
-    const double want = gpudata::expected(c, op, dt, n, rank, root, count, i);
-    if (gpudata::load(dt, out.data(), i) != want) ++wrong;
-  }
-  EXPECT_EQ(wrong, 0u);
-  if (!inPlace) {
-    CUDA_OK(cudaFree(send));
-  }
-  CUDA_OK(cudaFree(recv));
-  CUDA_OK(cudaStreamDestroy(stream));
+  const testdata::OutputCheck check = testdata::checkOutput(b, c, rank, n);
+  EXPECT_TRUE(check.ok()) << "first wrong element " << check.firstWrong << " of "
+                          << check.checkCount;
 }
 
 TEST(GpuCollectives, EveryCollectiveOnDeviceBuffersThroughHostStaging) {
