@@ -15,17 +15,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/gpu_case.h"
 #include "gpu/reduce_kernels.h"
 #include "lib/c_api.h"
 #include "lib/dtype.h"
 #include "lib/reduce.h"
 #include "mtxcomm/mtxcomm.h"
-#include "tests/common/gpu_data.h"
 
 namespace {
+
+namespace td = mtxcomm::testdata;
 
 struct Failure {
   std::string what;
@@ -175,39 +178,21 @@ int run(const Options& o) {
   }
   int failures = 0;
   for (size_t bytes = std::max(minBytes, es * n); bytes <= maxBytes; bytes *= 4) {
-    // Size is the whole array (nccl-tests); count is the call's count argument.
+    // Size is the whole array (nccl-tests); count is the call's count argument. Inputs and
+    // expected outputs: the closed-form test data (tests/common/test_data.h).
     const bool perRank =
         coll == mtxcomm::Collective::kAllgather || coll == mtxcomm::Collective::kReduceScatter;
-    const size_t total = bytes / es / (perRank ? n : 1) * (perRank ? n : 1);
-    const size_t count = perRank ? total / n : total;
-    const size_t sendElems = coll == mtxcomm::Collective::kAllgather ? count : total;
-    const size_t recvElems = coll == mtxcomm::Collective::kReduceScatter ? count : total;
-    void *send, *recv;
-    cuda(cudaMalloc(&send, sendElems * es), "cudaMalloc");
-    cuda(cudaMalloc(&recv, recvElems * es), "cudaMalloc");
-    std::vector<unsigned char> host(std::max(sendElems, recvElems) * es);
-    for (size_t i = 0; i < sendElems; ++i)
-      mtxcomm::gpudata::store(*dt, host.data(), i, mtxcomm::gpudata::input(rank, i));
-    cuda(cudaMemcpy(send, host.data(), sendElems * es, cudaMemcpyHostToDevice), "cudaMemcpy");
+    const size_t count = bytes / es / (perRank ? n : 1);
+    const size_t total = count * (perRank ? n : 1);
+    const td::Case c{coll, "", *dt, *op, count, false, o.root};
+    td::CaseBuffers b(c, rank, n, true);
+    td::DeviceCaseBuffers d(b);
+    cuda(d.error, "cudaMalloc");
+    cuda(cudaMemcpy(d.send, b.sendStore.data(), b.sendStore.size(), cudaMemcpyHostToDevice),
+         "cudaMemcpy");
     auto call = [&] {
-      mtxcomm_result_t r = MTXCOMM_SUCCESS;
-      switch (coll) {
-        case mtxcomm::Collective::kAllreduce:
-          r = mtxcomm_allreduce(send, recv, count, *dt, *op, comm, stream);
-          break;
-        case mtxcomm::Collective::kBroadcast:
-          r = mtxcomm_broadcast(send, recv, count, *dt, o.root, comm, stream);
-          break;
-        case mtxcomm::Collective::kReduce:
-          r = mtxcomm_reduce(send, recv, count, *dt, *op, o.root, comm, stream);
-          break;
-        case mtxcomm::Collective::kAllgather:
-          r = mtxcomm_allgather(send, recv, count, *dt, comm, stream);
-          break;
-        default:
-          r = mtxcomm_reduce_scatter(send, recv, count, *dt, *op, comm, stream);
-      }
-      check(r, comm, o.collective.c_str());
+      check(td::callCollective(c, comm, rank, d.sendArg, d.recvArg, stream), comm,
+            o.collective.c_str());
     };
     for (int k = 0; k < o.warmup; ++k) call();
     cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -221,14 +206,18 @@ int run(const Options& o) {
           "allreduce");
     unsigned long long wrong = 0;
     if (o.check) {
-      cuda(cudaMemset(recv, 0, recvElems * es), "cudaMemset");
+      // The receive buffer poisoned again, one more call, every element compared.
+      cuda(cudaMemcpy(d.recv, b.recvStore.data(), b.recvStore.size(), cudaMemcpyHostToDevice),
+           "cudaMemcpy");
       call();
       cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      const bool hasResult = coll != mtxcomm::Collective::kReduce || rank == o.root;
-      cuda(cudaMemcpy(host.data(), recv, recvElems * es, cudaMemcpyDeviceToHost), "cudaMemcpy");
-      for (size_t i = 0; hasResult && i < recvElems; ++i) {
-        const double want = mtxcomm::gpudata::expected(coll, *op, *dt, n, rank, o.root, count, i);
-        if (mtxcomm::gpudata::load(*dt, host.data(), i) != want) ++wrong;
+      cuda(cudaMemcpy(b.recvStore.data(), d.recv, b.recvStore.size(), cudaMemcpyDeviceToHost),
+           "cudaMemcpy");
+      std::vector<char> expect(b.outCount * b.es + 1);
+      const size_t checked =
+          td::storeExpectedOutput(c, rank, n, b.inCount, b.outCount, expect.data());
+      for (size_t i = 0; i < checked; ++i) {
+        wrong += std::memcmp(expect.data() + i * b.es, b.recvArg + i * b.es, b.es) != 0;
       }
       check(mtxcomm_allreduce(&wrong, &wrong, 1, MTXCOMM_UINT64, MTXCOMM_SUM, comm, nullptr), comm,
             "allreduce");
@@ -242,8 +231,6 @@ int run(const Options& o) {
       std::fflush(stdout);
     }
     failures += wrong > 0;
-    cudaFree(send);
-    cudaFree(recv);
   }
   cudaStreamDestroy(stream);
   mtxcomm_comm_destroy(comm);
