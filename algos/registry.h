@@ -37,6 +37,9 @@ struct CollArgs {
   mtxcomm_op_t op = MTXCOMM_SUM;
   int root = 0;
   size_t elemSize = 4;
+  // The cudaStream_t of a call on device buffers (nullptr: the legacy default stream); always
+  // nullptr for host buffers. Only gpu/ looks at it.
+  void* stream = nullptr;
   // Bytes one rank contributes, the quantity selection rules use.
   size_t bytes() const { return count * elemSize; }
 };

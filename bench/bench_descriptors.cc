@@ -32,8 +32,8 @@ size_t allreduceWrong(const BenchContext& ctx, const Layout& l, const Buffers& b
   return ctx.data->countWrongReduced(0, l.count, b.recv.data());
 }
 mtxcomm_result_t allreduceRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
-  return mtxcomm_allreduce(ctx.inPlace ? b.recv.data() : b.send.data(), b.recv.data(), l.count,
-                           ctx.dtype, ctx.op, ctx.comm, nullptr);
+  return mtxcomm_allreduce(b.dev(ctx.inPlace ? b.recv.data() : b.send.data()), b.dev(b.recv.data()),
+                           l.count, ctx.dtype, ctx.op, ctx.comm, ctx.stream);
 }
 int allreduceMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
   return MPI_Allreduce(ctx.inPlace ? MPI_IN_PLACE : b.send.data(), b.recv.data(),
@@ -56,7 +56,8 @@ size_t broadcastWrong(const BenchContext& ctx, const Layout& l, const Buffers& b
 }
 mtxcomm_result_t broadcastRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
   const void* send = ctx.rank != ctx.root ? nullptr : ctx.inPlace ? b.recv.data() : b.send.data();
-  return mtxcomm_broadcast(send, b.recv.data(), l.count, ctx.dtype, ctx.root, ctx.comm, nullptr);
+  return mtxcomm_broadcast(b.dev(send), b.dev(b.recv.data()), l.count, ctx.dtype, ctx.root,
+                           ctx.comm, ctx.stream);
 }
 // MPI_Bcast has one buffer: out of place, the root copies send to recv first, which is what
 // mtxcomm_broadcast must do on the root too.
@@ -82,8 +83,8 @@ size_t reduceWrong(const BenchContext& ctx, const Layout& l, const Buffers& b, b
 }
 mtxcomm_result_t reduceRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
   void* recv = b.recv.empty() ? nullptr : b.recv.data();
-  return mtxcomm_reduce(ctx.inPlace ? b.recv.data() : b.send.data(), recv, l.count, ctx.dtype,
-                        ctx.op, ctx.root, ctx.comm, nullptr);
+  return mtxcomm_reduce(b.dev(ctx.inPlace ? b.recv.data() : b.send.data()), b.dev(recv), l.count,
+                        ctx.dtype, ctx.op, ctx.root, ctx.comm, ctx.stream);
 }
 int reduceMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
   const int count = static_cast<int>(l.count);
@@ -115,7 +116,8 @@ size_t allgatherWrong(const BenchContext& ctx, const Layout& l, const Buffers& b
 }
 mtxcomm_result_t allgatherRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
   const void* send = ctx.inPlace ? at(b.recv, ctx, ctx.rank * l.count) : b.send.data();
-  return mtxcomm_allgather(send, b.recv.data(), l.count, ctx.dtype, ctx.comm, nullptr);
+  return mtxcomm_allgather(b.dev(send), b.dev(b.recv.data()), l.count, ctx.dtype, ctx.comm,
+                           ctx.stream);
 }
 int allgatherMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
   const int count = static_cast<int>(l.count);
@@ -145,7 +147,8 @@ size_t reduceScatterWrong(const BenchContext& ctx, const Layout& l, const Buffer
 }
 mtxcomm_result_t reduceScatterRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
   void* recv = ctx.inPlace ? at(b.send, ctx, ctx.rank * l.count) : b.recv.data();
-  return mtxcomm_reduce_scatter(b.send.data(), recv, l.count, ctx.dtype, ctx.op, ctx.comm, nullptr);
+  return mtxcomm_reduce_scatter(b.dev(b.send.data()), b.dev(recv), l.count, ctx.dtype, ctx.op,
+                                ctx.comm, ctx.stream);
 }
 int reduceScatterMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
   return MPI_Reduce_scatter_block(

@@ -31,6 +31,7 @@ struct BenchContext {
   MPI_Datatype mpiType = MPI_DATATYPE_NULL;  // MPI_DATATYPE_NULL without --vs-mpi
   MPI_Op mpiOp = MPI_OP_NULL;
   const TestData* data = nullptr;
+  void* stream = nullptr;  // -d cuda: the cudaStream_t of every mtxcomm call
 };
 
 // One message size, as the descriptor lays it out.
@@ -42,9 +43,23 @@ struct Layout {
   double algBytes = 0;   // bytes algbw is computed from (nccl-tests convention)
 };
 
+// The host buffers the descriptors fill and check. With -d cuda the calls run on device
+// copies of the same sizes (dsend, drecv; the driver copies between them), and the
+// descriptors pass dev(p), the device address of host address p.
 struct Buffers {
   std::vector<unsigned char> send;
   std::vector<unsigned char> recv;
+  unsigned char* dsend = nullptr;
+  unsigned char* drecv = nullptr;
+  template <class T>
+  T* dev(T* p) const {
+    const auto* c = reinterpret_cast<const unsigned char*>(p);
+    if (!p || (!dsend && !drecv)) return p;
+    if (dsend && c >= send.data() && c < send.data() + send.size()) {
+      return reinterpret_cast<T*>(dsend + (c - send.data()));
+    }
+    return reinterpret_cast<T*>(drecv + (c - recv.data()));
+  }
 };
 
 struct CollDescriptor {

@@ -34,6 +34,7 @@
 
 #include "bench/bench_data.h"
 #include "bench/bench_descriptors.h"
+#include "bench/bench_device.h"
 #include "lib/c_api.h"
 #include "lib/dtype.h"
 
@@ -61,8 +62,9 @@ struct Options {
   std::string op = "sum";
   int root = 0;
   std::string json;
-  bool rootGiven = false;  // -r on the command line
-  bool opGiven = false;    // -o on the command line
+  std::string device = "host";  // -d: host or cuda (device buffers)
+  bool rootGiven = false;       // -r on the command line
+  bool opGiven = false;         // -o on the command line
 };
 
 // A bad command line or configuration: rank 0 prints it, every rank exits with status 2.
@@ -254,7 +256,18 @@ class SizeRun {
     MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!allOk) throw ReportedFailure("buffer allocation failed");
     desc_.fillInput(ctx_, layout_, bufs_);
+    if (ctx_.stream) {
+      if (!bufs_.send.empty()) bufs_.dsend = static_cast<unsigned char*>(deviceAlloc(sendBytes));
+      bufs_.drecv = static_cast<unsigned char*>(deviceAlloc(recvBytes));
+      toDevice();
+    }
   }
+  ~SizeRun() {
+    if (bufs_.dsend) deviceFree(bufs_.dsend);
+    if (bufs_.drecv) deviceFree(bufs_.drecv);
+  }
+  SizeRun(const SizeRun&) = delete;
+  SizeRun& operator=(const SizeRun&) = delete;
 
   // Runs iters calls of one library after a barrier. Returns the seconds this rank spent in the
   // calls; with check, adds the wrong elements of every call to *wrong.
@@ -263,6 +276,7 @@ class SizeRun {
     if (!check_) {
       const double t0 = MPI_Wtime();
       for (int k = 0; k < iters; ++k) call(mpi);
+      if (ctx_.stream) streamSync(ctx_.stream);  // device calls return before they finish
       return MPI_Wtime() - t0;
     }
     double seconds = 0;
@@ -271,15 +285,28 @@ class SizeRun {
       // in-place call overwrote.
       std::memset(bufs_.recv.data(), 0xA5, bufs_.recv.size());
       if (ctx_.inPlace) desc_.fillInput(ctx_, layout_, bufs_);
+      if (ctx_.stream) toDevice();
       const double t0 = MPI_Wtime();
       call(mpi);
+      if (ctx_.stream) streamSync(ctx_.stream);
       seconds += MPI_Wtime() - t0;
+      if (ctx_.stream) toHost();
       *wrong += desc_.countWrong(ctx_, layout_, bufs_, mpi);
     }
     return seconds;
   }
 
  private:
+  // -d cuda: the host buffers' contents to their device copies and back.
+  void toDevice() {
+    if (bufs_.dsend) copyToDevice(bufs_.dsend, bufs_.send.data(), bufs_.send.size());
+    copyToDevice(bufs_.drecv, bufs_.recv.data(), bufs_.recv.size());
+  }
+  void toHost() {
+    if (bufs_.dsend) copyToHost(bufs_.send.data(), bufs_.dsend, bufs_.send.size());
+    copyToHost(bufs_.recv.data(), bufs_.drecv, bufs_.recv.size());
+  }
+
   void call(bool mpi) {
     if (mpi) {
       const int rc = desc_.runMpi(ctx_, layout_, bufs_);
@@ -424,6 +451,12 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
                                            std::to_string(unitBytes) + " bytes at least)"));
   }
   if (!opt.algo.empty()) checkAlgorithm(desc, opt.algo);
+  if (opt.device != "host" && opt.device != "cuda") {
+    throw UsageError("-d " + opt.device + ": expected host or cuda");
+  }
+  if (opt.device == "cuda" && opt.vsMpi) {
+    throw UsageError("--vs-mpi is unsupported with -d cuda: the MPI baseline runs on host buffers");
+  }
   if (opt.vsMpi && hasData) {
     ctx.mpiType = mpiDatatype(ctx.dtype);
     if (ctx.mpiType == MPI_DATATYPE_NULL) {
@@ -476,6 +509,21 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
       comm, &mtxcomm_comm_destroy);
   const TestData data(ctx.dtype, ctx.op, ctx.nranks);
   ctx.data = &data;
+  // -d cuda: device buffers on GPU rank % devices, one stream for every call. Every rank
+  // learns together whether every rank could set its device up.
+  std::unique_ptr<void, decltype(&destroyDeviceStream)> streamGuard(nullptr, &destroyDeviceStream);
+  if (opt.device == "cuda" && hasData) {
+    int ok = 1, allOk = 0;
+    try {
+      streamGuard.reset(deviceStream(ctx.rank));
+      ctx.stream = streamGuard.get();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mtxcomm_bench: rank %d: %s\n", ctx.rank, e.what());
+      ok = 0;
+    }
+    MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!allOk) throw ReportedFailure("device setup failed");
+  }
 
   // Header.
   Table table;
@@ -509,6 +557,11 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
                 reduces ? opName(ctx.op) : "", ctx.nranks, unwrapComm(comm)->transportName(),
                 ctx.inPlace ? "in-place" : "out-of-place", opt.check ? "on" : "off");
     std::printf("# %s\n", desc.sizeNote);
+    if (ctx.stream) {
+      std::printf(
+          "# Buffers: device memory (-d cuda), one stream; latency includes waiting for "
+          "the stream; the Algorithm column names the device path\n");
+    }
     if (unitBytes > ctx.elemSize) {
       std::printf(
           "# Sizes are rounded down to a multiple of n * elemsize = %zu bytes; smaller "
@@ -738,6 +791,9 @@ int main(int argc, char** argv) {
   app.add_flag("--in-place", opt.inPlace, "in place (NCCL buffer conventions)");
   app.add_flag("--vs-mpi", opt.vsMpi, "also time the same MPI collective, interleaved");
   app.add_option("--json", opt.json, "also write every row as JSON to FILE (rank 0)");
+  app.add_option("-d,--device", opt.device,
+                 "where the buffers live: host (default) or cuda (device buffers on GPU rank % "
+                 "devices, one stream; needs a CUDA build)");
 
   int rc = 0;
   try {

@@ -51,21 +51,15 @@ Comm& checked(mtxcomm_comm_t comm) {
   return *comm->impl;
 }
 
-void checkStream(void* stream, const char* coll) {
-  if (stream) {
-    mtxcomm::fail(MTXCOMM_UNSUPPORTED, coll,
-                  ": stream must be NULL (device buffers are not supported by this build)");
-  }
-}
-
 mtxcomm_result_t collective(mtxcomm_comm_t comm, const CollArgs& args, void* stream) {
   if (!comm) {
     t_lastInitError = "comm is NULL";
     return MTXCOMM_INVALID_ARGUMENT;
   }
   return guarded(comm, [&] {
-    checkStream(stream, mtxcomm::collectiveName(args.coll));
-    checked(comm).run(args);
+    CollArgs a = args;
+    a.stream = stream;  // device buffers: gpu/device.h
+    checked(comm).run(a);
   });
 }
 

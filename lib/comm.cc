@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algos/schedule.h"
+#include "gpu/device.h"
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/executor.h"
@@ -170,12 +171,18 @@ void Comm::run(const CollArgs& user) {
   // carries a different sequence number than the others' current one, so the ranks never pair
   // different calls (the sequence is the message tag and part of the shm call signature).
   ++seq_;
+  bool onDevice = false;
   try {
     checkArgs(user, me, n);
+    onDevice = gpu::isDeviceCall(user, me);
   } catch (const Error& e) {
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
   currentCall_ = user;
+  if (onDevice) {
+    runOnDevice(user);
+    return;
+  }
   CollArgs args = user;
   args.elemSize = datatypeSize(user.dtype);
   if (user.coll == Collective::kBarrier) args.elemSize = 1;
@@ -245,18 +252,42 @@ void Comm::runAlgorithm(const CollArgs& args) {
     executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
                     config_.timeoutSeconds);
   } catch (const Error& e) {
-    std::string msg =
-        strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (algorithm ",
-               sel.algorithm->name, ", ", args.count, " x ", datatypeName(args.dtype),
-               ", transport ", sel.algorithm->run ? "shm" : transport_->name(), "): ", e.what());
-    poison(msg);
-    MTXCOMM_LOG(kError, me, msg);
-    // Tell the peers this rank has left the collective, so that those waiting on it fail now
-    // (naming this rank and, where the transport carries it, this error) instead of timing out.
-    transport_->abort(msg);
-    if (shm_) shm_->abort(msg);
-    throw Error(e.code(), msg);
+    failCall(
+        args,
+        strCat("algorithm ", sel.algorithm->name, ", ", args.count, " x ", datatypeName(args.dtype),
+               ", transport ", sel.algorithm->run ? "shm" : transport_->name()),
+        e);
   }
+}
+
+void Comm::runOnDevice(const CollArgs& args) {
+  try {
+    if (!device_) device_ = gpu::DeviceComm::create(*this, args);
+    lastAlgorithm_ = device_->run(args);
+  } catch (const Error& e) {
+    const std::string what =
+        strCat("device buffers, ", args.count, " x ", datatypeName(args.dtype));
+    // Refused before any byte moved (a buffer on another device, a forced path that cannot
+    // take the call): the communicator stays usable, as for any invalid argument.
+    if (e.code() == MTXCOMM_INVALID_ARGUMENT || e.code() == MTXCOMM_UNSUPPORTED) {
+      throw Error(e.code(), strCat("rank ", rank(), " of ", size(), ": ", collectiveName(args.coll),
+                                   " (", what, "): ", e.what()));
+    }
+    failCall(args, what, e);
+  }
+}
+
+void Comm::failCall(const CollArgs& args, const std::string& what, const Error& e) {
+  const int n = size(), me = rank();
+  std::string msg =
+      strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (", what, "): ", e.what());
+  poison(msg);
+  MTXCOMM_LOG(kError, me, msg);
+  // Tell the peers this rank has left the collective, so that those waiting on it fail now
+  // (naming this rank and, where the transport carries it, this error) instead of timing out.
+  transport_->abort(msg);
+  if (shm_) shm_->abort(msg);
+  throw Error(e.code(), msg);
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key) {

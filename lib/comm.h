@@ -17,6 +17,10 @@
 
 namespace mtxcomm {
 
+namespace gpu {
+class DeviceComm;
+}
+
 class Comm {
  public:
   // context_id is identical on every rank and distinct among communicators sharing channels.
@@ -58,10 +62,16 @@ class Comm {
  private:
   void checkUsable(const char* what) const;
   void runAlgorithm(const CollArgs& args);
+  // A call on device buffers (gpu/device.h); its own error handling, like runAlgorithm's.
+  void runOnDevice(const CollArgs& args);
+  // A communication failure of a call: poisons the communicator, tells the peers, and throws
+  // e's code with "rank r of n: collective (what): e".
+  [[noreturn]] void failCall(const CollArgs& args, const std::string& what, const Error& e);
   void poison(const std::string& message);
 
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ShmGroup> shm_;
+  std::unique_ptr<gpu::DeviceComm> device_;  // made by the first call on device buffers
   Config config_;
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)

@@ -158,6 +158,25 @@ const std::vector<ConfigVar>& configVars() {
          "transparent mode: standard output of rank 0 only, or of all ranks "
          "(`mtxrun --all-ranks-output`)",
          {"rank0", "all"}},
+        {"MTXCOMM_CUDA_PATH",
+         "enum",
+         "auto",
+         "path of collectives on device buffers: auto (nccl when every rank has its own GPU, "
+         "else cuda_ipc on one node, else host_staging), nccl, cuda_ipc, host_staging, ucx_cuda "
+         "(not built yet); a forced path that cannot take a call fails it with "
+         "MTXCOMM_UNSUPPORTED",
+         {"auto", "nccl", "cuda_ipc", "host_staging", "ucx_cuda"}},
+        {"MTXCOMM_CUDA_IPC_BYTES",
+         "bytes",
+         "64M",
+         "device scratch per rank of the cuda_ipc path, mapped by its peers; larger calls run "
+         "in chunks of this (1M..16G)",
+         {}},
+        {"MTXCOMM_CUDA_STAGING_BYTES",
+         "bytes",
+         "4M",
+         "pinned host chunk of the host_staging path (two per communicator; 64K..1G)",
+         {}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);
@@ -218,6 +237,12 @@ Config Config::fromEnvironment() {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
       c.shmSlotBytes = parseBytes(name, v, 4096, size_t{64} << 20);
+    } else if (var.name == "MTXCOMM_CUDA_PATH") {
+      c.cudaPath = v;
+    } else if (var.name == "MTXCOMM_CUDA_IPC_BYTES") {
+      c.cudaIpcBytes = parseBytes(name, v, size_t{1} << 20, size_t{16} << 30);
+    } else if (var.name == "MTXCOMM_CUDA_STAGING_BYTES") {
+      c.cudaStagingBytes = parseBytes(name, v, size_t{64} << 10, size_t{1} << 30);
     } else {
       for (int k = 0; k < kNumCollectives; ++k) {
         if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
@@ -259,6 +284,9 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));
   out.push_back(strCat("MTXCOMM_TRANSPARENT=", transparent));
   out.push_back(strCat("MTXCOMM_TRANSPARENT_OUTPUT=", transparentOutput));
+  out.push_back(strCat("MTXCOMM_CUDA_PATH=", cudaPath));
+  out.push_back(strCat("MTXCOMM_CUDA_IPC_BYTES=", cudaIpcBytes));
+  out.push_back(strCat("MTXCOMM_CUDA_STAGING_BYTES=", cudaStagingBytes));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

@@ -31,12 +31,15 @@ struct Config {
   size_t segmentBytes = 1 << 20;        // MTXCOMM_SEGMENT_BYTES
   std::string transport = "auto";       // MTXCOMM_TRANSPORT
   std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto"};
-  int rank = -1;                    // MTXCOMM_RANK (-1: unset)
-  int size = -1;                    // MTXCOMM_SIZE (-1: unset)
-  std::string store;                // MTXCOMM_STORE
-  std::string tcpHost;              // MTXCOMM_TCP_HOST
-  std::string shm = "auto";         // MTXCOMM_SHM
-  size_t shmSlotBytes = 256 << 10;  // MTXCOMM_SHM_SLOT_BYTES
+  int rank = -1;                              // MTXCOMM_RANK (-1: unset)
+  int size = -1;                              // MTXCOMM_SIZE (-1: unset)
+  std::string store;                          // MTXCOMM_STORE
+  std::string tcpHost;                        // MTXCOMM_TCP_HOST
+  std::string shm = "auto";                   // MTXCOMM_SHM
+  size_t shmSlotBytes = 256 << 10;            // MTXCOMM_SHM_SLOT_BYTES
+  std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH
+  size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES
+  size_t cudaStagingBytes = size_t{4} << 20;  // MTXCOMM_CUDA_STAGING_BYTES
   // Read by framework bindings through mtxcomm_config_get().
   double cycleTimeSeconds = 0.001;    // MTXCOMM_CYCLE_TIME
   size_t fusionBytes = 64 << 20;      // MTXCOMM_FUSION_BYTES

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "algos/registry.h"
+#include "gpu/device.h"
 #include "lib/config.h"
 #include "lib/error.h"
 #include "lib/init.h"
@@ -27,9 +28,8 @@ int main(int argc, char** argv) {
               MTXCOMM_BUILD_WITH_MPI, MTXCOMM_BUILD_MPI_VERSION, MTXCOMM_BUILD_WITH_UCX,
               MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
               MTXCOMM_BUILD_WITH_TENSORFLOW);
-  std::printf(
-      "  (UCX, CUDA, NCCL, hwloc and TensorFlow are detected but no component uses them "
-      "yet)\n");
+  std::printf("  (UCX, hwloc and TensorFlow are detected but no component uses them yet)\n");
+  std::printf("  device buffers: %s\n", mtxcomm::gpu::deviceSummary().c_str());
   std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
 #ifdef MTXCOMM_HAVE_MPI
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");
@@ -39,6 +39,12 @@ int main(int argc, char** argv) {
   std::printf("\nalgorithms:\n");
   for (const mtxcomm::Algorithm& a : mtxcomm::algorithms()) {
     std::printf("  %-15s %-19s %s\n", mtxcomm::collectiveName(a.coll), a.name, a.description);
+  }
+
+  std::printf("\ndevice paths (collectives on device buffers, MTXCOMM_CUDA_PATH):\n");
+  for (int p = 0; p < mtxcomm::gpu::kNumDevicePaths; ++p) {
+    const auto path = static_cast<mtxcomm::gpu::DevicePath>(p);
+    std::printf("  %s\n", mtxcomm::gpu::devicePathName(path));
   }
 
   std::printf("\nconfiguration (environment):\n");

@@ -21,26 +21,50 @@
  *   sendbuf + rank*recvcount == recvbuf. Any other overlap of send and receive buffers is
  *   MTXCOMM_INVALID_ARGUMENT. An out-of-place call never writes its send buffer.
  * - count 0 succeeds on every rank and keeps the ranks in step (buffers may then be NULL).
- * - stream must be NULL: buffers are host memory. (Device buffers are not supported yet:
- *   a non-NULL stream is MTXCOMM_UNSUPPORTED.)
+ * - Host buffers: stream must be NULL; the call is blocking.
+ *
+ * Device buffers (builds with CUDA; mtxcomm_info says whether this one has it)
+ * ----------------------------------------------------------------------------
+ * - A buffer is device memory when cudaPointerGetAttributes reports device or managed memory
+ *   (checked only when a CUDA device is visible). sendbuf and recvbuf of one call are both
+ *   host or both device memory, on one device: the device of the communicator's first call on
+ *   device buffers. Shapes, counts (elements) and in-place rules are those of host buffers.
+ *   Every rank of a call passes device buffers, or none does.
+ * - stream is a cudaStream_t (NULL: the legacy default stream). The call is stream-ordered: it
+ *   starts after the work enqueued earlier on stream and later work on stream sees its result;
+ *   it waits through events, never synchronises the device, and returns without waiting for
+ *   the GPU where the path allows (nccl, cuda_ipc: enqueue only; host_staging waits on the host
+ *   for its own copies from stream). recvbuf is valid once stream reaches the call's end.
+ * - The path is chosen per call from values every rank agrees on, and logged at
+ *   MTXCOMM_LOG_LEVEL=DEBUG: nccl (every rank on its own GPU), cuda_ipc (ranks on one node,
+ *   one process per rank, GPUs shared or not), host_staging (pinned host buffers, any
+ *   communicator); MTXCOMM_CUDA_PATH forces one (ucx_cuda is not built yet).
+ * - Numbers are those above on every path (the nccl path is not used where NCCL's differ:
+ *   16-bit sums on more than 2 ranks, floating MIN/MAX).
+ * - Errors: a failed CUDA or NCCL call is MTXCOMM_CUDA_ERROR naming the call and CUDA's
+ *   message (the communicator is then poisoned, as for a failed peer). Mixed host/device
+ *   buffers, buffers on another device, or a stream with host buffers are
+ *   MTXCOMM_INVALID_ARGUMENT; a stream without CUDA in the build or without a visible device,
+ *   or a forced path that cannot take the call, is MTXCOMM_UNSUPPORTED naming the path and why.
+ *   These are refused before any byte moves and leave the communicator usable.
  *
  * Errors
  * ------
  * Every call returns an mtxcomm_result_t. Invalid arguments (NULL buffer with count > 0, bad
- * datatype, op or root, count * element size overflowing size_t, partial overlap, non-NULL
- * stream) are rejected on the calling rank before any byte moves: MTXCOMM_INVALID_ARGUMENT
- * (MTXCOMM_UNSUPPORTED for a stream). When every rank rejects the same call the communicator
- * stays usable. Every call, rejected or not, advances the communicator's call sequence, so if
- * only some ranks reject a call, the others' call never pairs with a later one: it fails
- * (MTXCOMM_INVALID_USAGE over shared memory, MTXCOMM_TIMEOUT or a size mismatch otherwise).
- * Ranks that pass different collectives, counts, datatypes, ops or roots to the same call get
- * MTXCOMM_INVALID_USAGE naming both calls when the call runs over shared memory (every rank on
- * one node); across nodes a mismatch that changes message sizes is MTXCOMM_INVALID_USAGE and
- * one that does not (e.g. float32 vs int32) is undefined, as in MPI and NCCL.
- * A peer that dies, or that does not answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000),
- * turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned: later
- * collectives return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and
- * build a new one. A rank that fails tells its peers over shared memory and TCP (they fail at
+ * datatype, op or root, count * element size overflowing size_t, partial overlap, a stream
+ * that does not fit the buffers) are rejected on the calling rank before any byte moves:
+ * MTXCOMM_INVALID_ARGUMENT (MTXCOMM_UNSUPPORTED for a stream this build or machine cannot use).
+ * When every rank rejects the same call the communicator stays usable. Every call, rejected or not,
+ * advances the communicator's call sequence, so if only some ranks reject a call, the others' call
+ * never pairs with a later one: it fails (MTXCOMM_INVALID_USAGE over shared memory, MTXCOMM_TIMEOUT
+ * or a size mismatch otherwise). Ranks that pass different collectives, counts, datatypes, ops or
+ * roots to the same call get MTXCOMM_INVALID_USAGE naming both calls when the call runs over shared
+ * memory (every rank on one node); across nodes a mismatch that changes message sizes is
+ * MTXCOMM_INVALID_USAGE and one that does not (e.g. float32 vs int32) is undefined, as in MPI and
+ * NCCL. A peer that dies, or that does not answer within MTXCOMM_TIMEOUT seconds (0.001 to
+ * 31536000), turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned:
+ * later collectives return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it
+ * and build a new one. A rank that fails tells its peers over shared memory and TCP (they fail at
  * once, quoting the root cause); over MPI across nodes they fail at their timeout.
  * mtxcomm_get_last_error() returns the detailed message of the last failed call (it names this
  * rank, the peer, the collective and the algorithm); it is not cleared by later successes.
@@ -146,7 +170,7 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_rank(mtxcomm_comm_t comm, int* local_rank);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size);
 
-/* ---- Collectives (blocking; stream must be NULL) ----------------------------------------- */
+/* ---- Collectives (host buffers: blocking, stream NULL; device buffers: stream-ordered) ---- */
 
 /* recvbuf[i] = op over ranks r of sendbuf_r[i], i in [0, count). Buffers: count elements each. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_allreduce(const void* sendbuf, void* recvbuf, size_t count,

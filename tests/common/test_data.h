@@ -239,26 +239,26 @@ struct CaseBuffers {
   }
 };
 
-// Issues the case's collective through the public C API.
+// Issues the case's collective through the public C API (stream: for device buffers).
 inline mtxcomm_result_t callCollective(const Case& c, mtxcomm_comm_t comm, int rank,
-                                       const char* sendArg, char* recvArg) {
+                                       const char* sendArg, char* recvArg, void* stream = nullptr) {
   mtxcomm_result_t rc = MTXCOMM_INTERNAL_ERROR;
   switch (c.coll) {
     case Collective::kAllreduce:
-      rc = mtxcomm_allreduce(sendArg, recvArg, c.count, c.dt, c.op, comm, nullptr);
+      rc = mtxcomm_allreduce(sendArg, recvArg, c.count, c.dt, c.op, comm, stream);
       break;
     case Collective::kBroadcast:
       rc = mtxcomm_broadcast(rank == c.root ? sendArg : nullptr, recvArg, c.count, c.dt, c.root,
-                             comm, nullptr);
+                             comm, stream);
       break;
     case Collective::kReduce:
-      rc = mtxcomm_reduce(sendArg, recvArg, c.count, c.dt, c.op, c.root, comm, nullptr);
+      rc = mtxcomm_reduce(sendArg, recvArg, c.count, c.dt, c.op, c.root, comm, stream);
       break;
     case Collective::kAllgather:
-      rc = mtxcomm_allgather(sendArg, recvArg, c.count, c.dt, comm, nullptr);
+      rc = mtxcomm_allgather(sendArg, recvArg, c.count, c.dt, comm, stream);
       break;
     case Collective::kReduceScatter:
-      rc = mtxcomm_reduce_scatter(sendArg, recvArg, c.count, c.dt, c.op, comm, nullptr);
+      rc = mtxcomm_reduce_scatter(sendArg, recvArg, c.count, c.dt, c.op, comm, stream);
       break;
     case Collective::kBarrier:
       rc = mtxcomm_barrier(comm);

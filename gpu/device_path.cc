@@ -1,0 +1,108 @@
+// Device path selection and chunk arithmetic: pure functions over agreed values, the same in
+// every build (unit-tested in tests/gpu/test_device_path.cc without a GPU).
+#include <algorithm>
+
+#include "gpu/device.h"
+#include "lib/dtype.h"
+#include "lib/error.h"
+
+namespace mtxcomm {
+namespace gpu {
+
+const char* devicePathName(DevicePath p) {
+  switch (p) {
+    case DevicePath::kNccl:
+      return "nccl";
+    case DevicePath::kCudaIpc:
+      return "cuda_ipc";
+    case DevicePath::kUcxCuda:
+      return "ucx_cuda";
+    case DevicePath::kHostStaging:
+      return "host_staging";
+  }
+  return "?";
+}
+
+const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t) {
+  switch (path) {
+    case DevicePath::kNccl:
+      if (!t.ncclBuilt) return "this mtxcomm was built without NCCL";
+      if (!t.distinctGpus) return "ranks share a GPU (NCCL needs one GPU per rank)";
+      // mtxcomm rounds 16-bit floats once per element; NCCL's ring rounds at every hop.
+      if (collectiveReduces(args.coll) && isHalfType(args.dtype) && t.nranks > 2 &&
+          args.op != MTXCOMM_MIN && args.op != MTXCOMM_MAX) {
+        return "NCCL rounds float16/bfloat16 at every hop on more than 2 ranks (mtxcomm "
+               "rounds once)";
+      }
+      // NCCL's floating min/max are not documented to propagate NaN, which mtxcomm promises.
+      if (collectiveReduces(args.coll) && isFloatingType(args.dtype) &&
+          (args.op == MTXCOMM_MIN || args.op == MTXCOMM_MAX)) {
+        return "NCCL's floating-point min/max do not promise to propagate NaN";
+      }
+      return nullptr;
+    case DevicePath::kCudaIpc:
+      if (!t.oneNode) return "ranks span nodes (CUDA IPC works within one node)";
+      if (!t.oneProcessPerRank) {
+        return "ranks share a process (CUDA IPC maps other processes' memory only)";
+      }
+      if (t.nranks > kMaxIpcRanks) return "more than 16 ranks";
+      return nullptr;
+    case DevicePath::kUcxCuda:
+      return "not built: the UCX transport with CUDA memory is not part of this mtxcomm yet "
+             "(use host_staging across nodes)";
+    case DevicePath::kHostStaging:
+      return nullptr;
+  }
+  return "unknown path";
+}
+
+DevicePathChoice chooseDevicePath(const CollArgs& args, const DeviceTopology& t,
+                                  const std::string& forced) {
+  if (forced != "auto") {
+    for (int p = 0; p < kNumDevicePaths; ++p) {
+      const auto path = static_cast<DevicePath>(p);
+      if (forced != devicePathName(path)) continue;
+      if (const char* why = devicePathDeclines(path, args, t)) {
+        fail(MTXCOMM_UNSUPPORTED, "device path ", forced, " (MTXCOMM_CUDA_PATH) cannot take ",
+             collectiveName(args.coll), " on device buffers: ", why);
+      }
+      return {path, "forced by MTXCOMM_CUDA_PATH"};
+    }
+    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_CUDA_PATH=", forced, " names no device path");
+  }
+  std::string why = "auto";
+  for (DevicePath path : {DevicePath::kNccl, DevicePath::kCudaIpc}) {
+    const char* no = devicePathDeclines(path, args, t);
+    if (!no) return {path, why};
+    why += strCat("; not ", devicePathName(path), ": ", no);
+  }
+  return {DevicePath::kHostStaging, why};
+}
+
+ChunkPlan planChunks(Collective c, size_t count, size_t elemSize, int nranks, size_t bufferBytes) {
+  ChunkPlan plan;
+  if (c == Collective::kReduceScatter) plan.inRows = nranks;
+  if (c == Collective::kAllgather) plan.outRows = nranks;
+  if (count == 0) return plan;
+  const size_t rows = static_cast<size_t>(std::max(plan.inRows, plan.outRows));
+  size_t elems = std::max<size_t>(1, bufferBytes / (rows * elemSize));
+  // Keep chunk boundaries 16-byte aligned when a chunk is larger than 16 bytes.
+  const size_t align = elemSize < 16 ? 16 / elemSize : 1;
+  if (elems > align) elems -= elems % align;
+  plan.chunkElems = std::min(elems, count);
+  plan.chunks = (count + plan.chunkElems - 1) / plan.chunkElems;
+  return plan;
+}
+
+Slice rankSlice(size_t count, int nranks, int rank, size_t elemSize) {
+  const size_t align = elemSize < 16 ? 16 / elemSize : 1;
+  size_t per = (count + nranks - 1) / nranks;
+  per = (per + align - 1) / align * align;
+  Slice s;
+  s.offset = std::min(count, per * static_cast<size_t>(rank));
+  s.count = std::min(count - s.offset, per);
+  return s;
+}
+
+}  // namespace gpu
+}  // namespace mtxcomm

@@ -1,0 +1,16 @@
+// A CUDA build without NCCL: the nccl device path is never chosen (it declines with "built
+// without NCCL"); forcing it is MTXCOMM_UNSUPPORTED before this is reached.
+#include "gpu/device_paths.h"
+#include "lib/error.h"
+
+namespace mtxcomm {
+namespace gpu {
+
+bool ncclBuilt() { return false; }
+
+std::unique_ptr<PathRunner> makeNcclPath(Comm&, int) {
+  fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without NCCL");
+}
+
+}  // namespace gpu
+}  // namespace mtxcomm
