@@ -223,7 +223,8 @@ TEST(Api, TimeoutNamesThePeerThenPoisons) {
           rank0Done = true;
           EXPECT_EQ(rc, MTXCOMM_TIMEOUT);
           EXPECT_GE(secs, 0.3);
-          EXPECT_LT(secs, 5.0);
+          // Not a speed check: only "gave up, did not hang" (a loaded host stretches it).
+          EXPECT_LT(secs, 120.0);
           std::string msg = mtxcomm_get_last_error(comm);
           EXPECT_TRUE(contains(msg, "rank 0")) << msg;
           EXPECT_TRUE(contains(msg, "peer rank 1")) << msg;
