@@ -264,7 +264,8 @@ TEST(Api, AbortedPeerIsARemoteErrorNamingIt) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(rc[r], MTXCOMM_REMOTE_ERROR) << msg[r];
     EXPECT_TRUE(contains(msg[r], "peer rank 2")) << msg[r];
-    EXPECT_LT(secs[r], 3.0);
+    // REMOTE_ERROR, not TIMEOUT: the abort reached them before the 20 s timeout.
+    EXPECT_LT(secs[r], cfg.timeoutSeconds);
     mtxcomm_comm_destroy(comms[r]);
   }
 }
