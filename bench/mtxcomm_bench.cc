@@ -384,6 +384,19 @@ std::string fmt(const char* f, double v) {
 
 // ---- The benchmark -------------------------------------------------------------------------
 
+// The world communicator from the environment; a failure aborts the MPI job (only some ranks
+// may have failed, the others would wait forever).
+mtxcomm_comm_t initCommOrAbort(int worldRank) {
+  mtxcomm_comm_t comm = nullptr;
+  const mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
+  if (r != MTXCOMM_SUCCESS) {
+    std::fprintf(stderr, "mtxcomm_bench: rank %d: mtxcomm_comm_init_from_env failed: %s: %s\n",
+                 worldRank, mtxcomm_get_error_string(r), mtxcomm_get_last_error(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return comm;
+}
+
 int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   const CollDescriptor& desc = *findDescriptor(opt.collective);
   const bool reduces = collectiveReduces(desc.coll);
@@ -457,13 +470,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   // Force the algorithm through the configuration, which init_from_env reads.
   const char* algoVar = collectiveAlgoVar(desc.coll);
   if (!opt.algo.empty()) setenv(algoVar, opt.algo.c_str(), 1);
-  mtxcomm_comm_t comm = nullptr;
-  const mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
-  if (r != MTXCOMM_SUCCESS) {
-    std::fprintf(stderr, "mtxcomm_bench: rank %d: mtxcomm_comm_init_from_env failed: %s: %s\n",
-                 worldRank, mtxcomm_get_error_string(r), mtxcomm_get_last_error(nullptr));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  mtxcomm_comm_t comm = initCommOrAbort(worldRank);
   mtxcomm_comm_rank(comm, &ctx.rank);
   mtxcomm_comm_size(comm, &ctx.nranks);
   if (ctx.rank != worldRank || ctx.nranks != worldSize) {
@@ -684,13 +691,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
 // --tune: measures the cost model's parameters on this job and writes them to opt.op's file.
 int runTuneCommand(const Options& opt, int worldRank) {
   const auto [minBytes, maxBytes] = parseSizeRange(opt.sizes);
-  mtxcomm_comm_t comm = nullptr;
-  const mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
-  if (r != MTXCOMM_SUCCESS) {
-    std::fprintf(stderr, "mtxcomm_bench: rank %d: mtxcomm_comm_init_from_env failed: %s: %s\n",
-                 worldRank, mtxcomm_get_error_string(r), mtxcomm_get_last_error(nullptr));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  mtxcomm_comm_t comm = initCommOrAbort(worldRank);
   const int rc = runTune(comm, opt.op, minBytes, maxBytes);
   mtxcomm_comm_destroy(comm);
   return rc;

@@ -20,14 +20,21 @@ namespace {
 
 // --topology: rank 0 prints every rank's view (its summary as allgathered, in rank order) and
 // the node map the ranks agreed on.
-int printTopology() {
+// The world communicator from the environment, or null after printing why.
+mtxcomm_comm_t initOrReport() {
   mtxcomm_comm_t comm = nullptr;
   mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
   if (r != MTXCOMM_SUCCESS) {
     std::fprintf(stderr, "mtxcomm_info: init failed: %s: %s\n", mtxcomm_get_error_string(r),
                  mtxcomm_get_last_error(nullptr));
-    return 1;
+    return nullptr;
   }
+  return comm;
+}
+
+int printTopology() {
+  mtxcomm_comm_t comm = initOrReport();
+  if (!comm) return 1;
   const mtxcomm::Comm& c = *mtxcomm::unwrapComm(comm);
   const mtxcomm::Topology& t = c.topology();
   if (c.rank() == 0) {
@@ -100,13 +107,8 @@ int main(int argc, char** argv) {
   }
 
   if (init && rc == 0) {
-    mtxcomm_comm_t comm = nullptr;
-    mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
-    if (r != MTXCOMM_SUCCESS) {
-      std::fprintf(stderr, "mtxcomm_info: init failed: %s: %s\n", mtxcomm_get_error_string(r),
-                   mtxcomm_get_last_error(nullptr));
-      return 1;
-    }
+    mtxcomm_comm_t comm = initOrReport();
+    if (!comm) return 1;
     int rank = 0, size = 0;
     mtxcomm_comm_rank(comm, &rank);
     mtxcomm_comm_size(comm, &size);
