@@ -12,6 +12,7 @@
 
 #include "algos/registry.h"
 #include "lib/config.h"
+#include "lib/topology.h"
 #include "transports/shm/shm_group.h"
 #include "transports/transport.h"
 
@@ -42,24 +43,34 @@ class Comm {
   void run(const CollArgs& args);
 
   std::unique_ptr<Comm> split(int color, int key);
-  // Collective: when every rank is on this node (agreed by an allgather of node identities)
-  // and MTXCOMM_SHM is not off, maps a shared-memory segment for the shm algorithms. Throws
-  // (on every rank) if the segment cannot be made.
-  void setupShm();
+  // Collective, once, before the first collective: agrees on the topology — allgathers every
+  // rank's RankSummary (and takes rank 0's cost-model parameters) unless the caller passes the
+  // agreed topology (a split passes its parent's restricted to its members; tests pass an
+  // emulated one, Topology::forTest) — then, when every rank is on one node and MTXCOMM_SHM is
+  // not off, maps a shared-memory segment for the shm algorithms. Throws (on every rank) if
+  // the segment cannot be made.
+  void setup(const Topology* agreed = nullptr);
   bool hasShm() const { return shm_ != nullptr; }
-  // This rank's index among the ranks on its node, and their number (agreed in setupShm;
-  // 0 and 1 before it).
-  int localRank() const { return localRank_; }
-  int localSize() const { return localSize_; }
+  // This rank's index among the ranks on its node, and their number (from the agreed
+  // topology; 0 and 1 before setup).
+  int localRank() const { return topo_.empty() ? 0 : topo_.localRank(rank()); }
+  int localSize() const { return topo_.empty() ? 1 : topo_.localSize(rank()); }
+  const Topology& topology() const { return topo_; }
+  // The node-local level of the hierarchical algorithms, once built (null before).
+  const Comm* localLevel() const { return local_.get(); }
   void abort();
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
   const std::string& lastAlgorithm() const { return lastAlgorithm_; }
+  // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
+  double lastPredictedSeconds() const { return lastPredicted_; }
   // Where the C API keeps the last error message of this communicator.
   std::string& lastError() { return lastError_; }
   bool poisoned() const { return !firstError_.empty(); }
 
  private:
+  class CommLevels;
+
   void checkUsable(const char* what) const;
   void runAlgorithm(const CollArgs& args);
   // A call on device buffers (gpu/device.h); its own error handling, like runAlgorithm's.
@@ -68,17 +79,25 @@ class Comm {
   // e's code with "rank r of n: collective (what): e".
   [[noreturn]] void failCall(const CollArgs& args, const std::string& what, const Error& e);
   void poison(const std::string& message);
+  void agreeTopology();
+  // Tells the peers (and the levels' peers) that this rank left: transports and segments.
+  void abortWith(const std::string& reason);
+  // The node-local and cross-node sub-communicators, built at the first hierarchical call.
+  void ensureLevels();
 
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ShmGroup> shm_;
   std::unique_ptr<gpu::DeviceComm> device_;  // made by the first call on device buffers
+  Topology topo_;
+  bool setUp_ = false;
+  std::unique_ptr<Comm> local_;  // this rank's node (hierarchical algorithms), or null
+  std::unique_ptr<Comm> cross_;  // the ranks with this rank's local index, one per node
   Config config_;
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
   uint64_t splits_ = 0;  // splits issued (same on every rank)
-  int localRank_ = 0;
-  int localSize_ = 1;
   std::string lastAlgorithm_;
+  double lastPredicted_ = 0.0;
   std::string firstError_;
   std::string lastError_;
   CollArgs currentCall_;  // the user-level arguments of the call in progress

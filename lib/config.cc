@@ -177,6 +177,13 @@ const std::vector<ConfigVar>& configVars() {
          "4M",
          "pinned host chunk of the host_staging path (two per communicator; 64K..1G)",
          {}},
+        {"MTXCOMM_TUNING_FILE",
+         "string",
+         "",
+         "cost-model parameters (JSON: alpha, beta, gamma for intra_node and inter_node) written "
+         "by `mtxcomm_bench --tune`; unset: the documented defaults. Rank 0's file is used by "
+         "every rank",
+         {}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);
@@ -243,6 +250,9 @@ Config Config::fromEnvironment() {
       c.cudaIpcBytes = parseBytes(name, v, size_t{1} << 20, size_t{16} << 30);
     } else if (var.name == "MTXCOMM_CUDA_STAGING_BYTES") {
       c.cudaStagingBytes = parseBytes(name, v, size_t{64} << 10, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_TUNING_FILE") {
+      c.tuningFile = v;
+      c.cost = loadTuningFile(v);
     } else {
       for (int k = 0; k < kNumCollectives; ++k) {
         if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
@@ -287,6 +297,7 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_CUDA_PATH=", cudaPath));
   out.push_back(strCat("MTXCOMM_CUDA_IPC_BYTES=", cudaIpcBytes));
   out.push_back(strCat("MTXCOMM_CUDA_STAGING_BYTES=", cudaStagingBytes));
+  out.push_back(strCat("MTXCOMM_TUNING_FILE=", tuningFile.empty() ? "(unset)" : tuningFile));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algos/registry.h"
+#include "lib/cost_model.h"
 #include "lib/log.h"
 
 namespace mtxcomm {
@@ -47,6 +48,9 @@ struct Config {
   // Read by the Python package (mtxcomm.transparent).
   std::string transparent = "0";            // MTXCOMM_TRANSPARENT
   std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT
+  std::string tuningFile;                   // MTXCOMM_TUNING_FILE
+  CostParams cost;                          // loaded from tuningFile (defaults otherwise); rank 0's
+                                            // after a communicator's setup
 
   // Reads and validates every variable from the environment. Throws
   // mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming the first bad variable and its value.

@@ -121,7 +121,7 @@ std::unique_ptr<Comm> initFromEnv() {
   } else {
     comm = std::make_unique<Comm>(std::move(makeInprocTransports(1)[0]), cfg, 0);
   }
-  comm->setupShm();
+  comm->setup();
   echoConfig(*comm);
   return comm;
 }
@@ -133,7 +133,7 @@ std::unique_ptr<Comm> initFromMpiComm(void* mpiComm) {
     fail(MTXCOMM_INVALID_USAGE, "mtxcomm_comm_init_mpi: MPI is not initialised (or finalized)");
   }
   auto comm = std::make_unique<Comm>(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg, 0);
-  comm->setupShm();
+  comm->setup();
   echoConfig(*comm);
   return comm;
 }
