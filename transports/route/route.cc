@@ -142,7 +142,10 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
               multiNode ? "" : " (one node: collectives over the shared-memory segment)");
 #ifdef MTXCOMM_HAVE_UCX
   if (useUcx) {
-    out.transport = makeUcxTransport(std::move(worker), me, addresses, live, std::move(base));
+    std::vector<bool> sameNode(n);
+    for (int r = 0; r < n; ++r) sameNode[r] = nodes[r] == node;
+    out.transport =
+        makeUcxTransport(std::move(worker), me, addresses, live, sameNode, std::move(base));
     return out;
   }
 #endif

@@ -1,6 +1,7 @@
 #include "transports/ucx/ucx_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -24,7 +25,11 @@ constexpr uint64_t kCtrlCtx = 0xFFFFFFull;  // context of control frames
 constexpr uint64_t kAbortTag = 0xFFFF;
 constexpr size_t kMaxReason = 4096;
 constexpr int kMaxPollMs = 100;
-constexpr int kSpinPolls = 2000;
+// A progress call costs microseconds (it polls every UCX transport), far more than a pause
+// instruction: spin only briefly, then yield (another rank may need this core), then sleep on
+// the worker's event fd.
+constexpr int kSpinPolls = 64;
+constexpr int kYieldPolls = 64;
 
 uint64_t makeTag(uint64_t ctx24, int src, uint64_t tag) {
   return ctx24 << 40 | (static_cast<uint64_t>(src) & 0xFFFFFF) << 16 | (tag & 0xFFFF);
@@ -142,7 +147,7 @@ class UcxShared {
     closeEndpoints(!failed_.empty() || !aborts_.empty());
   }
 
-  void connect(const std::vector<std::string>& addresses) {
+  void connect(const std::vector<std::string>& addresses, const std::vector<bool>& sameNode) {
     std::lock_guard<std::mutex> lk(mu);
     for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
       if (p == rank_) continue;
@@ -151,7 +156,10 @@ class UcxShared {
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(addresses[p].data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      // UCX's shared-memory transports cannot report a failed peer, so asking for peer error
+      // handling would push node-local traffic onto loopback TCP: node-local endpoints go
+      // without it (a dead node-local peer is noticed by PeerLiveness instead).
+      ep.err_mode = sameNode[p] ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &UcxShared::onEndpointError;
       ep.err_handler.arg = args_.back().get();
       ucs_status_t s = ucp_ep_create(w_->worker, &ep, &eps_[p]);
@@ -449,6 +457,12 @@ class UcxTransport : public Transport {
         failWith(MTXCOMM_TIMEOUT, strCat("timed out waiting to ", describe(*pending)));
       }
       if (++polls < kSpinPolls) continue;
+      if (polls < kSpinPolls + kYieldPolls) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+        continue;
+      }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       s.sleep(lk, static_cast<int>(std::clamp<long>(left.count(), 1, kMaxPollMs)));
     }
@@ -562,11 +576,12 @@ class UcxTransport : public Transport {
 std::unique_ptr<Transport> makeUcxTransport(std::shared_ptr<UcxWorker> worker, int rank,
                                             const std::vector<std::string>& addresses,
                                             const std::vector<std::string>& liveIds,
+                                            const std::vector<bool>& sameNode,
                                             std::unique_ptr<Transport> keepAlive) {
   const int n = static_cast<int>(addresses.size());
   auto shared =
       std::make_shared<UcxShared>(std::move(worker), rank, n, PeerLiveness(liveIds, rank));
-  shared->connect(addresses);
+  shared->connect(addresses, sameNode);
   std::vector<int> members(n);
   for (int r = 0; r < n; ++r) members[r] = r;
   {

@@ -22,7 +22,7 @@
 // worker's event file descriptor (UCP_FEATURE_WAKEUP) and sleeps in poll(2) for at most 100 ms
 // at a time, so a waiting rank does not burn a core.
 //
-// Errors: endpoints use UCP_ERR_HANDLING_MODE_PEER; a failed endpoint (closed connection, peer
+// Errors: endpoints to other nodes use UCP_ERR_HANDLING_MODE_PEER; a failed endpoint (closed connection, peer
 // gone, unreachable) marks its peer lost, and a waitAll that involves that peer throws
 // MTXCOMM_REMOTE_ERROR naming it. A waitAll past its deadline throws MTXCOMM_TIMEOUT naming the
 // first peer still awaited (send or receive, bytes, tag). A node-local peer whose process is
@@ -50,12 +50,15 @@ std::shared_ptr<UcxWorker> openUcxWorker(std::string* whyNot);
 std::string ucxWorkerAddress(const UcxWorker& worker);
 
 // Connects rank `rank` of `addresses.size()` ranks: addresses[r] is rank r's worker address,
-// liveIds[r] its PeerLiveness::selfIdentity(). keepAlive (may be null) is held as long as the
+// liveIds[r] its PeerLiveness::selfIdentity(), sameNode[r] whether it is on this node (its
+// endpoint then goes without UCX peer error handling, which UCX's shared-memory transports
+// lack; PeerLiveness notices a dead node-local peer instead). keepAlive (may be null) is held as long as the
 // transport lives (the bootstrap transport, whose connections must outlive the exchange).
 // Throws MTXCOMM_SYSTEM_ERROR naming the peer when an endpoint cannot be made.
 std::unique_ptr<Transport> makeUcxTransport(std::shared_ptr<UcxWorker> worker, int rank,
                                             const std::vector<std::string>& addresses,
                                             const std::vector<std::string>& liveIds,
+                                            const std::vector<bool>& sameNode,
                                             std::unique_ptr<Transport> keepAlive);
 
 }  // namespace mtxcomm
