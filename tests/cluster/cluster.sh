@@ -53,7 +53,7 @@ for tool in ip tc unshare; do
   command -v $tool >/dev/null || skip "'$tool' is not installed"
 done
 
-RATE=${CLUSTER_RATE:-1gbit}
+RATE=${CLUSTER_RATE:-250mbit}
 BURST=${CLUSTER_BURST:-128kb}
 tag=$(printf '%04x%02x' $(($$ % 65536)) $((RANDOM % 256)))
 bridge=mtxb$tag
