@@ -144,7 +144,7 @@ class UcxShared {
 
   ~UcxShared() {
     std::lock_guard<std::mutex> lk(mu);
-    closeEndpoints(!failed_.empty() || !aborts_.empty());
+    closeEndpoints({}, !failed_.empty() || !aborts_.empty());
   }
 
   void connect(const std::vector<std::string>& addresses, const std::vector<bool>& sameNode) {
@@ -165,7 +165,7 @@ class UcxShared {
       ucs_status_t s = ucp_ep_create(w_->worker, &ep, &eps_[p]);
       if (s != UCS_OK) {
         eps_[p] = nullptr;
-        closeEndpoints(true);
+        closeEndpoints({}, true);
         fail(MTXCOMM_SYSTEM_ERROR, "ucx transport: cannot create an endpoint to peer rank ", p,
              ": ", statusText(s));
       }
@@ -217,6 +217,18 @@ class UcxShared {
     }
   }
 
+  // Progresses until every request in reqs has completed or until passes; cancels those still
+  // in flight and frees all. Called with mu held.
+  void finish(const std::vector<void*>& reqs, Clock::time_point until) {
+    for (void* q : reqs) {
+      while (ucp_request_check_status(q) == UCS_INPROGRESS && Clock::now() < until) {
+        ucp_worker_progress(w_->worker);
+      }
+      if (ucp_request_check_status(q) == UCS_INPROGRESS) ucp_request_cancel(w_->worker, q);
+      ucp_request_free(q);
+    }
+  }
+
   // Updates an op; true when it is complete. Called with mu held.
   bool test(UcxRequest& r, UcxOp& op) {
     if (op.done) return true;
@@ -245,17 +257,14 @@ class UcxShared {
         ucp_request_cancel(w_->worker, op.req);
       }
     }
-    if (pendingSend) closeEndpoint(r.gpeer, true);
+    if (pendingSend) closeEndpoints({r.gpeer}, true);
+    // A cancelled receive completes at the next progress; wait for that, briefly.
+    std::vector<void*> left;
     for (UcxOp& op : r.ops) {
-      if (!op.req) continue;
-      // A cancelled receive completes at the next progress; wait for that, briefly.
-      auto until = Clock::now() + std::chrono::milliseconds(200);
-      while (!test(r, op) && Clock::now() < until) ucp_worker_progress(w_->worker);
-      if (op.req) {
-        ucp_request_free(op.req);
-        op.req = nullptr;
-      }
+      if (op.req) left.push_back(op.req);
+      op.req = nullptr;
     }
+    finish(left, Clock::now() + std::chrono::milliseconds(200));
   }
 
   // Receives pending ABORT frames. Called with mu held.
@@ -271,14 +280,7 @@ class UcxShared {
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
       prm.datatype = ucp_dt_make_contig(1);
       ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(w_->worker, buf.data(), info.length, msg, &prm);
-      if (UCS_PTR_IS_PTR(sp)) {
-        auto until = Clock::now() + std::chrono::milliseconds(200);
-        while (ucp_request_check_status(sp) == UCS_INPROGRESS && Clock::now() < until) {
-          ucp_worker_progress(w_->worker);
-        }
-        if (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_request_cancel(w_->worker, sp);
-        ucp_request_free(sp);
-      }
+      if (UCS_PTR_IS_PTR(sp)) finish({sp}, Clock::now() + std::chrono::milliseconds(200));
       reason.assign(buf.data(), std::min(info.length, kMaxReason));
       aborts_.emplace(tagSource(info.sender_tag), reason);
     }
@@ -301,20 +303,8 @@ class UcxShared {
                                              makeTag(kCtrlCtx, rank_, kAbortTag), &prm);
       if (UCS_PTR_IS_PTR(sp)) reqs.push_back(sp);
     }
-    auto until = Clock::now() + std::chrono::milliseconds(200);
-    for (void* q : reqs) {
-      while (ucp_request_check_status(q) == UCS_INPROGRESS && Clock::now() < until) {
-        ucp_worker_progress(w_->worker);
-      }
-    }
-    // Frames that did not leave in time go with the endpoints, force-closed now.
-    for (void* q : reqs) {
-      if (ucp_request_check_status(q) == UCS_INPROGRESS) {
-        closeEndpoints(true);
-        break;
-      }
-    }
-    for (void* q : reqs) ucp_request_free(q);
+    // Frames that have not left within 200 ms stay queued until the endpoints close.
+    finish(reqs, Clock::now() + std::chrono::milliseconds(200));
   }
 
   // Waits until the worker has news or ms pass. Releases mu while asleep.
@@ -343,27 +333,15 @@ class UcxShared {
   PeerLiveness live_;
 
  private:
-  void closeEndpoint(int p, bool force) {
-    if (!eps_[p]) return;
-    ucp_request_param_t prm{};
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    prm.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[p], &prm);
-    eps_[p] = nullptr;
-    if (!UCS_PTR_IS_PTR(sp)) return;
-    auto until = Clock::now() + std::chrono::milliseconds(force ? 200 : 1000);
-    while (ucp_request_check_status(sp) == UCS_INPROGRESS && Clock::now() < until) {
-      ucp_worker_progress(w_->worker);
-    }
-    if (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_request_cancel(w_->worker, sp);
-    ucp_request_free(sp);
-  }
-
-  void closeEndpoints(bool force) {
-    // Post every close first, so a flush to one peer does not wait for another's.
+  // Closes the endpoints of peers (every peer when empty): flushed (up to 1 s), or at once
+  // (force, or a peer whose endpoint has failed). All closes are posted first, so a flush to one
+  // peer does not wait for another's.
+  void closeEndpoints(const std::vector<int>& peers, bool force) {
     std::vector<void*> reqs;
     for (int p = 0; p < static_cast<int>(eps_.size()); ++p) {
-      if (!eps_[p]) continue;
+      if (!eps_[p] || (!peers.empty() && std::find(peers.begin(), peers.end(), p) == peers.end())) {
+        continue;
+      }
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       prm.flags = force || !lost_[p].empty() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -371,14 +349,7 @@ class UcxShared {
       eps_[p] = nullptr;
       if (UCS_PTR_IS_PTR(sp)) reqs.push_back(sp);
     }
-    auto until = Clock::now() + std::chrono::milliseconds(force ? 200 : 1000);
-    for (void* q : reqs) {
-      while (ucp_request_check_status(q) == UCS_INPROGRESS && Clock::now() < until) {
-        ucp_worker_progress(w_->worker);
-      }
-      if (ucp_request_check_status(q) == UCS_INPROGRESS) ucp_request_cancel(w_->worker, q);
-      ucp_request_free(q);
-    }
+    finish(reqs, Clock::now() + std::chrono::milliseconds(force ? 200 : 1000));
   }
 
   std::shared_ptr<UcxWorker> w_;
