@@ -1,6 +1,7 @@
 #include "algos/registry.h"
 
 #include "algos/patterns.h"
+#include "lib/topology.h"
 
 namespace mtxcomm {
 
@@ -53,49 +54,61 @@ const char* needsShm(const CollArgs&, const CommInfo& info) {
   return info.shm ? nullptr
                   : "needs every rank on one node with a shared-memory segment (MTXCOMM_SHM)";
 }
+const char* needsSeveralNodes(const CollArgs&, const CommInfo& info) {
+  return info.topo && info.topo->numNodes() > 1 ? nullptr
+                                                : "all ranks are on one node: nothing to compose";
+}
 }  // namespace
 
 const std::vector<Algorithm>& algorithms() {
   static const std::vector<Algorithm> kAll = {
       {Collective::kAllreduce, "ring",
        "ring reduce-scatter + ring allgather, segmented and pipelined; bandwidth-optimal",
-       acceptsAll, buildAllreduceRing, nullptr},
+       acceptsAll, buildAllreduceRing, nullptr, nullptr},
       {Collective::kAllreduce, "recursive_doubling",
        "whole-vector exchange at distances 1,2,4..; non-powers of two folded; latency-optimal",
-       acceptsAll, buildAllreduceRecursiveDoubling, nullptr},
+       acceptsAll, buildAllreduceRecursiveDoubling, nullptr, nullptr},
       {Collective::kAllreduce, "rabenseifner",
        "recursive-halving reduce-scatter + recursive-doubling allgather; log rounds, optimal bytes",
-       acceptsAll, buildAllreduceRabenseifner, nullptr},
+       acceptsAll, buildAllreduceRabenseifner, nullptr, nullptr},
       {Collective::kBroadcast, "binomial", "binomial tree from the root; latency-optimal",
-       acceptsAll, buildBroadcastBinomial, nullptr},
+       acceptsAll, buildBroadcastBinomial, nullptr, nullptr},
       {Collective::kBroadcast, "scatter_allgather",
        "binomial scatter + ring allgather (van de Geijn); for large messages", acceptsAll,
-       buildBroadcastScatterAllgather, nullptr},
+       buildBroadcastScatterAllgather, nullptr, nullptr},
       {Collective::kReduce, "binomial", "binomial tree towards the root", acceptsAll,
-       buildReduceBinomial, nullptr},
+       buildReduceBinomial, nullptr, nullptr},
       {Collective::kAllgather, "ring", "n-1 ring steps; bandwidth-optimal, any rank count",
-       acceptsAll, buildAllgatherRing, nullptr},
+       acceptsAll, buildAllgatherRing, nullptr, nullptr},
       {Collective::kAllgather, "recursive_doubling",
        "exchange at distances 1,2,4..; log rounds; powers of two only", needsPowerOfTwo,
-       buildAllgatherRecursiveDoubling, nullptr},
+       buildAllgatherRecursiveDoubling, nullptr, nullptr},
       {Collective::kReduceScatter, "ring", "ring reduce-scatter, segmented and pipelined",
-       acceptsAll, buildReduceScatterRing, nullptr},
+       acceptsAll, buildReduceScatterRing, nullptr, nullptr},
       {Collective::kBarrier, "dissemination", "ceil(log2 n) rounds of one-byte messages",
-       acceptsAll, buildBarrierDissemination, nullptr},
+       acceptsAll, buildBarrierDissemination, nullptr, nullptr},
       {Collective::kAllreduce, "shm",
        "shared-memory slots: copy in, reduce from every slot, copy out; cache-sized chunks",
-       needsShm, nullptr, runAllreduceShm},
+       needsShm, nullptr, runAllreduceShm, nullptr},
       {Collective::kBroadcast, "shm", "shared-memory slots: the root copies in, all copy out",
-       needsShm, nullptr, runBroadcastShm},
+       needsShm, nullptr, runBroadcastShm, nullptr},
       {Collective::kReduce, "shm", "shared-memory slots: ranks reduce slices, the root copies out",
-       needsShm, nullptr, runReduceShm},
+       needsShm, nullptr, runReduceShm, nullptr},
       {Collective::kAllgather, "shm", "shared-memory slots: each copies in, all copy all out",
-       needsShm, nullptr, runAllgatherShm},
+       needsShm, nullptr, runAllgatherShm, nullptr},
       {Collective::kReduceScatter, "shm",
        "shared-memory slots: each copies in, each reduces its own block", needsShm, nullptr,
-       runReduceScatterShm},
+       runReduceScatterShm, nullptr},
       {Collective::kBarrier, "shm", "arrival counters in shared memory", needsShm, nullptr,
-       runBarrierShm},
+       runBarrierShm, nullptr},
+      {Collective::kAllreduce, "hierarchical",
+       "node-local reduce-scatter (or reduce), cross-node allreduce, node-local allgather (or "
+       "broadcast)",
+       needsSeveralNodes, nullptr, nullptr, composeAllreduceHierarchical},
+      {Collective::kBroadcast, "hierarchical",
+       "node-local broadcast on the root's node, cross-node broadcast among leaders, node-local "
+       "broadcast",
+       needsSeveralNodes, nullptr, nullptr, composeBroadcastHierarchical},
   };
   return kAll;
 }

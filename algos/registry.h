@@ -15,6 +15,8 @@ namespace mtxcomm {
 
 class Schedule;
 class ShmGroup;
+class Topology;
+struct CostParams;
 
 enum class Collective { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kBarrier };
 constexpr int kNumCollectives = 6;
@@ -49,11 +51,28 @@ struct AlgoParams {
 // What selection and algorithms know of the communicator: values every rank agrees on.
 struct CommInfo {
   int nranks = 1;
-  ShmGroup* shm = nullptr;  // set when every rank is on this node and shares a segment
+  ShmGroup* shm = nullptr;           // set when every rank is on this node and shares a segment
+  const Topology* topo = nullptr;    // the agreed node map (null: one node, nothing known)
+  const CostParams* cost = nullptr;  // the agreed cost-model parameters (null: the defaults)
+  size_t segmentBytes = 1 << 20;     // MTXCOMM_SEGMENT_BYTES, for the cost of segmented rings
+  size_t shmSlotBytes = 256 << 10;   // MTXCOMM_SHM_SLOT_BYTES, for the cost of shm chunks
 };
 
-// An algorithm is either a schedule over the point-to-point transport (build) or runs directly
-// on a shared-memory group (run); exactly one of the two is set.
+// The two levels a hierarchical algorithm composes, built from the communicator with its split:
+// the node-local sub-communicator of this rank (its ranks on this node, in rank order) and the
+// cross-node one of the ranks with this rank's local index (one per node that has that many
+// ranks, in node order: the node leaders for local index 0). Each runs a whole collective with
+// its own selection (shm on the node, the point-to-point algorithms across nodes).
+class Levels {
+ public:
+  virtual ~Levels() = default;
+  virtual void runLocal(const CollArgs& args) = 0;
+  virtual void runCross(const CollArgs& args) = 0;
+};
+
+// An algorithm is a schedule over the point-to-point transport (build), runs directly on a
+// shared-memory group (run), or composes whole collectives on the levels of the topology
+// (compose); exactly one of the three is set.
 struct Algorithm {
   Collective coll;
   const char* name;
@@ -63,6 +82,7 @@ struct Algorithm {
   void (*build)(const CollArgs& args, int rank, int nranks, const AlgoParams& params,
                 Schedule& schedule);
   void (*run)(const CollArgs& args, ShmGroup& shm);
+  void (*compose)(const CollArgs& args, const Topology& topo, int rank, Levels& levels);
 };
 
 // Every algorithm, grouped by collective, in a fixed order.
@@ -89,6 +109,9 @@ void runReduceShm(const CollArgs&, ShmGroup&);
 void runAllgatherShm(const CollArgs&, ShmGroup&);
 void runReduceScatterShm(const CollArgs&, ShmGroup&);
 void runBarrierShm(const CollArgs&, ShmGroup&);
+// Hierarchical compositions, one per file algos/<collective>_hierarchical.cc.
+void composeAllreduceHierarchical(const CollArgs&, const Topology&, int, Levels&);
+void composeBroadcastHierarchical(const CollArgs&, const Topology&, int, Levels&);
 
 }  // namespace mtxcomm
 

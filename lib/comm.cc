@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "algos/schedule.h"
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/executor.h"
-#include "lib/liveness.h"
 #include "lib/log.h"
 #include "lib/reduce.h"
 #include "lib/select.h"
+#include "lib/topology.h"
 
 namespace mtxcomm {
 
@@ -222,12 +223,39 @@ void Comm::run(const CollArgs& user) {
   }
 }
 
+// The two levels of this communicator, for a hierarchical algorithm.
+class Comm::CommLevels : public Levels {
+ public:
+  CommLevels(Comm& local, Comm& cross) : local_(local), cross_(cross) {}
+  void runLocal(const CollArgs& args) override { local_.run(args); }
+  void runCross(const CollArgs& args) override { cross_.run(args); }
+
+ private:
+  Comm& local_;
+  Comm& cross_;
+};
+
 void Comm::runAlgorithm(const CollArgs& args) {
   const int n = size(), me = rank();
-  const CommInfo info{n, shm_.get()};
+  CommInfo info;
+  info.nranks = n;
+  info.shm = shm_.get();
+  info.topo = topo_.empty() ? nullptr : &topo_;
+  info.cost = &config_.cost;
+  info.segmentBytes = config_.segmentBytes;
+  info.shmSlotBytes = config_.shmSlotBytes;
   Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
   lastAlgorithm_ = sel.algorithm->name;
   try {
+    if (sel.algorithm->compose) {
+      // Building the levels and running on them issues collectives on this communicator and
+      // its sub-communicators; every rank does the same, so they stay in step.
+      ensureLevels();
+      CommLevels levels(*local_, *cross_);
+      sel.algorithm->compose(args, topo_, me, levels);
+      lastAlgorithm_ = sel.algorithm->name;
+      return;
+    }
     if (sel.algorithm->run) {
       shm_->setTimeout(config_.timeoutSeconds);
       shm_->setCall(packCall(currentCall_), currentCall_.count, seq_, describeCall);
@@ -245,18 +273,50 @@ void Comm::runAlgorithm(const CollArgs& args) {
     executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
                     config_.timeoutSeconds);
   } catch (const Error& e) {
-    std::string msg =
-        strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (algorithm ",
-               sel.algorithm->name, ", ", args.count, " x ", datatypeName(args.dtype),
-               ", transport ", sel.algorithm->run ? "shm" : transport_->name(), "): ", e.what());
+    const char* via = sel.algorithm->run       ? "shm"
+                      : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
+                                               : transport_->name();
+    std::string msg = strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll),
+                             " (algorithm ", sel.algorithm->name, ", ", args.count, " x ",
+                             datatypeName(args.dtype), ", transport ", via, "): ", e.what());
     poison(msg);
     MTXCOMM_LOG(kError, me, msg);
     // Tell the peers this rank has left the collective, so that those waiting on it fail now
     // (naming this rank and, where the transport carries it, this error) instead of timing out.
-    transport_->abort(msg);
-    if (shm_) shm_->abort(msg);
+    abortWith(msg);
     throw Error(e.code(), msg);
   }
+}
+
+void Comm::abortWith(const std::string& reason) {
+  transport_->abort(reason);
+  if (shm_) shm_->abort(reason);
+  for (Comm* level : {local_.get(), cross_.get()}) {
+    if (level) {
+      level->poison(reason);
+      level->abortWith(reason);
+    }
+  }
+}
+
+void Comm::ensureLevels() {
+  if (local_) return;
+  const int me = rank();
+  const int node = topo_.nodeOf(me), localRank = topo_.localRank(me);
+  std::unique_ptr<Comm> local = split(node, localRank);
+  std::unique_ptr<Comm> cross = split(localRank, node);
+  // A level runs flat algorithms: "hierarchical" forced for this communicator means the
+  // composition, not the levels' own choice.
+  for (Comm* level : {local.get(), cross.get()}) {
+    for (std::string& algo : level->config_.algo) {
+      if (algo == "hierarchical") algo = "auto";
+    }
+  }
+  local_ = std::move(local);
+  cross_ = std::move(cross);
+  MTXCOMM_LOG(kDebug, me, "hierarchical levels: node ", node, " (", local_->size(),
+              " ranks, local rank ", localRank, "), cross-node communicator of local index ",
+              localRank, " (", cross_->size(), " nodes)");
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key) {
@@ -293,31 +353,67 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
     throw Error(e.code(), msg);
   }
   auto comm = std::make_unique<Comm>(std::move(child), config_, ctx);
-  comm->setupShm();
+  if (topo_.empty()) {
+    comm->setup();
+  } else {
+    const Topology sub = topo_.subset(members);
+    comm->setup(&sub);
+  }
   return comm;
 }
 
-void Comm::setupShm() {
-  if (config_.shm == "off" || size() == 1 || shm_) return;
-  // Agree whether every rank is on this node: allgather fixed-size node identities.
-  constexpr size_t kIdBytes = 256;
+void Comm::agreeTopology() {
   const int n = size();
-  std::string id = PeerLiveness::nodeIdentity();
-  std::vector<char> mine(kIdBytes, 0), all(kIdBytes * n, 0);
-  std::memcpy(mine.data(), id.data(), std::min(id.size(), kIdBytes - 1));
+  if (n == 1) {
+    topo_ = Topology({localRankSummary()});
+    return;
+  }
+  // One allgather: every rank's summary, and its cost-model parameters (rank 0's are used).
+  struct Contribution {
+    RankSummary summary;
+    CostParams cost;
+  };
+  static_assert(std::is_trivially_copyable<Contribution>::value, "allgathered as bytes");
+  Contribution mine{localRankSummary(), config_.cost};
+  std::vector<Contribution> all(n);
   CollArgs ag;
   ag.coll = Collective::kAllgather;
-  ag.sendbuf = mine.data();
+  ag.sendbuf = &mine;
   ag.recvbuf = all.data();
-  ag.count = kIdBytes;
+  ag.count = sizeof(Contribution);
   ag.dtype = MTXCOMM_UINT8;
   run(ag);
-  for (int r = 0; r < n; ++r) {
-    if (std::memcmp(all.data() + r * kIdBytes, mine.data(), kIdBytes) != 0) {
-      MTXCOMM_LOG(kInfo, rank(), "ranks span several nodes: no shared-memory segment");
-      return;
-    }
+  std::vector<RankSummary> summaries;
+  for (const Contribution& c : all) summaries.push_back(c.summary);
+  topo_ = Topology(std::move(summaries));
+  if (all[0].cost != config_.cost) {
+    MTXCOMM_LOG(kWarn, rank(),
+                "the cost-model parameters (MTXCOMM_TUNING_FILE) differ from rank 0's; every "
+                "rank uses rank 0's");
+    config_.cost = all[0].cost;
   }
+}
+
+void Comm::setup(const Topology* agreed) {
+  if (setUp_) return;
+  setUp_ = true;
+  const int n = size();
+  if (agreed) {
+    if (agreed->size() != n) {
+      fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), ": a topology of ", agreed->size(),
+           " ranks given to a communicator of ", n);
+    }
+    topo_ = *agreed;
+  } else {
+    agreeTopology();
+  }
+  if (topo_.numNodes() > 1) {
+    MTXCOMM_LOG(kInfo, rank(), n, " ranks on ", topo_.numNodes(),
+                " nodes: no shared-memory segment for the whole communicator; node map:\n",
+                topo_.describeNodes());
+    return;
+  }
+  if (config_.shm == "off" || n == 1 || shm_) return;
   ++seq_;
   try {
     shm_ = ShmGroup::create(*transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
@@ -331,8 +427,7 @@ void Comm::setupShm() {
 
 void Comm::abort() {
   poison(strCat("rank ", rank(), ": the communicator was aborted"));
-  transport_->abort("the application aborted the communicator");
-  if (shm_) shm_->abort("the application aborted the communicator");
+  abortWith("the application aborted the communicator");
 }
 
 }  // namespace mtxcomm

@@ -13,6 +13,7 @@
 
 #include "algos/registry.h"
 #include "lib/config.h"
+#include "lib/topology.h"
 #include "transports/shm/shm_group.h"
 #include "transports/transport.h"
 
@@ -43,11 +44,17 @@ class Comm {
   void run(const CollArgs& args);
 
   std::unique_ptr<Comm> split(int color, int key);
-  // Collective: when every rank is on this node (agreed by an allgather of node identities)
-  // and MTXCOMM_SHM is not off, maps a shared-memory segment for the shm algorithms. Throws
-  // (on every rank) if the segment cannot be made.
-  void setupShm();
+  // Collective, once, before the first collective: agrees on the topology — allgathers every
+  // rank's RankSummary (and takes rank 0's cost-model parameters) unless the caller passes the
+  // agreed topology (a split passes its parent's restricted to its members; tests pass an
+  // emulated one, Topology::forTest) — then, when every rank is on one node and MTXCOMM_SHM is
+  // not off, maps a shared-memory segment for the shm algorithms. Throws (on every rank) if
+  // the segment cannot be made.
+  void setup(const Topology* agreed = nullptr);
   bool hasShm() const { return shm_ != nullptr; }
+  const Topology& topology() const { return topo_; }
+  // The node-local level of the hierarchical algorithms, once built (null before).
+  const Comm* localLevel() const { return local_.get(); }
   void abort();
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
@@ -57,12 +64,23 @@ class Comm {
   bool poisoned() const { return !firstError_.empty(); }
 
  private:
+  class CommLevels;
+
   void checkUsable(const char* what) const;
   void runAlgorithm(const CollArgs& args);
   void poison(const std::string& message);
+  void agreeTopology();
+  // Tells the peers (and the levels' peers) that this rank left: transports and segments.
+  void abortWith(const std::string& reason);
+  // The node-local and cross-node sub-communicators, built at the first hierarchical call.
+  void ensureLevels();
 
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ShmGroup> shm_;
+  Topology topo_;
+  bool setUp_ = false;
+  std::unique_ptr<Comm> local_;  // this rank's node (hierarchical algorithms), or null
+  std::unique_ptr<Comm> cross_;  // the ranks with this rank's local index, one per node
   Config config_;
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)

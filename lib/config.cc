@@ -122,6 +122,13 @@ const std::vector<ConfigVar>& configVars() {
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
          "is about 2 x ranks x this",
          {}},
+        {"MTXCOMM_TUNING_FILE",
+         "string",
+         "",
+         "cost-model parameters (JSON: alpha, beta, gamma for intra_node and inter_node) written "
+         "by `mtxcomm_bench --tune`; unset: the documented defaults. Rank 0's file is used by "
+         "every rank",
+         {}},
     };
     for (int c = 0; c < kNumCollectives; ++c) {
       auto coll = static_cast<Collective>(c);
@@ -178,6 +185,9 @@ Config Config::fromEnvironment() {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
       c.shmSlotBytes = parseBytes(name, v, 4096, size_t{64} << 20);
+    } else if (var.name == "MTXCOMM_TUNING_FILE") {
+      c.tuningFile = v;
+      c.cost = loadTuningFile(v);
     } else {
       for (int k = 0; k < kNumCollectives; ++k) {
         if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
@@ -214,6 +224,7 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
+  out.push_back(strCat("MTXCOMM_TUNING_FILE=", tuningFile.empty() ? "(unset)" : tuningFile));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

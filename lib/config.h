@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algos/registry.h"
+#include "lib/cost_model.h"
 #include "lib/log.h"
 
 namespace mtxcomm {
@@ -37,6 +38,9 @@ struct Config {
   std::string tcpHost;              // MTXCOMM_TCP_HOST
   std::string shm = "auto";         // MTXCOMM_SHM
   size_t shmSlotBytes = 256 << 10;  // MTXCOMM_SHM_SLOT_BYTES
+  std::string tuningFile;           // MTXCOMM_TUNING_FILE
+  CostParams cost;                  // loaded from tuningFile (defaults otherwise); rank 0's
+                                    // after a communicator's setup
 
   // Reads and validates every variable from the environment. Throws
   // mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming the first bad variable and its value.

@@ -79,6 +79,8 @@ bool mpiInitialized() {
 
 }  // namespace
 
+namespace {
+
 // The communicator over base, with the point-to-point transport chosen per peer (route.h).
 std::unique_ptr<Comm> makeRoutedComm(std::unique_ptr<Transport> base, const Config& cfg) {
   RoutedTransport routed = routeTransport(std::move(base), cfg.transport, cfg.timeoutSeconds);
@@ -86,6 +88,8 @@ std::unique_ptr<Comm> makeRoutedComm(std::unique_ptr<Transport> base, const Conf
   comm->setRoutes(std::move(routed.routes));
   return comm;
 }
+
+}  // namespace
 
 std::unique_ptr<Comm> initFromEnv() {
   Config cfg = loadConfig();
@@ -135,7 +139,7 @@ std::unique_ptr<Comm> initFromEnv() {
   } else {
     comm = std::make_unique<Comm>(std::move(makeInprocTransports(1)[0]), cfg, 0);
   }
-  comm->setupShm();
+  comm->setup();
   echoConfig(*comm);
   return comm;
 }
@@ -147,7 +151,7 @@ std::unique_ptr<Comm> initFromMpiComm(void* mpiComm) {
     fail(MTXCOMM_INVALID_USAGE, "mtxcomm_comm_init_mpi: MPI is not initialised (or finalized)");
   }
   auto comm = makeRoutedComm(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg);
-  comm->setupShm();
+  comm->setup();
   echoConfig(*comm);
   return comm;
 }

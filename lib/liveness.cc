@@ -1,22 +1,21 @@
 #include "lib/liveness.h"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 
+#include "lib/topology.h"
+
 namespace mtxcomm {
 
 std::string PeerLiveness::selfIdentity() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  // The pid namespace: two containers on one host have different ones, and a pid is only
-  // meaningful inside its namespace.
-  struct stat st {};
-  std::string ns = stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(st.st_ino) : "?";
-  return std::string(host) + "|" + ns + "|" + std::to_string(static_cast<long>(getpid()));
+  // The node identity of the topology (host name, network and pid namespaces): "same node" for
+  // liveness is the same as for shared memory and the node map, so a peer in another network
+  // namespace (an emulated node) is never checked by pid. A pid is only meaningful inside its
+  // pid namespace, which the identity includes.
+  return localNodeIdentity() + "|" + std::to_string(static_cast<long>(getpid()));
 }
 
 std::string PeerLiveness::nodeIdentity() {
@@ -32,7 +31,7 @@ PeerLiveness::PeerLiveness(const std::vector<std::string>& identities, int myRan
     const std::string& id = identities[r];
     size_t bar = id.rfind('|');
     if (static_cast<int>(r) == myRank || bar == std::string::npos) continue;
-    if (node.find("|?") != std::string::npos) continue;  // namespace unknown: do not guess
+    if (node.find(":?") != std::string::npos) continue;  // namespace unknown: do not guess
     if (id.substr(0, bar) == node) localPids_[r] = std::atol(id.c_str() + bar + 1);
   }
 }

@@ -1,57 +1,36 @@
 #include "lib/select.h"
 
+#include <limits>
 #include <mutex>
 #include <set>
 #include <tuple>
 
-#include "algos/patterns.h"
+#include "lib/cost_model.h"
 #include "lib/error.h"
 #include "lib/log.h"
+#include "lib/topology.h"
 
 namespace mtxcomm {
-
-namespace {
-// The rule, as data: for each collective, the algorithm by bytes per rank. Thresholds follow
-// the usual latency/bandwidth crossover (Thakur, Rabenseifner & Gropp 2005; Open MPI's
-// coll_tuned fixed rules), to be refined by measurement (bench/RESULTS.md).
-constexpr size_t kAllreduceSmall = 64 << 10;   // below: recursive_doubling
-constexpr size_t kAllreduceMedium = 4 << 20;   // below: rabenseifner; above: ring
-constexpr size_t kBroadcastLarge = 512 << 10;  // at or above (and n > 2): scatter_allgather
-constexpr size_t kAllgatherSmall = 256
-                                   << 10;  // total below (and n a power of 2): recursive_doubling
-}  // namespace
 
 const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info) {
   // On one node with a shared segment, the shared-memory algorithms move every byte with plain
   // loads and stores: they win at every size (bench/RESULTS.md).
   if (info.shm) return findAlgorithm(args.coll, "shm");
-  const int n = info.nranks;
-  const size_t bytes = args.bytes();
-  const char* name = nullptr;
-  switch (args.coll) {
-    case Collective::kAllreduce:
-      name = bytes < kAllreduceSmall    ? "recursive_doubling"
-             : bytes < kAllreduceMedium ? "rabenseifner"
-                                        : "ring";
-      break;
-    case Collective::kBroadcast:
-      name = (n > 2 && bytes >= kBroadcastLarge) ? "scatter_allgather" : "binomial";
-      break;
-    case Collective::kAllgather:
-      name = (patterns::isPowerOfTwo(n) && bytes * n < kAllgatherSmall) ? "recursive_doubling"
-                                                                        : "ring";
-      break;
-    case Collective::kReduce:
-      name = "binomial";
-      break;
-    case Collective::kReduceScatter:
-      name = "ring";
-      break;
-    case Collective::kBarrier:
-      name = "dissemination";
-      break;
+  // A composition only pays when a node holds several ranks; with one rank per node it is the
+  // flat algorithm plus overhead.
+  const bool composes = info.topo && info.topo->numNodes() > 1 && info.topo->maxLocalSize() > 1;
+  const Algorithm* best = nullptr;
+  double bestTime = std::numeric_limits<double>::infinity();
+  for (const Algorithm& a : algorithms()) {
+    if (a.coll != args.coll || a.declines(args, info)) continue;
+    if (a.compose && !composes) continue;
+    const double t = predictSeconds(a, args, info);
+    if (!best || t < bestTime) {
+      best = &a;
+      bestTime = t;
+    }
   }
-  return findAlgorithm(args.coll, name);
+  return best;
 }
 
 Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std::string& forced,
@@ -80,10 +59,22 @@ Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std:
   }
   if (!sel.algorithm) {
     sel.algorithm = defaultAlgorithm(args, info);
-    if (sel.why.empty()) sel.why = "auto";
+    if (sel.why.empty()) sel.why = info.shm ? "auto: one node, shared memory" : "auto: cost model";
   }
-  MTXCOMM_LOG(kDebug, rank, collectiveName(args.coll), " ", args.count, " x ", args.elemSize,
-              " B on ", n, " ranks: ", sel.algorithm->name, " (", sel.why, ")");
+  sel.predicted = predictSeconds(*sel.algorithm, args, info);
+  if (logEnabled(LogLevel::kDebug)) {
+    std::string others;
+    for (const Algorithm& a : algorithms()) {
+      if (a.coll != args.coll || &a == sel.algorithm || a.declines(args, info)) continue;
+      others += strCat(others.empty() ? "" : ", ", a.name, " ",
+                       formatSeconds(predictSeconds(a, args, info)));
+    }
+    const int nodes = info.topo ? info.topo->numNodes() : 1;
+    MTXCOMM_LOG(kDebug, rank, collectiveName(args.coll), " ", args.count, " x ", args.elemSize,
+                " B on ", n, " ranks, ", nodes, " node(s): ", sel.algorithm->name, " (", sel.why,
+                "), predicted ", formatSeconds(sel.predicted),
+                others.empty() ? std::string() : strCat("; others: ", others));
+  }
   return sel;
 }
 

@@ -13,6 +13,7 @@
 
 #include "lib/c_api.h"
 #include "lib/comm.h"
+#include "lib/topology.h"
 #include "transports/inproc/inproc_transport.h"
 
 namespace mtxcomm {
@@ -29,15 +30,21 @@ inline std::vector<mtxcomm_comm_t> makeInprocComms(int n, const Config& config =
 
 // Runs fn(comm, rank) on n threads, one per rank, and destroys the communicators.
 // GoogleTest assertions are thread-safe on Linux; failures are reported with the rank.
+// nodeOf, when given (one entry per rank), emulates several nodes: the communicators are set up
+// with Topology::forTest(nodeOf) instead of agreeing on the real one (all threads share this
+// host), so the hierarchical algorithms and the per-node shared-memory segments run in one
+// process.
 inline void runRanks(int n, const std::function<void(mtxcomm_comm_t, int)>& fn,
-                     const Config& config = Config()) {
+                     const Config& config = Config(), const std::vector<int>& nodeOf = {}) {
   auto comms = makeInprocComms(n, config);
+  const Topology emulated = Topology::forTest(nodeOf);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       SCOPED_TRACE("rank " + std::to_string(r));
-      // Collective, as init_from_env does: a shared-memory group unless MTXCOMM_SHM is off.
-      unwrapComm(comms[r])->setupShm();
+      // Collective, as init_from_env does: the topology, and a shared-memory group unless
+      // MTXCOMM_SHM is off or the ranks span several nodes.
+      unwrapComm(comms[r])->setup(nodeOf.empty() ? nullptr : &emulated);
       fn(comms[r], r);
     });
   }
