@@ -480,17 +480,24 @@ class UcxTransport : public Transport {
     }
   }
 
+  // " (rank G of the initial communicator)" in a view of a split, where view ranks differ from
+  // the ranks of the communicator UCX was set up for (the one a user sees from init).
+  std::string rootName(int gpeer) const {
+    return ctxBits_ == 0 ? std::string()
+                         : strCat(" (rank ", gpeer, " of the initial communicator)");
+  }
+
   // The peer's rank in this view, or its root rank when it is not a member.
   std::string peerName(int gpeer) const {
     auto it = std::find(members_.begin(), members_.end(), gpeer);
-    if (it != members_.end()) return strCat("peer rank ", it - members_.begin());
-    return strCat("rank ", gpeer, " of the parent communicator");
+    if (it != members_.end()) return strCat("peer rank ", it - members_.begin(), rootName(gpeer));
+    return strCat("rank ", gpeer, " of the initial communicator");
   }
 
   std::string describe(const UcxRequest& r) const {
     return strCat(r.isSend() ? "send " : "receive ", r.bytes(), " bytes ",
-                  r.isSend() ? "to " : "from ", "peer rank ", r.peer(), " (tag ", r.tag,
-                  ") over ucx");
+                  r.isSend() ? "to " : "from ", "peer rank ", r.peer(), rootName(r.gpeer), " (tag ",
+                  r.tag, ") over ucx");
   }
 
   [[noreturn]] void failWith(mtxcomm_result_t code, const std::string& msg) {
