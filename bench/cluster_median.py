@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Runs `mtxcomm_bench allreduce` on the emulated cluster (tests/cluster/cluster.sh bench, as
 root) several times per algorithm, alternating the algorithms run by run, and prints per size
-the median latency of each algorithm, the ratio of each to the first, and, where the JSON rows
-carry it, the median of the cost model's prediction ("predicted_us") beside each measurement.
+the median latency of each algorithm, the ratio of each to the first, and with --predict the
+cost model's prediction beside each measurement (read from rank 0's MTXCOMM_LOG_LEVEL=DEBUG
+selection log, which names the predicted time of every call) and measured / predicted.
 
-  bench/cluster_median.py --layout "2 2" --runs 3 --algos ring,hierarchical -- -m 4K:64M -i 5
+  bench/cluster_median.py --layout "2 2" --runs 3 --algos ring,hierarchical --predict \
+      --tuning FILE -- -m 4K:64M -i 5
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -23,12 +26,24 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--algos", default="ring", help="comma-separated allreduce algorithms")
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--predict", action="store_true", help="show the cost model's predictions")
+    ap.add_argument("--tuning", help="MTXCOMM_TUNING_FILE for the ranks")
     ap.add_argument("extra", nargs="*", help="more mtxcomm_bench arguments (after --)")
     args = ap.parse_args()
 
     algos = args.algos.split(",")
     cluster = os.path.join(HERE, "..", "tests", "cluster", "cluster.sh")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    ranks_env = []
+    if args.predict:
+        ranks_env.append("MTXCOMM_LOG_LEVEL=DEBUG")
+    if args.tuning:
+        ranks_env.append("MTXCOMM_TUNING_FILE=" + os.path.abspath(args.tuning))
+    env["CLUSTER_BENCH_ENV"] = " ".join(ranks_env)
+    # "[mtxcomm node0:123 rank 0] DEBUG allreduce 1024 x 4 B on 4 ranks, 2 node(s): ring (...),
+    # predicted 1.23 ms"
+    debug = re.compile(r"rank 0\] DEBUG allreduce (\d+) x (\d+) B on .*?predicted ([0-9.e+-]+) (us|ms|s)")
+    unit = {"us": 1.0, "ms": 1e3, "s": 1e6}
     rows = {a: {} for a in algos}  # algo -> size -> [row, ...]
     for run in range(args.runs):
         for algo in algos:
@@ -40,7 +55,12 @@ def main():
                 if res.returncode != 0:
                     sys.exit(f"run {run} {algo}: {' '.join(cmd)} failed ({res.returncode}):\n"
                              f"{res.stdout}")
+                predicted = {}
+                for m in debug.finditer(res.stdout):
+                    predicted[int(m.group(1)) * int(m.group(2))] = float(m.group(3)) * unit[m.group(4)]
                 for row in json.load(open(f.name))["rows"]:
+                    if row["size"] in predicted:
+                        row["predicted_us"] = predicted[row["size"]]
                     rows[algo].setdefault(row["size"], []).append(row)
 
     print(f"# allreduce float32 sum, layout {args.layout} (ranks per node), {args.runs} runs, "

@@ -9,7 +9,9 @@
 #                                      naming a rank on the other node, within the timeout
 #   cluster.sh bench BUILD_DIR LAYOUT -- BENCH_ARGS...
 #                                      mtxcomm_bench under mpirun across the nodes (LAYOUT:
-#                                      ranks per node, e.g. "2 2"); prints its output
+#                                      ranks per node, e.g. "2 2"); prints its output.
+#                                      CLUSTER_BENCH_ENV="MTXCOMM_X=v ..." sets variables for the
+#                                      ranks (every other MTXCOMM_* variable is cleared)
 #
 # Each node is a network namespace with its own host name (a UTS namespace per process: the
 # library tells nodes apart by host name and namespace, as it would on real machines; nothing in
@@ -254,7 +256,9 @@ case $mode in
       rank_host+="node${rank_node[r]} "
     done
     # PMIx listens on loopback only unless told otherwise; the nodes reach it over the bridge.
-    PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$bridge \
+    # shellcheck disable=SC2086 # CLUSTER_BENCH_ENV is a list of NAME=value words
+    env ${CLUSTER_BENCH_ENV:-} \
+      PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$bridge \
       CLUSTER_RANK_NS=$rank_ns CLUSTER_RANK_HOST=$rank_host \
       timeout 1800 mpirun -np "$n" --oversubscribe --mca btl self,vader \
       -x CLUSTER_RANK_NS -x CLUSTER_RANK_HOST "$here/node_exec.sh" \
