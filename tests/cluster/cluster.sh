@@ -259,7 +259,7 @@ case $mode in
     # shellcheck disable=SC2086 # CLUSTER_BENCH_ENV is a list of NAME=value words
     env ${CLUSTER_BENCH_ENV:-} \
       PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$bridge \
-      CLUSTER_RANK_NS=$rank_ns CLUSTER_RANK_HOST=$rank_host \
+      "CLUSTER_RANK_NS=$rank_ns" "CLUSTER_RANK_HOST=$rank_host" \
       timeout 1800 mpirun -np "$n" --oversubscribe --mca btl self,vader \
       -x CLUSTER_RANK_NS -x CLUSTER_RANK_HOST "$here/node_exec.sh" \
       "$build/bench/mtxcomm_bench" "$@"
