@@ -22,15 +22,15 @@
 // worker's event file descriptor (UCP_FEATURE_WAKEUP) and sleeps in poll(2) for at most 100 ms
 // at a time, so a waiting rank does not burn a core.
 //
-// Errors: endpoints to other nodes use UCP_ERR_HANDLING_MODE_PEER; a failed endpoint (closed connection, peer
-// gone, unreachable) marks its peer lost, and a waitAll that involves that peer throws
-// MTXCOMM_REMOTE_ERROR naming it. A waitAll past its deadline throws MTXCOMM_TIMEOUT naming the
-// first peer still awaited (send or receive, bytes, tag). A node-local peer whose process is
+// Errors: endpoints to other nodes use UCP_ERR_HANDLING_MODE_PEER; a failed endpoint (closed
+// connection, peer gone, unreachable) marks its peer lost, and a waitAll that involves that peer
+// throws MTXCOMM_REMOTE_ERROR naming it. A waitAll past its deadline throws MTXCOMM_TIMEOUT naming
+// the first peer still awaited (send or receive, bytes, tag). A node-local peer whose process is
 // gone is noticed within ~100 ms (PeerLiveness). abort(reason) sends every peer an ABORT frame
-// (best effort, progressed for at most 200 ms); a waitAll of any view on a rank that received
-// one throws MTXCOMM_REMOTE_ERROR "peer rank P aborted: <reason>". After any error the shared
-// state is failed; outstanding receives are cancelled and endpoints force-closed, so abandoned
-// buffers are not touched again. Views from split() share the worker under one mutex.
+// (best effort, progressed for at most 200 ms); a waitAll of any view on a rank that received one
+// throws MTXCOMM_REMOTE_ERROR "peer rank P aborted: <reason>". After any error the shared state is
+// failed; outstanding receives are cancelled and endpoints force-closed, so abandoned buffers are
+// not touched again. Views from split() share the worker under one mutex.
 #ifndef MTXCOMM_TRANSPORTS_UCX_UCX_TRANSPORT_H_
 #define MTXCOMM_TRANSPORTS_UCX_UCX_TRANSPORT_H_
 
@@ -52,9 +52,9 @@ std::string ucxWorkerAddress(const UcxWorker& worker);
 // Connects rank `rank` of `addresses.size()` ranks: addresses[r] is rank r's worker address,
 // liveIds[r] its PeerLiveness::selfIdentity(), sameNode[r] whether it is on this node (its
 // endpoint then goes without UCX peer error handling, which UCX's shared-memory transports
-// lack; PeerLiveness notices a dead node-local peer instead). keepAlive (may be null) is held as long as the
-// transport lives (the bootstrap transport, whose connections must outlive the exchange).
-// Throws MTXCOMM_SYSTEM_ERROR naming the peer when an endpoint cannot be made.
+// lack; PeerLiveness notices a dead node-local peer instead). keepAlive (may be null) is held as
+// long as the transport lives (the bootstrap transport, whose connections must outlive the
+// exchange). Throws MTXCOMM_SYSTEM_ERROR naming the peer when an endpoint cannot be made.
 std::unique_ptr<Transport> makeUcxTransport(std::shared_ptr<UcxWorker> worker, int rank,
                                             const std::vector<std::string>& addresses,
                                             const std::vector<std::string>& liveIds,
