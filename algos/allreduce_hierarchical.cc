@@ -35,6 +35,21 @@
 
 namespace mtxcomm {
 
+namespace {
+// One step of the composition: coll over count elements from send into recv, with the call's
+// datatype and op.
+CollArgs step(const CollArgs& call, Collective coll, const void* send, void* recv, size_t count,
+              int root = 0) {
+  CollArgs a = call;
+  a.coll = coll;
+  a.sendbuf = send;
+  a.recvbuf = recv;
+  a.count = count;
+  a.root = root;
+  return a;
+}
+}  // namespace
+
 void composeAllreduceHierarchical(const CollArgs& args, const Topology& topo, int rank,
                                   Levels& levels) {
   const int localSize = topo.localSize(rank), localRank = topo.localRank(rank);
@@ -54,45 +69,18 @@ void composeAllreduceHierarchical(const CollArgs& args, const Topology& topo, in
       src = work;
     }
     char* mine = work + static_cast<size_t>(localRank) * block * es;
-    CollArgs rs = args;
-    rs.coll = Collective::kReduceScatter;
-    rs.sendbuf = src;
-    rs.recvbuf = mine;
-    rs.count = block;
-    levels.runLocal(rs);
-    CollArgs ar = args;
-    ar.sendbuf = mine;
-    ar.recvbuf = mine;
-    ar.count = block;
-    levels.runCross(ar);
-    CollArgs ag = args;
-    ag.coll = Collective::kAllgather;
-    ag.sendbuf = mine;
-    ag.recvbuf = work;
-    ag.count = block;
-    levels.runLocal(ag);
+    levels.runLocal(step(args, Collective::kReduceScatter, src, mine, block));
+    levels.runCross(step(args, Collective::kAllreduce, mine, mine, block));
+    levels.runLocal(step(args, Collective::kAllgather, mine, work, block));
     if (padded) std::memcpy(recv, work, args.count * es);
     return;
   }
 
   const bool leader = localRank == 0;
-  CollArgs red = args;
-  red.coll = Collective::kReduce;
-  red.root = 0;
-  red.recvbuf = leader ? recv : nullptr;
-  levels.runLocal(red);
-  if (leader) {
-    CollArgs ar = args;
-    ar.sendbuf = recv;
-    ar.recvbuf = recv;
-    levels.runCross(ar);
-  }
-  CollArgs bc = args;
-  bc.coll = Collective::kBroadcast;
-  bc.root = 0;
-  bc.sendbuf = leader ? recv : nullptr;
-  bc.recvbuf = recv;
-  levels.runLocal(bc);
+  levels.runLocal(
+      step(args, Collective::kReduce, args.sendbuf, leader ? recv : nullptr, args.count));
+  if (leader) levels.runCross(step(args, Collective::kAllreduce, recv, recv, args.count));
+  levels.runLocal(step(args, Collective::kBroadcast, leader ? recv : nullptr, recv, args.count));
 }
 
 }  // namespace mtxcomm

@@ -34,6 +34,7 @@
 
 #include "bench/bench_data.h"
 #include "bench/bench_descriptors.h"
+#include "bench/bench_tune.h"
 #include "lib/c_api.h"
 #include "lib/dtype.h"
 
@@ -63,6 +64,8 @@ struct Options {
   std::string json;
   bool rootGiven = false;  // -r on the command line
   bool opGiven = false;    // -o on the command line
+  bool predict = false;    // --predict: the cost model's time beside each measurement
+  bool tune = false;       // --tune: measure the cost model's parameters (-o: the file)
 };
 
 // A bad command line or configuration: rank 0 prints it, every rank exits with status 2.
@@ -381,6 +384,19 @@ std::string fmt(const char* f, double v) {
 
 // ---- The benchmark -------------------------------------------------------------------------
 
+// The world communicator from the environment; a failure aborts the MPI job (only some ranks
+// may have failed, the others would wait forever).
+mtxcomm_comm_t initCommOrAbort(int worldRank) {
+  mtxcomm_comm_t comm = nullptr;
+  const mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
+  if (r != MTXCOMM_SUCCESS) {
+    std::fprintf(stderr, "mtxcomm_bench: rank %d: mtxcomm_comm_init_from_env failed: %s: %s\n",
+                 worldRank, mtxcomm_get_error_string(r), mtxcomm_get_last_error(nullptr));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return comm;
+}
+
 int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   const CollDescriptor& desc = *findDescriptor(opt.collective);
   const bool reduces = collectiveReduces(desc.coll);
@@ -454,13 +470,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   // Force the algorithm through the configuration, which init_from_env reads.
   const char* algoVar = collectiveAlgoVar(desc.coll);
   if (!opt.algo.empty()) setenv(algoVar, opt.algo.c_str(), 1);
-  mtxcomm_comm_t comm = nullptr;
-  const mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
-  if (r != MTXCOMM_SUCCESS) {
-    std::fprintf(stderr, "mtxcomm_bench: rank %d: mtxcomm_comm_init_from_env failed: %s: %s\n",
-                 worldRank, mtxcomm_get_error_string(r), mtxcomm_get_last_error(nullptr));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  mtxcomm_comm_t comm = initCommOrAbort(worldRank);
   mtxcomm_comm_rank(comm, &ctx.rank);
   mtxcomm_comm_size(comm, &ctx.nranks);
   if (ctx.rank != worldRank || ctx.nranks != worldSize) {
@@ -498,6 +508,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     table.add("Ratio", 8);
   }
   if (opt.full) table.add("Slowest rank", 14);
+  if (opt.predict) table.add("Predicted(us)", 15);
 
   const char* algoEnv = std::getenv(algoVar);
   const std::string algoText = !opt.algo.empty() ? "forced by -a " + opt.algo
@@ -591,6 +602,7 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
       seconds = run.block(false, iters, &wrong);
     }
     const std::string algorithm = unwrapComm(comm)->lastAlgorithm();
+    const double predictedUs = unwrapComm(comm)->lastPredictedSeconds() * 1e6;
 
     const Latency lat = reduceLatency(seconds, iters, ctx.nranks);
     const Latency mpiLat = opt.vsMpi ? reduceLatency(mpiSeconds, iters, ctx.nranks) : Latency{};
@@ -620,13 +632,14 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
       cells.push_back(mpiLat.avgUs > 0 ? fmt("%.2f", lat.avgUs / mpiLat.avgUs) : "-");
     }
     if (opt.full) cells.push_back(std::to_string(lat.slowestRank));
+    if (opt.predict) cells.push_back(fmt("%.2f", predictedUs));
     table.printRow(cells);
 
-    nlohmann::json row = {{"size", layout.bytes},  {"count", layout.count},
-                          {"iterations", iters},   {"warmup", warmup},
-                          {"avg_us", lat.avgUs},   {"min_us", lat.minUs},
-                          {"max_us", lat.maxUs},   {"slowest_rank", lat.slowestRank},
-                          {"algorithm", algorithm}};
+    nlohmann::json row = {{"size", layout.bytes},   {"count", layout.count},
+                          {"iterations", iters},    {"warmup", warmup},
+                          {"avg_us", lat.avgUs},    {"min_us", lat.minUs},
+                          {"max_us", lat.maxUs},    {"slowest_rank", lat.slowestRank},
+                          {"algorithm", algorithm}, {"predicted_us", predictedUs}};
     if (desc.hasBandwidth) {
       row["algbw_gbps"] = algbw;
       row["busbw_gbps"] = busbw;
@@ -675,6 +688,15 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   return totalWrong == 0 ? 0 : 1;
 }
 
+// --tune: measures the cost model's parameters on this job and writes them to opt.op's file.
+int runTuneCommand(const Options& opt, int worldRank) {
+  const auto [minBytes, maxBytes] = parseSizeRange(opt.sizes);
+  mtxcomm_comm_t comm = initCommOrAbort(worldRank);
+  const int rc = runTune(comm, opt.op, minBytes, maxBytes);
+  mtxcomm_comm_destroy(comm);
+  return rc;
+}
+
 }  // namespace
 }  // namespace bench
 }  // namespace mtxcomm
@@ -709,9 +731,11 @@ int main(int argc, char** argv) {
     algoHelp += std::string("\n  ") + d.name + ": " + mtxcomm::bench::joined(names);
   }
   app.footer(algoHelp);
-  app.add_option("collective", opt.collective, "the collective to run")
-      ->required()
-      ->check(CLI::IsMember(collectives));
+  std::vector<std::string> commands = collectives;
+  commands.emplace_back("tune");  // the same as --tune (Open MPI's mpirun also reads --tune)
+  app.add_option("collective", opt.collective,
+                 "the collective to run, or tune (the same as --tune)")
+      ->check(CLI::IsMember(commands));
   app.add_option("-m,--message-size", opt.sizes,
                  "MIN:MAX or MAX in bytes, sizes doubling from MIN (default 4:4M); suffixes K, "
                  "M, G, T are binary (1K = 1024), case-insensitive, optionally followed by B or "
@@ -738,13 +762,36 @@ int main(int argc, char** argv) {
   app.add_flag("--in-place", opt.inPlace, "in place (NCCL buffer conventions)");
   app.add_flag("--vs-mpi", opt.vsMpi, "also time the same MPI collective, interleaved");
   app.add_option("--json", opt.json, "also write every row as JSON to FILE (rank 0)");
+  app.add_flag("--predict", opt.predict,
+               "also print the cost model's predicted latency of the algorithm used");
+  app.add_flag("--tune", opt.tune,
+               "measure the cost model's alpha/beta/gamma per level (intra-node, inter-node) on "
+               "this job and write them to the file given by -o (default mtxcomm_tuning.json), "
+               "for MTXCOMM_TUNING_FILE; -m sets the sizes (default 8:4M)");
 
   int rc = 0;
   try {
     app.parse(argc, argv);
     opt.rootGiven = rootOpt->count() > 0;
     opt.opGiven = opOpt->count() > 0;
-    rc = mtxcomm::bench::runBenchmark(opt, rank, size);
+    if (opt.collective == "tune") {
+      opt.tune = true;
+      opt.collective.clear();
+    }
+    if (opt.tune) {
+      if (!opt.collective.empty()) {
+        throw mtxcomm::bench::UsageError("--tune measures its own collectives: drop " +
+                                         opt.collective);
+      }
+      if (!opt.opGiven) opt.op = "mtxcomm_tuning.json";
+      if (app.get_option("-m")->count() == 0) opt.sizes = "8:4M";
+      rc = mtxcomm::bench::runTuneCommand(opt, rank);
+    } else if (opt.collective.empty()) {
+      throw mtxcomm::bench::UsageError("name a collective (" + mtxcomm::bench::joined(collectives) +
+                                       "), or --tune");
+    } else {
+      rc = mtxcomm::bench::runBenchmark(opt, rank, size);
+    }
   } catch (const CLI::ParseError& e) {
     // Every rank parses the same command line. --help exits 0; any parse error exits 2 like the
     // benchmark's own usage errors (CLI11's own codes would be 1xx).

@@ -186,6 +186,7 @@ void Comm::run(const CollArgs& user) {
   // One rank, or nothing to move: a local copy keeps the out-of-place contract.
   if (n == 1 || (args.count == 0 && args.coll != Collective::kBarrier)) {
     lastAlgorithm_ = "local";
+    lastPredicted_ = 0.0;
     if (args.count > 0 && args.recvbuf && args.sendbuf) {
       std::memmove(args.recvbuf, args.sendbuf, args.count * args.elemSize);
     }
@@ -246,6 +247,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
   info.shmSlotBytes = config_.shmSlotBytes;
   Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
   lastAlgorithm_ = sel.algorithm->name;
+  lastPredicted_ = sel.predicted;
   try {
     if (sel.algorithm->compose) {
       // Building the levels and running on them issues collectives on this communicator and
@@ -254,6 +256,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
       CommLevels levels(*local_, *cross_);
       sel.algorithm->compose(args, topo_, me, levels);
       lastAlgorithm_ = sel.algorithm->name;
+      lastPredicted_ = sel.predicted;
       return;
     }
     if (sel.algorithm->run) {

@@ -59,6 +59,8 @@ class Comm {
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
   const std::string& lastAlgorithm() const { return lastAlgorithm_; }
+  // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
+  double lastPredictedSeconds() const { return lastPredicted_; }
   // Where the C API keeps the last error message of this communicator.
   std::string& lastError() { return lastError_; }
   bool poisoned() const { return !firstError_.empty(); }
@@ -87,6 +89,7 @@ class Comm {
   uint64_t splits_ = 0;  // splits issued (same on every rank)
   std::vector<std::string> routes_;
   std::string lastAlgorithm_;
+  double lastPredicted_ = 0.0;
   std::string firstError_;
   std::string lastError_;
   CollArgs currentCall_;  // the user-level arguments of the call in progress

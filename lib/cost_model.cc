@@ -223,7 +223,9 @@ double predictSeconds(const Algorithm& a, const CollArgs& args, const CommInfo& 
     if (!info.topo || info.topo->numNodes() < 2) return std::numeric_limits<double>::infinity();
     return hierarchicalSeconds(args.coll, n, *info.topo, cp, info);
   }
-  Level lv{cp.intra, 1, 1};
+  // Schedules run over the point-to-point transport: the inter-node level, also between ranks
+  // of one node (MTXCOMM_SHM=off), where no link is shared.
+  Level lv{cp.inter, 1, 1};
   if (info.topo && info.topo->numNodes() > 1) {
     lv =
         Level{cp.inter, std::max(1, info.topo->ringCrossEdgesPerNode()), info.topo->maxLocalSize()};

@@ -3,8 +3,9 @@
 // A message of m bytes between two ranks costs alpha + m * beta seconds; reducing m bytes costs
 // m * gamma (Hockney's model with a reduction term, as in Thakur, Rabenseifner & Gropp,
 // "Optimization of Collective Communication Operations in MPICH", IJHPCA 2005). There are two
-// levels: intra-node (the shared-memory segment, or the node-local transport) and inter-node (the
-// network). Each algorithm's predicted time comes from its message pattern (see
+// levels: intra-node (the shared-memory segment: the shm algorithms and the node-local level of
+// the hierarchical ones) and inter-node (the point-to-point transport: every schedule algorithm;
+// across nodes, the network). Each algorithm's predicted time comes from its message pattern (see
 // predictSeconds); selection takes the minimum. Where ranks of one node share a network link,
 // concurrent flows multiply the link's beta (the ring's inter-node edges per node, all ranks of
 // a node for the recursive algorithms, the L concurrent cross-node allreduces of hierarchical).

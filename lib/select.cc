@@ -71,8 +71,8 @@ Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std:
     }
     const int nodes = info.topo ? info.topo->numNodes() : 1;
     MTXCOMM_LOG(kDebug, rank, collectiveName(args.coll), " ", args.count, " x ", args.elemSize,
-                " B on ", n, " ranks, ", nodes, " node(s): ", sel.algorithm->name, " (", sel.why,
-                "), predicted ", formatSeconds(sel.predicted),
+                " B on ", n, " ranks: ", sel.algorithm->name, " (", sel.why, "; ", nodes,
+                " node(s)), predicted ", formatSeconds(sel.predicted),
                 others.empty() ? std::string() : strCat("; others: ", others));
   }
   return sel;

@@ -1,6 +1,7 @@
 // mtxcomm_info: version, build options, transports, algorithms and the effective configuration
 // (every MTXCOMM_* variable with its value, default and help). Does not start communication
-// unless --init is given (then it also prints the communicator that init_from_env builds).
+// unless --init is given (then it also prints the communicator that init_from_env builds) or
+// --topology (what this rank sees through hwloc and, with several ranks, the agreed node map).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -11,15 +12,57 @@
 #include "lib/config.h"
 #include "lib/error.h"
 #include "lib/init.h"
+#include "lib/topology.h"
 #include "mtxcomm/mtxcomm.h"
 #include "mtxcomm_build_info.h"
+
+namespace {
+
+// --topology: rank 0 prints every rank's view (its summary as allgathered, in rank order) and
+// the node map the ranks agreed on.
+// The world communicator from the environment, or null after printing why.
+mtxcomm_comm_t initOrReport() {
+  mtxcomm_comm_t comm = nullptr;
+  mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
+  if (r != MTXCOMM_SUCCESS) {
+    std::fprintf(stderr, "mtxcomm_info: init failed: %s: %s\n", mtxcomm_get_error_string(r),
+                 mtxcomm_get_last_error(nullptr));
+    return nullptr;
+  }
+  return comm;
+}
+
+int printTopology() {
+  mtxcomm_comm_t comm = initOrReport();
+  if (!comm) return 1;
+  const mtxcomm::Comm& c = *mtxcomm::unwrapComm(comm);
+  const mtxcomm::Topology& t = c.topology();
+  if (c.rank() == 0) {
+    for (int k = 0; k < t.size(); ++k) {
+      std::printf("rank %d of %d sees: %s\n", k, c.size(),
+                  mtxcomm::describeSummary(t.summary(k)).c_str());
+    }
+    std::printf("agreed node map: %d rank(s) on %d node(s); shared-memory segment for all: %s\n%s",
+                c.size(), t.numNodes(), c.hasShm() ? "yes" : "no", t.describeNodes().c_str());
+    std::fflush(stdout);
+  }
+  mtxcomm_comm_destroy(comm);
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mtxcomm_info: what this mtxcomm was built with and how it is configured"};
   bool init = false;
   app.add_flag("--init", init,
                "also build the world communicator (mtxcomm_comm_init_from_env) and print it");
+  bool topology = false;
+  app.add_flag("--topology", topology,
+               "build the world communicator and print this rank's view of its node (hwloc) "
+               "and, with several ranks (under mpirun), the node map they agreed on");
   CLI11_PARSE(app, argc, argv);
+  if (topology) return printTopology();
 
   int version = 0;
   mtxcomm_get_version(&version);
@@ -29,7 +72,8 @@ int main(int argc, char** argv) {
               MTXCOMM_BUILD_WITH_MPI, MTXCOMM_BUILD_MPI_VERSION, MTXCOMM_BUILD_WITH_UCX,
               MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
               MTXCOMM_BUILD_WITH_TENSORFLOW);
-  std::printf("  (CUDA, NCCL, hwloc and TensorFlow are detected but no component uses them yet)\n");
+  std::printf("  (CUDA, NCCL and TensorFlow are detected but no component uses them yet)
+");
   std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
 #ifdef MTXCOMM_HAVE_MPI
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");
@@ -69,13 +113,8 @@ int main(int argc, char** argv) {
   }
 
   if (init && rc == 0) {
-    mtxcomm_comm_t comm = nullptr;
-    mtxcomm_result_t r = mtxcomm_comm_init_from_env(&comm);
-    if (r != MTXCOMM_SUCCESS) {
-      std::fprintf(stderr, "mtxcomm_info: init failed: %s: %s\n", mtxcomm_get_error_string(r),
-                   mtxcomm_get_last_error(nullptr));
-      return 1;
-    }
+    mtxcomm_comm_t comm = initOrReport();
+    if (!comm) return 1;
     int rank = 0, size = 0;
     mtxcomm_comm_rank(comm, &rank);
     mtxcomm_comm_size(comm, &size);

@@ -1,0 +1,37 @@
+// mtxcomm_bench --tune: measures the cost model's alpha, beta and gamma per level on the running
+// job and writes the file MTXCOMM_TUNING_FILE loads (lib/cost_model.h).
+//
+// Intra-node: broadcasts and allreduces of 8 B .. 4 MiB over the shm segment of the node-local
+// sub-communicator (the node with the most ranks; skipped when every node holds one rank).
+// Inter-node: binomial broadcasts (one message per round: a ping-pong's one-way time) and
+// recursive-doubling allreduces over the cross-node sub-communicator of the node leaders; on a
+// single node (no network to measure) the same over the point-to-point transport between the
+// node's ranks, reported as such. Each point is the median over blocks of iterations of the
+// slowest rank's time per call. The fit is a least-squares fit of the cost model's own
+// formula for each measured algorithm (linear in alpha, beta, gamma), weighted by 1/time so
+// that small and large messages count alike.
+#ifndef MTXCOMM_BENCH_BENCH_TUNE_H_
+#define MTXCOMM_BENCH_BENCH_TUNE_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+namespace bench {
+
+// Collective over comm's ranks. Rank 0 prints each level's points (measured and fitted) and
+// writes the tuning file to outPath. Returns 0, or 1 when the file cannot be written.
+int runTune(mtxcomm_comm_t comm, const std::string& outPath, size_t minBytes, size_t maxBytes);
+
+// The least-squares solution x of rows * x ~= y (rows: k columns), each row weighted by 1/y;
+// unknowns below zero are clamped to zero. Exposed for tests.
+std::vector<double> fitLeastSquares(const std::vector<std::vector<double>>& rows,
+                                    const std::vector<double>& y);
+
+}  // namespace bench
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_BENCH_BENCH_TUNE_H_
