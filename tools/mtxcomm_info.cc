@@ -72,8 +72,7 @@ int main(int argc, char** argv) {
               MTXCOMM_BUILD_WITH_MPI, MTXCOMM_BUILD_MPI_VERSION, MTXCOMM_BUILD_WITH_UCX,
               MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
               MTXCOMM_BUILD_WITH_TENSORFLOW);
-  std::printf("  (CUDA, NCCL and TensorFlow are detected but no component uses them yet)
-");
+  std::printf("  (CUDA, NCCL and TensorFlow are detected but no component uses them yet)\n");
   std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
 #ifdef MTXCOMM_HAVE_MPI
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");
