@@ -346,6 +346,12 @@ void Comm::ensureLevels() {
       if (algo == "hierarchical") algo = "auto";
     }
   }
+  // A node-local peer that is itself stuck on the network (a link down, a node gone) must fail
+  // first, at the cross-node level, and take its node-local peers down with it (abortWith), so
+  // that every rank's error names the unreachable peer; the node-local level therefore waits
+  // half as long again before it gives up on its own. (A dead node-local process is noticed
+  // within ~0.1 s either way, by liveness.)
+  local->config_.timeoutSeconds = std::min(config_.timeoutSeconds * 1.5, 31536000.0);
   local_ = std::move(local);
   cross_ = std::move(cross);
   MTXCOMM_LOG(kDebug, me, "hierarchical levels: node ", node, " (", local_->size(),

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "algos/registry.h"
 #include "lib/config.h"
@@ -35,6 +36,10 @@ class Comm {
   Config& mutableConfig() { return config_; }
   Transport& transport() { return *transport_; }
   const char* transportName() const { return transport_->name(); }
+  // How each peer is reached (transports/route/route.h), one line per rank; empty when the
+  // communicator was built without a choice (in-process, split).
+  const std::vector<std::string>& routes() const { return routes_; }
+  void setRoutes(std::vector<std::string> routes) { routes_ = std::move(routes); }
 
   // Runs one collective as the public API describes it (user-level args: AVG allowed, 16-bit
   // floats not yet widened). Checks arguments first (throws MTXCOMM_INVALID_ARGUMENT, comm stays
@@ -96,6 +101,7 @@ class Comm {
   uint64_t contextId_;
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
   uint64_t splits_ = 0;  // splits issued (same on every rank)
+  std::vector<std::string> routes_;
   std::string lastAlgorithm_;
   double lastPredicted_ = 0.0;
   std::string firstError_;

@@ -101,8 +101,11 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_TRANSPORT",
          "enum",
          "auto",
-         "auto: MPI under mpirun/srun or when MPI is initialised, TCP when MTXCOMM_STORE is set",
-         {"auto", "mpi", "tcp"}},
+         "auto: the ranks meet over MPI under mpirun/srun or when MPI is initialised, over TCP "
+         "when MTXCOMM_STORE is set, and use UCX when they span several nodes (and UCX works on "
+         "every rank); ucx: UCX for every peer (an error where a rank has none); mpi, tcp: the "
+         "bootstrap transport only",
+         {"auto", "ucx", "mpi", "tcp"}},
         {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap", {}},
         {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap", {}},
         {"MTXCOMM_STORE",

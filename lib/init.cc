@@ -7,6 +7,7 @@
 #include "lib/log.h"
 #include "lib/store.h"
 #include "transports/inproc/inproc_transport.h"
+#include "transports/route/route.h"
 #include "transports/tcp/tcp_transport.h"
 #ifdef MTXCOMM_HAVE_MPI
 #include <mpi.h>
@@ -78,33 +79,50 @@ bool mpiInitialized() {
 
 }  // namespace
 
+namespace {
+
+// The communicator over base, with the point-to-point transport chosen per peer (route.h).
+std::unique_ptr<Comm> makeRoutedComm(std::unique_ptr<Transport> base, const Config& cfg) {
+  RoutedTransport routed = routeTransport(std::move(base), cfg.transport, cfg.timeoutSeconds);
+  auto comm = std::make_unique<Comm>(std::move(routed.transport), cfg, 0);
+  comm->setRoutes(std::move(routed.routes));
+  return comm;
+}
+
+}  // namespace
+
 std::unique_ptr<Comm> initFromEnv() {
   Config cfg = loadConfig();
-  std::string transport = cfg.transport;
-  if (transport == "auto") {
+  // The bootstrap: how the ranks first meet. MTXCOMM_TRANSPORT=ucx bootstraps as auto does.
+  std::string boot = cfg.transport == "ucx" ? "auto" : cfg.transport;
+  if (boot == "auto") {
     if (!cfg.store.empty()) {
-      transport = "tcp";
+      boot = "tcp";
 #ifdef MTXCOMM_HAVE_MPI
     } else if (launchedByMpi() || mpiInitialized()) {
-      transport = "mpi";
+      boot = "mpi";
 #endif
     } else if (cfg.rank >= 0 || cfg.size > 0) {
       fail(MTXCOMM_INVALID_USAGE,
            "MTXCOMM_RANK/MTXCOMM_SIZE are set but MTXCOMM_STORE is not: set MTXCOMM_STORE to "
            "file:PATH or tcp:HOST:PORT, or launch with mpirun");
+    } else if (cfg.transport == "ucx") {
+      fail(MTXCOMM_INVALID_USAGE,
+           "MTXCOMM_TRANSPORT=ucx needs a bootstrap: launch with mpirun, or set MTXCOMM_RANK, "
+           "MTXCOMM_SIZE and MTXCOMM_STORE");
     } else {
-      transport = "local";
+      boot = "local";
     }
   }
   std::unique_ptr<Comm> comm;
-  if (transport == "mpi") {
+  if (boot == "mpi") {
 #ifdef MTXCOMM_HAVE_MPI
     ensureMpiInitialized();
-    comm = std::make_unique<Comm>(makeMpiTransport(MPI_COMM_WORLD), cfg, 0);
+    comm = makeRoutedComm(makeMpiTransport(MPI_COMM_WORLD), cfg);
 #else
     fail(MTXCOMM_UNSUPPORTED, "MTXCOMM_TRANSPORT=mpi but this mtxcomm was built without MPI");
 #endif
-  } else if (transport == "tcp") {
+  } else if (boot == "tcp") {
     if (cfg.store.empty() || cfg.rank < 0 || cfg.size < 1) {
       fail(MTXCOMM_INVALID_USAGE,
            "the TCP bootstrap needs MTXCOMM_RANK, MTXCOMM_SIZE and MTXCOMM_STORE (have rank ",
@@ -112,7 +130,7 @@ std::unique_ptr<Comm> initFromEnv() {
     }
     auto timeout = std::chrono::milliseconds(static_cast<long>(cfg.timeoutSeconds * 1000));
     std::unique_ptr<Store> store = makeStore(cfg.store, cfg.rank, cfg.size, timeout);
-    comm = std::make_unique<Comm>(makeTcpTransport(*store, cfg.rank, cfg.size, timeout), cfg, 0);
+    comm = makeRoutedComm(makeTcpTransport(*store, cfg.rank, cfg.size, timeout), cfg);
     // Every rank has read what it needs from the store once all have passed a barrier; only
     // then may rank 0 stop serving it.
     CollArgs barrier;
@@ -132,7 +150,7 @@ std::unique_ptr<Comm> initFromMpiComm(void* mpiComm) {
   if (!mpiInitialized()) {
     fail(MTXCOMM_INVALID_USAGE, "mtxcomm_comm_init_mpi: MPI is not initialised (or finalized)");
   }
-  auto comm = std::make_unique<Comm>(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg, 0);
+  auto comm = makeRoutedComm(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg);
   comm->setup();
   echoConfig(*comm);
   return comm;

@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       openmpi-bin libopenmpi-dev
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-      libhwloc-dev
+      libhwloc-dev libucx-dev
       python3-venv)
 
 missing=()

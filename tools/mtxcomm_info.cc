@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");
 #endif
   std::printf("  tcp     sockets, bootstrapped by MTXCOMM_RANK/MTXCOMM_SIZE/MTXCOMM_STORE\n");
+#ifdef MTXCOMM_HAVE_UCX
+  std::printf(
+      "  ucx     UCX tag matching, chosen when the ranks span several nodes (or "
+      "MTXCOMM_TRANSPORT=ucx)\n");
+#endif
 
   std::printf("\nalgorithms:\n");
   for (const mtxcomm::Algorithm& a : mtxcomm::algorithms()) {
@@ -119,7 +124,11 @@ int main(int argc, char** argv) {
     int rank = 0, size = 0;
     mtxcomm_comm_rank(comm, &rank);
     mtxcomm_comm_size(comm, &size);
-    std::printf("\ncommunicator: rank %d of %d\n", rank, size);
+    std::printf("\ncommunicator: rank %d of %d, point-to-point over %s\n", rank, size,
+                mtxcomm::unwrapComm(comm)->transportName());
+    for (const std::string& line : mtxcomm::unwrapComm(comm)->routes()) {
+      std::printf("  %s\n", line.c_str());
+    }
     mtxcomm_comm_destroy(comm);
   }
   return rc;

@@ -1,7 +1,9 @@
 # Shell helpers shared by the multi-process test drivers (tests/mp/mp_driver.sh,
 # tests/shm/shm_driver.sh). Sourced; defines functions only, until driver_init is called.
 #
-# Variables the drivers may set: rank_timeout_default (MTXCOMM_TIMEOUT of started ranks when
+# Variables the drivers may set: RANK_TRANSPORT (MTXCOMM_TRANSPORT of started ranks; tcp),
+# RANK_SHM (when set: their MTXCOMM_SHM, else whatever the driver exported),
+# rank_timeout_default (MTXCOMM_TIMEOUT of started ranks when
 # RANK_TIMEOUT is unset; 30), wait_quiet=1 (wait_ranks drops the shell's notices about ranks
 # that ended on a signal).
 
@@ -33,8 +35,9 @@ start_ranks() {
   shift 2
   pids=()
   for ((r = 0; r < n; ++r)); do
-    MTXCOMM_TRANSPORT=tcp MTXCOMM_RANK=$r MTXCOMM_SIZE=$n MTXCOMM_STORE=$store \
-      MTXCOMM_TIMEOUT=${RANK_TIMEOUT:-${rank_timeout_default:-30}} "$@" >"$workdir/out$r.log" 2>&1 &
+    MTXCOMM_TRANSPORT=${RANK_TRANSPORT:-tcp} MTXCOMM_RANK=$r MTXCOMM_SIZE=$n MTXCOMM_STORE=$store \
+      MTXCOMM_TIMEOUT=${RANK_TIMEOUT:-${rank_timeout_default:-30}} \
+      env ${RANK_SHM:+"MTXCOMM_SHM=$RANK_SHM"} "$@" >"$workdir/out$r.log" 2>&1 &
     pids+=($!)
   done
 }

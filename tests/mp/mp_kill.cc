@@ -2,7 +2,10 @@
 // MTXCOMM_REMOTE_ERROR (or MTXCOMM_TIMEOUT) naming it. Used under mpirun (MPI transport) and
 // with the MTXCOMM_STORE bootstrap (TCP transport); mp_driver.sh checks the outcome files.
 //
-//   mp_kill OUTDIR
+//   mp_kill OUTDIR            the last rank kills itself
+//   mp_kill OUTDIR linkdown   nobody dies: tests/cluster/cluster.sh takes a network link down
+//                             (and writes OUTDIR/kill_time) once every rank has written
+//                             OUTDIR/started<R>; every rank is then a survivor
 //
 // Every rank runs 1 MiB float32 allreduces in a loop. The last rank starts a helper thread in
 // its fourth iteration which, after a random delay of a few milliseconds (the main thread is then
@@ -34,11 +37,12 @@
 using namespace mtxcomm::testkill;  // NOLINT: the shared kill and outcome helpers
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
+  if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "linkdown")) {
+    std::fprintf(stderr, "usage: %s OUTDIR [linkdown]\n", argv[0]);
     return 2;
   }
   const std::string outdir = argv[1];
+  const bool linkDown = argc == 3;
   mtxcomm_comm_t comm = nullptr;
   mtxcomm_result_t rc = mtxcomm_comm_init_from_env(&comm);
   if (rc != MTXCOMM_SUCCESS) {
@@ -48,7 +52,7 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   mtxcomm_comm_rank(comm, &rank);
   mtxcomm_comm_size(comm, &size);
-  const int victim = size - 1;
+  const int victim = linkDown ? size : size - 1;  // ranks below it are survivors
   const size_t count = (1 << 20) / sizeof(float);
   std::vector<float> send(count, static_cast<float>(rank + 1)), recv(count);
   const float expect = static_cast<float>(size * (size + 1) / 2);
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
     if (rank == victim && iter == 3) {
       startSelfKill(outdir);
     }
+    if (linkDown && iter == 3) writeFile(outdir + "/started" + std::to_string(rank), "");
     rc = mtxcomm_allreduce(send.data(), recv.data(), count, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm,
                            nullptr);
     if (rc != MTXCOMM_SUCCESS) break;

@@ -291,7 +291,7 @@ case $mode in
     echo "mpirun exited with $rc (ignored unless 124: a hang)"
     ((rc != 124)) || die "mpirun did not finish within 90 s"
     grep -m1 "allreduce 1048576 x 4 B on $np ranks" "$workdir/job.log"
-    grep -q "allreduce 1048576 x 4 B on $np ranks: shm " "$workdir/job.log" ||
+    grep -Eq "allreduce 1048576 x 4 B on $np ranks[^:]*: shm " "$workdir/job.log" ||
       die "the allreduces did not use the shm algorithm (MTXCOMM_LOG_LEVEL=DEBUG)"
     [[ -f $workdir/kill_time ]] || die "rank $victim never reached its kill"
     bad=0
@@ -324,7 +324,7 @@ case $mode in
       grep -v '^\[mtxcomm.*DEBUG' "$workdir/job.log"
       echo "np $np: mpirun exited with $rc after ${took} s (bound $bound s for np 8)"
       ((rc == 0)) || die "np $np: mpirun exited with $rc"
-      nshm=$(grep -c "allreduce 262144 x 4 B on $np ranks: shm " "$workdir/job.log")
+      nshm=$(grep -Ec "allreduce 262144 x 4 B on $np ranks[^:]*: shm " "$workdir/job.log")
       ((nshm == 201 * np)) || die "np $np: $nshm of $((201 * np)) allreduces used shm"
       if ((np == 8 && took > bound)); then
         die "8 ranks took $took s for 200 allreduces of 1 MiB (bound $bound s)"
