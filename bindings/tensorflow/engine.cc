@@ -437,7 +437,8 @@ std::vector<Ready> Engine::takeReady() {
 // an allgather). The message is computed from the agreed table, so it is the same on every rank.
 Status Engine::check(const Ready& op) const {
   const Request& r0 = op.requests[0];
-  const std::string head = std::string(kindName(r0.kind)) + " '" + r0.name + "'";
+  const Request& mine = op.requests[rank.load()];
+  const std::string head = std::string(kindName(mine.kind)) + " '" + mine.name + "'";
   auto mismatch = [&](const char* what, auto&& same) -> Status {
     std::vector<int> bad;
     for (size_t r = 1; r < op.requests.size(); ++r) {

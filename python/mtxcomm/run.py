@@ -68,6 +68,9 @@ def build_command(args, environ=None):
         argv.append("--oversubscribe")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-run-as-root")
+    if args.all_ranks_output and not args.transparent:
+        sys.stderr.write("mtxrun: --all-ranks-output has no effect without --transparent "
+                         "(every rank's output is kept)\n")
     if args.transparent:
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_transparent")
         parts = [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -80,7 +83,10 @@ def build_command(args, environ=None):
     for k in exported:
         if k in env:
             argv += ["-x", k]
-    argv += shlex.split(args.mpi_args)
+    try:
+        argv += shlex.split(args.mpi_args)
+    except ValueError as e:
+        raise SystemExit("mtxrun: --mpi-args %r: %s" % (args.mpi_args, e))
     argv += command
     return argv, env
 

@@ -14,7 +14,8 @@ before the user's script runs. Nothing in the script changes. What is hooked:
   over ranks, once per step); ``train_step`` is wrapped so that each rank computes on its
   contiguous 1/N share of every global batch (rows [B*r/N, B*(r+1)/N)) and weights its gradient
   by its share, so the average equals the full batch's gradient; model variables and optimizer
-  state are broadcast from rank 0 when training begins; the epoch's logs are averaged over ranks;
+  state are broadcast from rank 0 when training begins; the epoch's training logs are combined
+  over ranks weighted by the rows each trained on (the values a 1-process run reports);
   XLA compilation of the train step is turned off (the collective ops have no XLA kernel);
   on ranks other than 0, ``verbose`` is 0 and ModelCheckpoint, BackupAndRestore, TensorBoard
   and CSVLogger callbacks are dropped;
@@ -110,12 +111,14 @@ def _patch_keras(keras):
         bound = fit_signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
         _make_data_parallel(self, keras, hvd)
-        callbacks = list(arguments.get("callbacks") or [])
+        user_callbacks = list(arguments.get("callbacks") or [])
         if rank != 0:
-            callbacks = [c for c in callbacks if not isinstance(c, quiet_callbacks)]
+            user_callbacks = [c for c in user_callbacks if not isinstance(c, quiet_callbacks)]
             arguments["verbose"] = 0
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                     hvd.callbacks.MetricAverageCallback()] + callbacks
+                     _RowWeightedLogs(self._mtx_rows, keras, hvd)
+                     if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback()]
+        callbacks = callbacks + user_callbacks
         arguments["callbacks"] = callbacks
         return original_fit(*bound.args, **bound.kwargs)
 
@@ -157,6 +160,10 @@ def _make_data_parallel(model, keras, hvd):
         model.jit_compile = False
     original_step = model.train_step
     n, r = hvd.size(), hvd.rank()
+    # Rows this rank trained on in the epoch: the weight of its logs (its share of each batch
+    # can be uneven). A plain attribute, not a Keras-tracked variable: never saved with the model.
+    rows = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+    object.__setattr__(model, "_mtx_rows", rows)
 
     def train_step(data):
         flat = tf.nest.flatten(data)
@@ -177,12 +184,52 @@ def _make_data_parallel(model, keras, hvd):
             return t[start:end]
 
         local = tf.nest.pack_sequence_as(data, [take(t) for t in flat])
+        rows.assign_add(tf.cast(count, tf.float64))
         hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
+        # A rank with no rows of this batch trains on one row weighted 0; its metrics (loss
+        # tracker included) must not count that row: they are put back after the step.
+        metric_vars = [v for m in model.metrics for v in m.variables]
+        before = [tf.identity(v.value if hasattr(v, "value") else v) for v in metric_vars]
         try:
-            return original_step(local)
+            logs = original_step(local)
         finally:
             hvd._step_state.grad_scale = None
+
+        def restore():
+            for v, b in zip(metric_vars, before):
+                v.assign(b)
+            return tf.constant(True)
+
+        tf.cond(count > 0, lambda: tf.constant(False), restore)
+        return logs
 
     model.train_step = train_step
     model._mtx_sharded = True
     model.train_function = None
+
+
+def _RowWeightedLogs(rows, keras, hvd):
+    """The epoch's training logs of all ranks combined as the 1-process run would report them:
+    each rank's values (means over its rows) weighted by the rows it trained on. Validation
+    values (val_*) are computed on the whole data by every rank and are left as they are."""
+    import numpy as np
+    import tensorflow as tf
+
+    class RowWeightedLogs(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            rows.assign(0.0)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if not logs:
+                return
+            keys = sorted(k for k, v in logs.items()
+                          if not k.startswith("val_") and (np.isscalar(v) or np.ndim(v) == 0))
+            weight = float(rows.numpy())
+            values = [float(logs[k]) * weight for k in keys] + [weight]
+            total = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Sum,
+                                  name="mtxcomm.transparent.logs").numpy()
+            if total[-1] > 0:
+                for k, v in zip(keys, total[:-1]):
+                    logs[k] = float(v / total[-1])
+
+    return RowWeightedLogs()

@@ -254,3 +254,23 @@ def test_rank_exiting_early_fails_the_other_clearly(tmp):
     err = re.findall(r"RANK0_ERROR: (.*)", both)
     assert err, "rank 0 was not given an error (killed before it could report?)\n" + job.describe()
     assert re.search(r"rank\D{0,3}1\b", err[0], re.IGNORECASE), f"the error does not name rank 1: {err[0]}"
+
+
+def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
+    # 97 rows, batches of 32 over 3 ranks: every batch splits unevenly (11/11/10, the last 1/0/0).
+    # The weights and also the logs fit() reports must be the 1-process run's.
+    import json
+
+    script = os.path.join(SCRIPTS, "uneven_logs.py")
+    Job(["python", script, "uneven1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
+        cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    one = json.loads((tmp / "uneven1.0.json").read_text())
+    three = [json.loads((tmp / f"uneven3.{r}.json").read_text()) for r in range(3)]
+    for r in range(3):
+        assert three[r]["weights"] == three[0]["weights"], f"rank {r}'s weights differ from rank 0's"
+        for key in ("loss", "mae"):
+            np.testing.assert_allclose(three[r]["history"][key], one["history"][key], rtol=1e-5,
+                                       err_msg=f"rank {r}: History['{key}'] vs the 1-process run")
+    for a, b in zip(three[0]["weights"], one["weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
