@@ -13,6 +13,7 @@
 // InvalidArgument naming the tensor and the ranks; a dead or shut-down peer gets Aborted or
 // DeadlineExceeded (MTXCOMM_TIMEOUT).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings/tensorflow/engine.h"
@@ -31,40 +32,19 @@ using ::tensorflow::shape_inference::ShapeHandle;
   "{int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double}"
 
 bool toMtxcomm(tf::DataType t, mtxcomm_datatype_t* out) {
-  switch (t) {
-    case tf::DT_INT8:
-      *out = MTXCOMM_INT8;
+  static const std::pair<tf::DataType, mtxcomm_datatype_t> kTypes[] = {
+      {tf::DT_INT8, MTXCOMM_INT8},     {tf::DT_UINT8, MTXCOMM_UINT8},
+      {tf::DT_INT32, MTXCOMM_INT32},   {tf::DT_UINT32, MTXCOMM_UINT32},
+      {tf::DT_INT64, MTXCOMM_INT64},   {tf::DT_UINT64, MTXCOMM_UINT64},
+      {tf::DT_HALF, MTXCOMM_FLOAT16},  {tf::DT_BFLOAT16, MTXCOMM_BFLOAT16},
+      {tf::DT_FLOAT, MTXCOMM_FLOAT32}, {tf::DT_DOUBLE, MTXCOMM_FLOAT64}};
+  for (const auto& [tfType, type] : kTypes) {
+    if (tfType == t) {
+      *out = type;
       return true;
-    case tf::DT_UINT8:
-      *out = MTXCOMM_UINT8;
-      return true;
-    case tf::DT_INT32:
-      *out = MTXCOMM_INT32;
-      return true;
-    case tf::DT_UINT32:
-      *out = MTXCOMM_UINT32;
-      return true;
-    case tf::DT_INT64:
-      *out = MTXCOMM_INT64;
-      return true;
-    case tf::DT_UINT64:
-      *out = MTXCOMM_UINT64;
-      return true;
-    case tf::DT_HALF:
-      *out = MTXCOMM_FLOAT16;
-      return true;
-    case tf::DT_BFLOAT16:
-      *out = MTXCOMM_BFLOAT16;
-      return true;
-    case tf::DT_FLOAT:
-      *out = MTXCOMM_FLOAT32;
-      return true;
-    case tf::DT_DOUBLE:
-      *out = MTXCOMM_FLOAT64;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 absl::Status toTf(const Status& st) {
