@@ -120,6 +120,20 @@ const std::vector<ConfigVar>& configVars() {
          "",
          "address other ranks use to reach this one over TCP (default 127.0.0.1)",
          {}},
+        {"MTXCOMM_TCP_IFADDR",
+         "string",
+         "",
+         "IPv4 address the TCP transport listens on (default every interface)",
+         {}},
+        {"MTXCOMM_UCX_EAGER_LIMIT",
+         "bytes",
+         "4M",
+         "on a node whose UCX has no RDMA device (ib, ugni), so that other nodes are reached "
+         "over TCP: messages up to this size go eagerly (UCX's rendezvous threshold is set to "
+         "it; over TCP a rendezvous buys no zero-copy and costs a round trip that waits behind "
+         "the data queued on a loaded link). 0 or UCX_RNDV_THRESH set: UCX's own threshold "
+         "(0..1G)",
+         {}},
         {"MTXCOMM_SHM",
          "enum",
          "auto",
@@ -243,6 +257,10 @@ Config Config::fromEnvironment() {
       c.store = v;
     } else if (var.name == "MTXCOMM_TCP_HOST") {
       c.tcpHost = v;
+    } else if (var.name == "MTXCOMM_TCP_IFADDR") {
+      c.tcpIfaddr = v;
+    } else if (var.name == "MTXCOMM_UCX_EAGER_LIMIT") {
+      c.ucxEagerLimit = parseBytes(name, v, 0, size_t{1} << 30);
     } else if (var.name == "MTXCOMM_SHM") {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
@@ -290,6 +308,8 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_SIZE=", size < 0 ? std::string("(unset)") : std::to_string(size)));
   out.push_back(strCat("MTXCOMM_STORE=", store.empty() ? "(unset)" : store));
   out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
+  out.push_back(strCat("MTXCOMM_TCP_IFADDR=", tcpIfaddr.empty() ? "(unset)" : tcpIfaddr));
+  out.push_back(strCat("MTXCOMM_UCX_EAGER_LIMIT=", ucxEagerLimit));
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));

@@ -36,6 +36,8 @@ struct Config {
   int size = -1;                              // MTXCOMM_SIZE (-1: unset)
   std::string store;                          // MTXCOMM_STORE
   std::string tcpHost;                        // MTXCOMM_TCP_HOST
+  std::string tcpIfaddr;                      // MTXCOMM_TCP_IFADDR (read by the TCP transport)
+  size_t ucxEagerLimit = size_t{4} << 20;     // MTXCOMM_UCX_EAGER_LIMIT
   std::string shm = "auto";                   // MTXCOMM_SHM
   size_t shmSlotBytes = 256 << 10;            // MTXCOMM_SHM_SLOT_BYTES
   std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH

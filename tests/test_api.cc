@@ -426,7 +426,9 @@ TEST(Config, BadValuesNameTheVariable) {
                {"MTXCOMM_ALLREDUCE_ALGO", "nonsense"},
                {"MTXCOMM_TRANSPORT", "carrier_pigeon"},
                {"MTXCOMM_STORE", "http://x"},
-               {"MTXCOMM_RANK", "-3"}};
+               {"MTXCOMM_RANK", "-3"},
+               {"MTXCOMM_UCX_EAGER_LIMIT", "2G"},
+               {"MTXCOMM_UCX_EAGER_LIMIT", "lots"}};
   for (const Case& c : cases) {
     setenv(c.var, c.value, 1);
     try {
@@ -453,17 +455,22 @@ TEST(Config, ValuesAreParsedAndUnknownNamesReported) {
   setenv("MTXCOMM_SEGMENT_BYTES", "64K", 1);
   setenv("MTXCOMM_BROADCAST_ALGO", "scatter_allgather", 1);
   setenv("MTXCOMM_TIMEOUTT", "1", 1);
+  setenv("MTXCOMM_UCX_EAGER_LIMIT", "256K", 1);
+  setenv("MTXCOMM_TCP_IFADDR", "127.0.0.1", 1);
   Config c = Config::fromEnvironment();
   EXPECT_EQ(c.timeoutSeconds, 2.5);
   EXPECT_EQ(c.segmentBytes, 65536u);
+  EXPECT_EQ(c.ucxEagerLimit, 262144u);
+  EXPECT_EQ(c.tcpIfaddr, "127.0.0.1");
   EXPECT_EQ(c.algorithmFor(Collective::kBroadcast), "scatter_allgather");
   auto unknown = Config::unknownVariables();
   EXPECT_NE(std::find(unknown.begin(), unknown.end(), "MTXCOMM_TIMEOUTT"), unknown.end());
   bool echoed = false;
   for (const auto& line : c.describe()) echoed = echoed || line == "MTXCOMM_SEGMENT_BYTES=65536";
   EXPECT_TRUE(echoed);
-  for (const char* v :
-       {"MTXCOMM_TIMEOUT", "MTXCOMM_SEGMENT_BYTES", "MTXCOMM_BROADCAST_ALGO", "MTXCOMM_TIMEOUTT"})
+  EXPECT_EQ(std::find(unknown.begin(), unknown.end(), "MTXCOMM_TCP_IFADDR"), unknown.end());
+  for (const char* v : {"MTXCOMM_TIMEOUT", "MTXCOMM_SEGMENT_BYTES", "MTXCOMM_BROADCAST_ALGO",
+                        "MTXCOMM_TIMEOUTT", "MTXCOMM_UCX_EAGER_LIMIT", "MTXCOMM_TCP_IFADDR"})
     unsetenv(v);
   // Every variable in the registry has help text and a type.
   for (const ConfigVar& v : configVars()) {
@@ -567,6 +574,39 @@ TEST(Schedule, PrintsItsSteps) {
   EXPECT_TRUE(contains(text, "send 8 B -> rank 1")) << text;
   EXPECT_TRUE(contains(text, "recv 8 B <- rank 3")) << text;
   EXPECT_TRUE(contains(text, "reduce 2 elements")) << text;
+}
+
+// Ring allreduce and ring allgather never send a message larger than a segment, in either phase
+// (over UCX/TCP every message then stays under the eager limit).
+TEST(Schedule, RingMessagesAreAtMostOneSegment) {
+  const size_t count = 3 * 1000 + 7, seg = 1024;  // blocks of ~1000 floats: 4 segments each
+  std::vector<float> in(count, 1.0f), out(count, 0.0f);
+  CollArgs a;
+  a.count = count;
+  a.elemSize = 4;
+  a.sendbuf = in.data();
+  a.recvbuf = out.data();
+  AlgoParams p;
+  p.segmentBytes = seg;
+  using Build = void (*)(const CollArgs&, int, int, const AlgoParams&, Schedule&);
+  for (Build build : {Build{buildAllreduceRing}, Build{buildAllgatherRing}}) {
+    CollArgs args = a;
+    if (build == buildAllgatherRing) {
+      args.count = count / 3;
+      out.assign(count, 0.0f);
+    }
+    Schedule s(MTXCOMM_FLOAT32, 4, MTXCOMM_SUM);
+    build(args, 1, 3, p, s);
+    size_t sent = 0, largest = 0;
+    for (const Step& step : s.steps()) {
+      for (const CommOp& op : step.comm) {
+        largest = std::max(largest, op.bytes);
+        if (op.isSend) sent += op.bytes;
+      }
+    }
+    EXPECT_LE(largest, seg) << s.toString();
+    EXPECT_GT(sent, 2 * seg) << s.toString();  // several segments were sent
+  }
 }
 
 TEST(CppWrapper, ThrowsErrorWithCodeAndMessage) {

@@ -5,6 +5,8 @@
 // abort frames, split views that never match each other's messages.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -17,6 +19,7 @@
 #include "mp/mp_check.h"
 #include "transports/inproc/inproc_transport.h"
 #include "transports/route/route.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace mtxcomm {
 namespace {
@@ -28,12 +31,13 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // n UCX transports (with their route tables), made collectively on n threads.
-std::vector<RoutedTransport> makeUcxTransports(int n) {
+std::vector<RoutedTransport> makeUcxTransports(int n, size_t eagerLimit = size_t{4} << 20) {
   auto inproc = makeInprocTransports(n);
   std::vector<RoutedTransport> out(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] { out[r] = routeTransport(std::move(inproc[r]), "ucx", 30.0); });
+    threads.emplace_back(
+        [&, r] { out[r] = routeTransport(std::move(inproc[r]), "ucx", 30.0, eagerLimit); });
   }
   for (auto& t : threads) t.join();
   return out;
@@ -125,6 +129,55 @@ TEST(Ucx, SizeMismatchIsAnInternalErrorNamingThePeer) {
       }
     }
   });
+}
+
+// MTXCOMM_UCX_EAGER_LIMIT sets UCX's rendezvous threshold only where UCX has no RDMA device,
+// and never over the user's UCX_RNDV_THRESH.
+TEST(Ucx, EagerLimitAppliesWithoutRdmaUnlessUcxIsTold) {
+  std::string why;
+  auto w = openUcxWorker(size_t{4} << 20, &why);
+  ASSERT_TRUE(w) << why;
+  const std::string choice = ucxProtocolChoice(*w);
+  std::printf("this node: %s\n", choice.c_str());
+  if (choice.rfind("RDMA device ", 0) == 0) {
+    EXPECT_TRUE(contains(choice, "UCX's own rendezvous threshold")) << choice;
+  } else {
+    EXPECT_EQ(choice,
+              "no RDMA device (TCP between nodes): messages up to 4194304 bytes go eagerly "
+              "(MTXCOMM_UCX_EAGER_LIMIT)");
+    auto w0 = openUcxWorker(0, &why);
+    ASSERT_TRUE(w0) << why;
+    EXPECT_TRUE(contains(ucxProtocolChoice(*w0), "MTXCOMM_UCX_EAGER_LIMIT=0"))
+        << ucxProtocolChoice(*w0);
+  }
+  ASSERT_EQ(setenv("UCX_RNDV_THRESH", "65536", 1), 0);
+  auto wu = openUcxWorker(size_t{4} << 20, &why);
+  unsetenv("UCX_RNDV_THRESH");
+  ASSERT_TRUE(wu) << why;
+  EXPECT_EQ(ucxProtocolChoice(*wu), "rendezvous threshold UCX_RNDV_THRESH=65536");
+}
+
+// Messages below and above the eager limit (eager and rendezvous), both directions at once, and
+// a ring allreduce whose segments straddle it, arrive intact.
+TEST(Ucx, MessagesOnBothSidesOfTheEagerLimitArriveIntact) {
+  const size_t limit = size_t{64} << 10;
+  auto ts = makeUcxTransports(2, limit);
+  for (size_t bytes : {limit / 2, limit, limit + 1, size_t{8} << 20}) {
+    onRanks(2, [&](int r) {
+      Transport& t = *ts[r].transport;
+      std::vector<unsigned char> out(bytes), got(bytes, 0);
+      for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(i * 7 + r * 13);
+      std::vector<RequestPtr> reqs;
+      reqs.push_back(t.irecv(1 - r, 9, got.data(), bytes));
+      reqs.push_back(t.isend(1 - r, 9, out.data(), bytes));
+      t.waitAll(reqs, in(30));
+      size_t wrong = 0;
+      for (size_t i = 0; i < bytes; ++i) {
+        wrong += got[i] != static_cast<unsigned char>(i * 7 + (1 - r) * 13);
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << r << ", " << bytes << " bytes";
+    });
+  }
 }
 
 TEST(Ucx, TimeoutNamesTheAwaitedPeer) {

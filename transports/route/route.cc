@@ -55,7 +55,7 @@ std::vector<std::string> splitFields(const std::string& s, size_t k) {
 }  // namespace
 
 RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::string& choice,
-                               double timeoutSeconds) {
+                               double timeoutSeconds, size_t ucxEagerLimit) {
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(timeoutSeconds * 1000));
   const int n = base->size(), me = base->rank();
@@ -82,7 +82,7 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
   std::vector<std::string> addresses(n);
   if (wantUcx) {
     std::string why;
-    worker = openUcxWorker(&why);
+    worker = openUcxWorker(ucxEagerLimit, &why);
     std::string blob = worker ? "1" + ucxWorkerAddress(*worker) : "0" + why;
     ucxEverywhere = true;
     const std::vector<std::string> blobs = allgatherBlobs(*base, blob, deadline);
@@ -144,6 +144,7 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
   if (useUcx) {
     std::vector<bool> sameNode(n);
     for (int r = 0; r < n; ++r) sameNode[r] = nodes[r] == node;
+    MTXCOMM_LOG(kInfo, me, "ucx: ", ucxProtocolChoice(*worker));
     out.transport =
         makeUcxTransport(std::move(worker), me, addresses, live, sameNode, std::move(base));
     return out;

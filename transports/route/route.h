@@ -37,11 +37,11 @@ struct RoutedTransport {
   std::vector<std::string> routes;
 };
 
-// Collective over the ranks of base. choice: MTXCOMM_TRANSPORT ("auto", "ucx", "mpi", "tcp").
-// Throws MTXCOMM_UNSUPPORTED when ucx is forced and a rank has no UCX, MTXCOMM_TIMEOUT /
-// MTXCOMM_REMOTE_ERROR from the exchange.
+// Collective over the ranks of base. choice: MTXCOMM_TRANSPORT ("auto", "ucx", "mpi", "tcp");
+// ucxEagerLimit: MTXCOMM_UCX_EAGER_LIMIT (see openUcxWorker). Throws MTXCOMM_UNSUPPORTED when ucx
+// is forced and a rank has no UCX, MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR from the exchange.
 RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::string& choice,
-                               double timeoutSeconds);
+                               double timeoutSeconds, size_t ucxEagerLimit);
 
 // Every rank's blob, in rank order (blobs[rank()] == mine), exchanged over t with tags
 // kMaxTag - 1 and kMaxTag. Collective over t's ranks.

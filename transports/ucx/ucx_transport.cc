@@ -3,8 +3,10 @@
 #include <poll.h>
 #include <sched.h>
 #include <ucp/api/ucp.h>
+#include <uct/api/uct.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -49,6 +51,29 @@ uint64_t contextBits(uint64_t ctx) {
 
 std::string statusText(ucs_status_t s) { return ucs_status_string(s); }
 
+// The RDMA devices UCX sees on this node ("ib/mlx5_0", ...): the memory domains of its ib and
+// ugni components. None: the other nodes are reached over TCP (UCX's tcp component).
+std::vector<std::string> rdmaDevices() {
+  std::vector<std::string> out;
+  uct_component_h* comps = nullptr;
+  unsigned n = 0;
+  if (uct_query_components(&comps, &n) != UCS_OK) return out;
+  for (unsigned i = 0; i < n; ++i) {
+    uct_component_attr_t a{};
+    a.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    if (uct_component_query(comps[i], &a) != UCS_OK || a.md_resource_count == 0) continue;
+    const std::string name = a.name;
+    if (name != "ib" && name != "ugni") continue;
+    std::vector<uct_md_resource_desc_t> mds(a.md_resource_count);
+    a.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+    a.md_resources = mds.data();
+    if (uct_component_query(comps[i], &a) != UCS_OK) continue;
+    for (const auto& md : mds) out.push_back(name + "/" + md.md_name);
+  }
+  uct_release_component_list(comps);
+  return out;
+}
+
 }  // namespace
 
 class UcxWorker {
@@ -60,16 +85,35 @@ class UcxWorker {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   std::string address;
-  int efd = -1;  // the worker's event fd (UCP_FEATURE_WAKEUP), or -1: sleep instead
+  std::string protocol;  // how eager and rendezvous are chosen, for the log
+  int efd = -1;          // the worker's event fd (UCP_FEATURE_WAKEUP), or -1: sleep instead
 };
 
-std::shared_ptr<UcxWorker> openUcxWorker(std::string* whyNot) {
+std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, std::string* whyNot) {
   auto w = std::make_shared<UcxWorker>();
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) {
     *whyNot = "ucp_config_read: " + statusText(s);
     return nullptr;
+  }
+  const char* userThresh = std::getenv("UCX_RNDV_THRESH");
+  const std::vector<std::string> rdma = rdmaDevices();
+  if (userThresh) {
+    w->protocol = strCat("rendezvous threshold UCX_RNDV_THRESH=", userThresh);
+  } else if (!rdma.empty()) {
+    w->protocol = strCat("RDMA device ", rdma[0], rdma.size() > 1 ? " (and more)" : "",
+                         ": UCX's own rendezvous threshold");
+  } else if (eagerLimit == 0) {
+    w->protocol = "no RDMA device: UCX's own rendezvous threshold (MTXCOMM_UCX_EAGER_LIMIT=0)";
+  } else {
+    s = ucp_config_modify(config, "RNDV_THRESH", std::to_string(eagerLimit).c_str());
+    w->protocol = s == UCS_OK ? strCat("no RDMA device (TCP between nodes): messages up to ",
+                                       eagerLimit, " bytes go eagerly (MTXCOMM_UCX_EAGER_LIMIT)")
+                              : strCat(
+                                    "no RDMA device, but setting UCX's rendezvous threshold "
+                                    "failed (",
+                                    statusText(s), "): UCX's own threshold");
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -105,6 +149,7 @@ std::shared_ptr<UcxWorker> openUcxWorker(std::string* whyNot) {
 }
 
 std::string ucxWorkerAddress(const UcxWorker& worker) { return worker.address; }
+std::string ucxProtocolChoice(const UcxWorker& worker) { return worker.protocol; }
 
 namespace {
 

@@ -14,7 +14,9 @@
 // payload the reason, at most 4 KiB). UCP matches messages from one endpoint with the same tag
 // in the order they were sent (MPI's rule), which the contract needs.
 //
-// Large messages: UCX picks eager or rendezvous by size itself; messages above 1 GiB are sent
+// Large messages: UCX picks eager or rendezvous by size itself (on a node without an RDMA
+// device, so over TCP, its threshold is MTXCOMM_UCX_EAGER_LIMIT; see openUcxWorker); messages
+// above 1 GiB are sent
 // as several messages of at most 1 GiB with the same tag (the receiver posts the same pieces),
 // so no single UCX operation is larger than that.
 //
@@ -44,10 +46,15 @@ namespace mtxcomm {
 
 class UcxWorker;  // a UCP context and worker of this process
 
-// Opens UCX. Returns nullptr (and why in *whyNot) when UCX cannot be used here.
-std::shared_ptr<UcxWorker> openUcxWorker(std::string* whyNot);
+// Opens UCX. Returns nullptr (and why in *whyNot) when UCX cannot be used here. eagerLimit
+// (MTXCOMM_UCX_EAGER_LIMIT): on a node where UCX lists no RDMA device (its ib and ugni
+// components have no memory domain), so that other nodes are reached over TCP, UCX's rendezvous
+// threshold is set to it, unless it is 0 or UCX_RNDV_THRESH is set.
+std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, std::string* whyNot);
 // The worker's address, to be sent to every peer.
 std::string ucxWorkerAddress(const UcxWorker& worker);
+// How eager and rendezvous are chosen on this node, one line for the log.
+std::string ucxProtocolChoice(const UcxWorker& worker);
 
 // Connects rank `rank` of `addresses.size()` ranks: addresses[r] is rank r's worker address,
 // liveIds[r] its PeerLiveness::selfIdentity(), sameNode[r] whether it is on this node (its
