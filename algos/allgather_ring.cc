@@ -14,14 +14,15 @@
 
 namespace mtxcomm {
 
-void buildAllgatherRing(const CollArgs& args, int rank, int n, const AlgoParams&, Schedule& s) {
+void buildAllgatherRing(const CollArgs& args, int rank, int n, const AlgoParams& params,
+                        Schedule& s) {
   const size_t count = args.count, es = args.elemSize;
   char* buf = static_cast<char*>(args.recvbuf);
   s.copy(buf + rank * count * es, args.sendbuf, count * es);
   s.endStep();
   BlockLayout blocks{[count](int b) { return static_cast<size_t>(b) * count; },
                      [count](int) { return count; }};
-  appendRingAllgather(s, rank, n, /*rotate=*/0, buf, /*shift=*/0, blocks, es);
+  appendRingAllgather(s, rank, n, /*rotate=*/0, buf, /*shift=*/0, blocks, es, params.segmentBytes);
 }
 
 }  // namespace mtxcomm

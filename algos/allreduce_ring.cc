@@ -2,7 +2,8 @@
 //
 // Accepts: any rank count n >= 2, any count (blocks may be empty when count < n), every op.
 // Steps: n-1 reduce-scatter steps (each cut into segments of MTXCOMM_SEGMENT_BYTES, the next
-//   segment's transfer overlapping the current one's reduction), then n-1 allgather steps.
+//   segment's transfer overlapping the current one's reduction), then n-1 allgather steps (cut
+//   into segments too, so that no message is larger than a segment).
 // Bytes on the wire per rank: sent 2(n-1)/n * count * elemSize, received the same — the
 //   bandwidth optimum. Latency: 2(n-1) message rounds (more with segments): best for large
 //   messages.
@@ -20,6 +21,21 @@
 #include "algos/schedule.h"
 
 namespace mtxcomm {
+
+namespace {
+// The segments of one ring step that sends sendCount and receives recvCount elements, at most
+// segElems each: fn(j, nseg, first, sendSeg, recvSeg) for segment j of nseg, starting at element
+// first (a side with fewer elements has empty trailing segments).
+template <typename Fn>
+void forEachSegment(size_t sendCount, size_t recvCount, size_t segElems, Fn&& fn) {
+  const size_t nseg = (std::max(sendCount, recvCount) + segElems - 1) / segElems;
+  for (size_t j = 0; j < nseg; ++j) {
+    const size_t first = j * segElems;
+    fn(j, nseg, first, first < sendCount ? std::min(segElems, sendCount - first) : 0,
+       first < recvCount ? std::min(segElems, recvCount - first) : 0);
+  }
+}
+}  // namespace
 
 void appendRingReduceScatter(Schedule& s, int rank, int n, const char* src, int shift,
                              const BlockLayout& blocks, const std::function<char*(int, int)>& accum,
@@ -42,34 +58,39 @@ void appendRingReduceScatter(Schedule& s, int rank, int n, const char* src, int 
     const char* sendBase = step == 0 ? src + blocks.offset(sendBlk) * es : accum(step - 1, sendBlk);
     char* dstBase = accum(step, recvBlk);
     const char* own = src + blocks.offset(recvBlk) * es;
-    const size_t nseg = (std::max(sendCount, recvCount) + segElems - 1) / segElems;
-    for (size_t j = 0; j < nseg; ++j) {
-      const size_t first = j * segElems;
-      const size_t sendSeg = first < sendCount ? std::min(segElems, sendCount - first) : 0;
-      const size_t recvSeg = first < recvCount ? std::min(segElems, recvCount - first) : 0;
-      s.sendData(right, sendBase + first * es, sendSeg * es);
-      s.recvData(left, tmp[parity], recvSeg * es);
-      s.reduce(dstBase + first * es, tmp[parity], own + first * es, recvSeg);
-      // The next segment may be in flight while this one is reduced unless it is the first
-      // segment of the next step and this step had a single segment (it then sends what this
-      // reduction writes), or this is the last reduction (whatever follows may read it).
-      const bool last = step == n - 2 && j + 1 == nseg;
-      s.endStep(/*overlapNext=*/!last && (j + 1 < nseg || nseg >= 2));
-      parity ^= 1;
-    }
+    forEachSegment(sendCount, recvCount, segElems,
+                   [&](size_t j, size_t nseg, size_t first, size_t sendSeg, size_t recvSeg) {
+                     s.sendData(right, sendBase + first * es, sendSeg * es);
+                     s.recvData(left, tmp[parity], recvSeg * es);
+                     s.reduce(dstBase + first * es, tmp[parity], own + first * es, recvSeg);
+                     // The next segment may be in flight while this one is reduced unless it is the
+                     // first segment of the next step and this step had a single segment (it then
+                     // sends what this reduction writes), or this is the last reduction (whatever
+                     // follows may read it).
+                     const bool last = step == n - 2 && j + 1 == nseg;
+                     s.endStep(/*overlapNext=*/!last && (j + 1 < nseg || nseg >= 2));
+                     parity ^= 1;
+                   });
   }
 }
 
 void appendRingAllgather(Schedule& s, int vrank, int n, int rotate, char* buf, int shift,
-                         const BlockLayout& blocks, size_t elemSize) {
+                         const BlockLayout& blocks, size_t elemSize, size_t segmentBytes) {
   using patterns::mod;
   const int right = mod(vrank + 1 + rotate, n), left = mod(vrank - 1 + rotate, n);
+  const size_t segElems = std::max<size_t>(segmentBytes / elemSize, 1);
   for (int step = 0; step < n - 1; ++step) {
     const int sendBlk = mod(vrank + shift - step, n);
     const int recvBlk = mod(vrank + shift - step - 1, n);
-    s.sendData(right, buf + blocks.offset(sendBlk) * elemSize, blocks.count(sendBlk) * elemSize);
-    s.recvData(left, buf + blocks.offset(recvBlk) * elemSize, blocks.count(recvBlk) * elemSize);
-    s.endStep();
+    const size_t sendCount = blocks.count(sendBlk), recvCount = blocks.count(recvBlk);
+    char* sendBase = buf + blocks.offset(sendBlk) * elemSize;
+    char* recvBase = buf + blocks.offset(recvBlk) * elemSize;
+    forEachSegment(sendCount, recvCount, segElems,
+                   [&](size_t, size_t, size_t first, size_t sendSeg, size_t recvSeg) {
+                     s.sendData(right, sendBase + first * elemSize, sendSeg * elemSize);
+                     s.recvData(left, recvBase + first * elemSize, recvSeg * elemSize);
+                     s.endStep();
+                   });
   }
 }
 
@@ -82,7 +103,7 @@ void buildAllreduceRing(const CollArgs& args, int rank, int n, const AlgoParams&
   appendRingReduceScatter(
       s, rank, n, static_cast<const char*>(args.sendbuf), /*shift=*/0, blocks,
       [&](int, int block) { return recv + blocks.offset(block) * es; }, params.segmentBytes);
-  appendRingAllgather(s, rank, n, /*rotate=*/0, recv, /*shift=*/1, blocks, es);
+  appendRingAllgather(s, rank, n, /*rotate=*/0, recv, /*shift=*/1, blocks, es, params.segmentBytes);
 }
 
 }  // namespace mtxcomm

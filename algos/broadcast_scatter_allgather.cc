@@ -18,7 +18,7 @@
 
 namespace mtxcomm {
 
-void buildBroadcastScatterAllgather(const CollArgs& args, int rank, int n, const AlgoParams&,
+void buildBroadcastScatterAllgather(const CollArgs& args, int rank, int n, const AlgoParams& params,
                                     Schedule& s) {
   const size_t count = args.count, es = args.elemSize;
   const int root = args.root;
@@ -46,7 +46,8 @@ void buildBroadcastScatterAllgather(const CollArgs& args, int rank, int n, const
     }
   }
   s.endStep();
-  appendRingAllgather(s, vrank, n, /*rotate=*/root, buf, /*shift=*/0, blocks, es);
+  appendRingAllgather(s, vrank, n, /*rotate=*/root, buf, /*shift=*/0, blocks, es,
+                      params.segmentBytes);
 }
 
 }  // namespace mtxcomm

@@ -34,9 +34,12 @@ void appendRingReduceScatter(Schedule& s, int rank, int n, const char* src, int 
 // Ring allgather of blocks already placed in buf, over ranks numbered as vranks: vrank v is
 // the real rank (v + rotate) mod n (rotate = root for broadcast, 0 otherwise). Vrank v starts
 // owning block (v + shift) mod n; at step s it sends block (v + shift - s) mod n to vrank v+1
-// and receives block (v + shift - s - 1) mod n from vrank v-1 into buf. n-1 steps.
+// and receives block (v + shift - s - 1) mod n from vrank v-1 into buf. n-1 steps, each cut
+// into segments of at most segmentBytes (one schedule step per segment), so that no message is
+// larger than a segment: over UCX/TCP every message then stays below the eager limit, and a
+// rank runs at most one segment ahead of its neighbour.
 void appendRingAllgather(Schedule& s, int vrank, int n, int rotate, char* buf, int shift,
-                         const BlockLayout& blocks, size_t elemSize);
+                         const BlockLayout& blocks, size_t elemSize, size_t segmentBytes);
 
 }  // namespace mtxcomm
 
