@@ -357,7 +357,12 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
                                              std::chrono::duration<double>(timeoutSeconds_));
     const pid_t self = getpid();
     Clock::time_point nextCheck{};
-    Backoff backoff(oversubscribed_ ? 50 : 50000, oversubscribed_ ? 1000 : 2000);
+    // Spin ~60 us (2000 pauses), then poll with sched_yield (~1 us each, and it returns at once
+    // when nothing else wants the core) for a long while, then sleep. A long pure spin starved
+    // processes that share the cores without being counted here (ranks of other nodes in the
+    // emulated cluster, a framework's threads): a hierarchical allreduce of 4 KiB took 3.3 ms
+    // with 50000 pauses, 0.25 ms with these.
+    Backoff backoff(oversubscribed_ ? 50 : 2000, oversubscribed_ ? 1000 : 50000);
     while (value(c).load(std::memory_order_acquire) < target) {
       if (backoff.sleeping()) {
         const auto now = Clock::now();
