@@ -11,6 +11,7 @@
 #include "lib/c_api.h"
 #include "lib/comm.h"
 #include "lib/cost_model.h"
+#include "lib/reduce.h"
 #include "lib/topology.h"
 
 namespace mtxcomm {
@@ -120,17 +121,34 @@ void measureLevel(Comm& c, const std::string& level, const char* bcastAlgo,
   }
 }
 
-LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, LevelCost dflt) {
+// Fits alpha and beta of a level to its points less their reduction term (gamma given).
+LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, LevelCost dflt,
+                   double gamma) {
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
   for (const Point& p : points) {
     if (p.level != level) continue;
-    rows.push_back(p.coef);
-    y.push_back(p.seconds);
+    rows.push_back({p.coef[0], p.coef[1]});
+    y.push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
   }
-  if (rows.size() < 3) return dflt;
+  if (rows.size() < 2) return dflt;
   std::vector<double> x = fitLeastSquares(rows, y);
-  return LevelCost{x[0], x[1], x[2]};
+  return LevelCost{x[0], x[1], gamma};
+}
+
+// Seconds per byte of the library's float32 sum on this CPU, out of cache (the median of five
+// reductions of bytes bytes).
+double measureReductionGamma(size_t bytes) {
+  const size_t count = std::max<size_t>(bytes / sizeof(float), 1);
+  std::vector<float> a(count, 1.0f), b(count, 2.0f), dst(count, 0.0f);
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_SUM, dst.data(), a.data(), b.data(), count);
+    t.push_back(secondsSince(t0) / static_cast<double>(count * sizeof(float)));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 }  // namespace
@@ -176,9 +194,10 @@ int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, 
   std::unique_ptr<Comm> cross = world.split(localRank, node);
 
   std::vector<Point> points;
-  // Intra-node: every node with several ranks measures its own segment at once; rank 0's
-  // node's points are the ones fitted.
-  if (local->size() > 1) {
+  // Intra-node: rank 0's node measures its segment (its points are the ones fitted); the other
+  // nodes wait meanwhile, so that they take no cycles from it where nodes share a machine (the
+  // emulated cluster of tests/cluster).
+  if (local->size() > 1 && node == topo.nodeOf(0)) {
     measureLevel(*local, "intra_node", "shm", "shm", minBytes, maxBytes, points);
   }
   std::string interVia;
@@ -198,8 +217,12 @@ int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, 
   if (me == 0) {
     const CostParams defaults;
     CostParams fitted;
-    fitted.intra = fitLevel(points, "intra_node", defaults.intra);
-    fitted.inter = fitLevel(points, "inter_node", defaults.inter);
+    // Gamma is this CPU's reduction speed on both levels, measured directly: the reduction term
+    // is too small a part of each point for a fit to tell it from beta (recursive doubling on 2
+    // ranks differs from a binomial broadcast only by it).
+    const double gamma = measureReductionGamma(std::max<size_t>(maxBytes, size_t{16} << 20));
+    fitted.intra = fitLevel(points, "intra_node", defaults.intra, gamma);
+    fitted.inter = fitLevel(points, "inter_node", defaults.inter, gamma);
     nlohmann::json measured = nlohmann::json::array();
     std::printf("# mtxcomm_bench --tune: %d ranks on %d node(s); inter_node via %s%s\n",
                 world.size(), topo.numNodes(), interVia.c_str(),

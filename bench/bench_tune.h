@@ -2,14 +2,17 @@
 // job and writes the file MTXCOMM_TUNING_FILE loads (lib/cost_model.h).
 //
 // Intra-node: broadcasts and allreduces of 8 B .. 4 MiB over the shm segment of the node-local
-// sub-communicator (the node with the most ranks; skipped when every node holds one rank).
+// sub-communicator of rank 0's node, while the other nodes wait (skipped when rank 0's node
+// holds one rank).
 // Inter-node: binomial broadcasts (one message per round: a ping-pong's one-way time) and
 // recursive-doubling allreduces over the cross-node sub-communicator of the node leaders; on a
 // single node (no network to measure) the same over the point-to-point transport between the
 // node's ranks, reported as such. Each point is the median over blocks of iterations of the
 // slowest rank's time per call. The fit is a least-squares fit of the cost model's own
-// formula for each measured algorithm (linear in alpha, beta, gamma), weighted by 1/time so
-// that small and large messages count alike.
+// formula for each measured algorithm (linear in alpha and beta), weighted by 1/time so that
+// small and large messages count alike. Gamma is not fitted (the reduction term is too small a
+// part of each point to be told apart from beta): it is the library's float32 sum on this CPU,
+// timed directly, the same on both levels.
 #ifndef MTXCOMM_BENCH_BENCH_TUNE_H_
 #define MTXCOMM_BENCH_BENCH_TUNE_H_
 
