@@ -263,6 +263,13 @@ case $mode in
       timeout 1800 mpirun -np "$n" --oversubscribe --mca btl self,vader \
       -x CLUSTER_RANK_NS -x CLUSTER_RANK_HOST "$here/node_exec.sh" \
       "$build/bench/mtxcomm_bench" "$@"
+    rc=$?
+    # What each uplink's shaper saw (bytes sent, packets dropped at the token bucket).
+    for ((i = 0; i < ${#nodes[@]}; ++i)); do
+      echo "# uplink of node$i: $(ip netns exec "${nodes[i]}" tc -s qdisc show dev "mtn$tag$i" |
+        tr -s ' \n' ' ')"
+    done
+    exit $rc
     ;;
   *)
     die "unknown mode $mode"
