@@ -6,7 +6,8 @@
 # result checked (-c). Time-boxed to GPU_CHECK_SECONDS (default 290); every result (build log
 # tail, test results, bench tables, the targets met or not) goes to one file:
 # $OUT/gpu_check_results.txt when OUT is set, else build-gpu/gpu_check_results.txt.
-# GoogleTest and CLI11 come from build-gpu-deps/ when present (bench/gpu_check_prepare.sh).
+# GoogleTest, CLI11 and nlohmann-json come from build-gpu-deps/ when present
+# (bench/gpu_check_prepare.sh).
 # Extra cmake arguments: GPU_CHECK_CMAKE_ARGS. Exit status: 0 when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +59,8 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DMTXCOMM_WITH_MPI=OFF -DMTXCOMM_WITH_CUD
 command -v ninja > /dev/null && cmake_args+=(-G Ninja)
 [ -d build-gpu-deps/googletest ] && cmake_args+=(-DMTXCOMM_GTEST_SOURCE_DIR="$root/build-gpu-deps/googletest")
 [ -d build-gpu-deps/include/CLI ] && cmake_args+=(-DCLI11_INCLUDE_DIR="$root/build-gpu-deps/include")
+[ -d build-gpu-deps/include/nlohmann ] &&
+  cmake_args+=(-DNLOHMANN_JSON_INCLUDE_DIR="$root/build-gpu-deps/include")
 # shellcheck disable=SC2206
 cmake_args+=(${GPU_CHECK_CMAKE_ARGS:-})
 
