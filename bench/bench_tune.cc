@@ -121,28 +121,59 @@ void measureLevel(Comm& c, const std::string& level, const char* bcastAlgo,
   }
 }
 
-// Fits alpha and beta of a level to its points less their reduction term (gamma given).
+// Points at least this large are bandwidth-bound enough to fit beta on; alpha is fitted on the
+// smaller ones. (One weighted fit over every size let the small points, which follow no
+// alpha-beta line on a shaped or busy link, pull beta to half the link's.)
+constexpr size_t kBandwidthPointBytes = size_t{64} << 10;
+
+// Fits alpha and beta of a level to its points less their reduction term (gamma given): beta
+// (with alpha) on the points of at least kBandwidthPointBytes, then alpha on the smaller points
+// with that beta. Where one group has fewer than two points, both on all points.
 LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, LevelCost dflt,
                    double gamma) {
-  std::vector<std::vector<double>> rows;
-  std::vector<double> y;
+  std::vector<std::vector<double>> rows[2];  // [0]: small points, [1]: bandwidth points
+  std::vector<double> y[2];
   for (const Point& p : points) {
     if (p.level != level) continue;
-    rows.push_back({p.coef[0], p.coef[1]});
-    y.push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
+    const int g = p.bytes >= kBandwidthPointBytes;
+    rows[g].push_back({p.coef[0], p.coef[1]});
+    y[g].push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
   }
-  if (rows.size() < 2) return dflt;
-  std::vector<double> x = fitLeastSquares(rows, y);
-  return LevelCost{x[0], x[1], gamma};
+  if (rows[0].size() + rows[1].size() < 2) return dflt;
+  if (rows[0].size() < 2 || rows[1].size() < 2) {
+    for (int g = 0; g < 2; ++g) {
+      rows[1 - g].insert(rows[1 - g].end(), rows[g].begin(), rows[g].end());
+      y[1 - g].insert(y[1 - g].end(), y[g].begin(), y[g].end());
+    }
+    const std::vector<double> x = fitLeastSquares(rows[1], y[1]);
+    return LevelCost{x[0], x[1], gamma};
+  }
+  const double beta = fitLeastSquares(rows[1], y[1])[1];
+  std::vector<std::vector<double>> alphaRows;
+  std::vector<double> alphaY;
+  for (size_t r = 0; r < rows[0].size(); ++r) {
+    alphaRows.push_back({rows[0][r][0]});
+    alphaY.push_back(std::max(y[0][r] - rows[0][r][1] * beta, 0.0));
+  }
+  // Weighted by the point's whole time, as the other fits.
+  double num = 0, den = 0;
+  for (size_t r = 0; r < alphaRows.size(); ++r) {
+    const double w = y[0][r] > 0 ? 1.0 / y[0][r] : 1.0;
+    num += alphaRows[r][0] * alphaY[r] * w * w;
+    den += alphaRows[r][0] * alphaRows[r][0] * w * w;
+  }
+  return LevelCost{den > 0 ? num / den : dflt.alpha, beta, gamma};
 }
 
-// Seconds per byte of the library's float32 sum on this CPU, out of cache (the median of five
-// reductions of bytes bytes).
+// Seconds per byte of the library's float32 sum on this CPU, on buffers of bytes bytes that
+// stay in cache (as a pipeline segment or shm chunk does when it is reduced on arrival): the
+// median of 21 reductions after a warm-up.
 double measureReductionGamma(size_t bytes) {
   const size_t count = std::max<size_t>(bytes / sizeof(float), 1);
   std::vector<float> a(count, 1.0f), b(count, 2.0f), dst(count, 0.0f);
+  reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_SUM, dst.data(), a.data(), b.data(), count);
   std::vector<double> t;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 21; ++i) {
     const Clock::time_point t0 = Clock::now();
     reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_SUM, dst.data(), a.data(), b.data(), count);
     t.push_back(secondsSince(t0) / static_cast<double>(count * sizeof(float)));
@@ -180,9 +211,24 @@ std::vector<double> fitLeastSquares(const std::vector<std::vector<double>>& rows
   }
   std::vector<double> x(k, 0.0);
   for (size_t i = 0; i < k; ++i) {
-    if (std::fabs(m[i][i]) >= 1e-300) x[i] = std::max(0.0, m[i][k] / m[i][i]);
+    if (std::fabs(m[i][i]) >= 1e-300) x[i] = m[i][k] / m[i][i];
   }
-  return x;
+  // Non-negative: an unknown that comes out below zero is held at zero and the others are fitted
+  // again without it (one step of an active-set method per unknown).
+  size_t worst = k;
+  for (size_t i = 0; i < k; ++i) {
+    if (x[i] < 0 && (worst == k || x[i] < x[worst])) worst = i;
+  }
+  if (worst == k) return x;
+  std::vector<std::vector<double>> fewer;
+  for (const auto& row : rows) {
+    std::vector<double> r = row;
+    r.erase(r.begin() + static_cast<long>(worst));
+    fewer.push_back(r);
+  }
+  std::vector<double> sub = k > 1 ? fitLeastSquares(fewer, y) : std::vector<double>{};
+  sub.insert(sub.begin() + static_cast<long>(worst), 0.0);
+  return sub;
 }
 
 int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, size_t maxBytes) {
@@ -220,7 +266,7 @@ int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, 
     // Gamma is this CPU's reduction speed on both levels, measured directly: the reduction term
     // is too small a part of each point for a fit to tell it from beta (recursive doubling on 2
     // ranks differs from a binomial broadcast only by it).
-    const double gamma = measureReductionGamma(std::max<size_t>(maxBytes, size_t{16} << 20));
+    const double gamma = measureReductionGamma(size_t{1} << 20);
     fitted.intra = fitLevel(points, "intra_node", defaults.intra, gamma);
     fitted.inter = fitLevel(points, "inter_node", defaults.inter, gamma);
     nlohmann::json measured = nlohmann::json::array();

@@ -128,7 +128,8 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_UCX_EAGER_LIMIT",
          "bytes",
          "4M",
-         "on a node whose UCX has no RDMA device (ib, ugni), so that other nodes are reached "
+         "when the ranks span nodes, on a node whose UCX has no RDMA device (ib, ugni), so that "
+         "other nodes are reached "
          "over TCP: messages up to this size go eagerly (UCX's rendezvous threshold is set to "
          "it; over TCP a rendezvous buys no zero-copy and costs a round trip that waits behind "
          "the data queued on a loaded link). 0 or UCX_RNDV_THRESH set: UCX's own threshold "

@@ -1,5 +1,7 @@
 #include "lib/cost_model.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -172,6 +174,10 @@ double hierarchicalSeconds(Collective coll, double n, const Topology& topo, cons
 }  // namespace
 
 CostParams loadTuningFile(const std::string& path) {
+  // Not a directory, FIFO or device: opening a FIFO would block init with no timeout.
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) badFile(path, "", "cannot be opened for reading");
+  if (!S_ISREG(st.st_mode)) badFile(path, "", "not a regular file");
   std::ifstream in(path);
   if (!in) badFile(path, "", "cannot be opened for reading");
   Json j;

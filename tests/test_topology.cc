@@ -196,6 +196,7 @@ TEST(TuningFile, RoundTripsAndRejectsBadKeysNamingFileAndKey) {
   expectError(writeFile("tune_top.json", R"({"internode": {}})"), "\"internode\"");
   expectError(writeFile("tune_json.json", "{ not json"), "not valid JSON");
   expectError(::testing::TempDir() + "no_such_tuning_file.json", "cannot be opened");
+  expectError(::testing::TempDir(), "not a regular file");  // a directory
   // A level given in part keeps the defaults for the rest.
   const CostParams partial =
       loadTuningFile(writeFile("tune_part.json", R"({"inter_node": {"alpha": 0.001}})"));

@@ -17,7 +17,7 @@
 # library tells nodes apart by host name and namespace, as it would on real machines; nothing in
 # the library knows it is being tested). The nodes hang off a bridge in the root namespace
 # through veth pairs; each node's uplink (the egress of its veth) is shaped with a token bucket
-# (tc tbf) to CLUSTER_RATE (default 1gbit), CLUSTER_BURST (default 128kb): on a 2-core VM that
+# (tc tbf) to CLUSTER_RATE (default 250mbit), CLUSTER_BURST (default 128kb): on a 2-core VM that
 # rate is below what loopback TCP between namespaces reaches (several GB/s), so the link, not
 # the CPU, bounds cross-node transfers. Ranks on one node share /dev/shm, as on a real node.
 #

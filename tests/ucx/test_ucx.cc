@@ -31,13 +31,13 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // n UCX transports (with their route tables), made collectively on n threads.
-std::vector<RoutedTransport> makeUcxTransports(int n, size_t eagerLimit = size_t{4} << 20) {
+std::vector<RoutedTransport> makeUcxTransports(int n) {
   auto inproc = makeInprocTransports(n);
   std::vector<RoutedTransport> out(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back(
-        [&, r] { out[r] = routeTransport(std::move(inproc[r]), "ucx", 30.0, eagerLimit); });
+        [&, r] { out[r] = routeTransport(std::move(inproc[r]), "ucx", 30.0, size_t{4} << 20); });
   }
   for (auto& t : threads) t.join();
   return out;
@@ -135,7 +135,7 @@ TEST(Ucx, SizeMismatchIsAnInternalErrorNamingThePeer) {
 // and never over the user's UCX_RNDV_THRESH.
 TEST(Ucx, EagerLimitAppliesWithoutRdmaUnlessUcxIsTold) {
   std::string why;
-  auto w = openUcxWorker(size_t{4} << 20, &why);
+  auto w = openUcxWorker(size_t{4} << 20, /*acrossNodes=*/true, &why);
   ASSERT_TRUE(w) << why;
   const std::string choice = ucxProtocolChoice(*w);
   std::printf("this node: %s\n", choice.c_str());
@@ -145,23 +145,29 @@ TEST(Ucx, EagerLimitAppliesWithoutRdmaUnlessUcxIsTold) {
     EXPECT_EQ(choice,
               "no RDMA device (TCP between nodes): messages up to 4194304 bytes go eagerly "
               "(MTXCOMM_UCX_EAGER_LIMIT)");
-    auto w0 = openUcxWorker(0, &why);
+    auto w0 = openUcxWorker(0, /*acrossNodes=*/true, &why);
     ASSERT_TRUE(w0) << why;
     EXPECT_TRUE(contains(ucxProtocolChoice(*w0), "MTXCOMM_UCX_EAGER_LIMIT=0"))
         << ucxProtocolChoice(*w0);
   }
+  auto w1 = openUcxWorker(size_t{4} << 20, /*acrossNodes=*/false, &why);
+  ASSERT_TRUE(w1) << why;
+  EXPECT_EQ(ucxProtocolChoice(*w1), "all ranks on one node: UCX's own rendezvous threshold");
   ASSERT_EQ(setenv("UCX_RNDV_THRESH", "65536", 1), 0);
-  auto wu = openUcxWorker(size_t{4} << 20, &why);
+  auto wu = openUcxWorker(size_t{4} << 20, /*acrossNodes=*/true, &why);
   unsetenv("UCX_RNDV_THRESH");
   ASSERT_TRUE(wu) << why;
   EXPECT_EQ(ucxProtocolChoice(*wu), "rendezvous threshold UCX_RNDV_THRESH=65536");
 }
 
-// Messages below and above the eager limit (eager and rendezvous), both directions at once, and
-// a ring allreduce whose segments straddle it, arrive intact.
+// Messages below and above UCX's rendezvous threshold (eager and rendezvous), both directions at
+// once, arrive intact. (These threads are on one node, where MTXCOMM_UCX_EAGER_LIMIT does not
+// apply; the threshold is set through UCX's own variable instead.)
 TEST(Ucx, MessagesOnBothSidesOfTheEagerLimitArriveIntact) {
   const size_t limit = size_t{64} << 10;
-  auto ts = makeUcxTransports(2, limit);
+  ASSERT_EQ(setenv("UCX_RNDV_THRESH", "65536", 1), 0);
+  auto ts = makeUcxTransports(2);
+  unsetenv("UCX_RNDV_THRESH");
   for (size_t bytes : {limit / 2, limit, limit + 1, size_t{8} << 20}) {
     onRanks(2, [&](int r) {
       Transport& t = *ts[r].transport;

@@ -82,7 +82,7 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
   std::vector<std::string> addresses(n);
   if (wantUcx) {
     std::string why;
-    worker = openUcxWorker(ucxEagerLimit, &why);
+    worker = openUcxWorker(ucxEagerLimit, multiNode, &why);
     std::string blob = worker ? "1" + ucxWorkerAddress(*worker) : "0" + why;
     ucxEverywhere = true;
     const std::vector<std::string> blobs = allgatherBlobs(*base, blob, deadline);

@@ -229,6 +229,9 @@ char* ShmGroup::slot(int set, int r) const {
 
 void ShmGroup::abort(const std::string& reason) {
   Control& c = control(rank_);
+  // The first abort's reason stands: a later one (the application aborting after the error it
+  // was given) must not hide the root cause from peers that have not read it yet.
+  if (c.aborted.load(std::memory_order_acquire)) return;
   // Peers learn the root cause: if this rank failed because another one did, pass that on
   // rather than a message nesting every hop.
   std::snprintf(c.reason, sizeof(c.reason), "%s",
@@ -356,7 +359,10 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeoutSeconds_));
     const pid_t self = getpid();
-    Clock::time_point nextCheck{};
+    // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
+    // clock is read every 256 polls: well under a millisecond while spinning or yielding).
+    Clock::time_point nextCheck = Clock::now() + std::chrono::milliseconds(50);
+    uint32_t polls = 0;
     // Spin ~60 us (2000 pauses), then poll with sched_yield (~1 us each, and it returns at once
     // when nothing else wants the core) for a long while, then sleep. A long pure spin starved
     // processes that share the cores without being counted here (ranks of other nodes in the
@@ -364,7 +370,7 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     // with 50000 pauses, 0.25 ms with these.
     Backoff backoff(oversubscribed_ ? 50 : 2000, oversubscribed_ ? 1000 : 50000);
     while (value(c).load(std::memory_order_acquire) < target) {
-      if (backoff.sleeping()) {
+      if (backoff.sleeping() || (++polls & 255) == 0) {
         const auto now = Clock::now();
         if (now >= nextCheck) {
           nextCheck = now + std::chrono::milliseconds(50);

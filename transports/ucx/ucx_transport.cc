@@ -89,7 +89,7 @@ class UcxWorker {
   int efd = -1;          // the worker's event fd (UCP_FEATURE_WAKEUP), or -1: sleep instead
 };
 
-std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, std::string* whyNot) {
+std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, std::string* whyNot) {
   auto w = std::make_shared<UcxWorker>();
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
@@ -101,6 +101,8 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, std::string* whyNot)
   const std::vector<std::string> rdma = rdmaDevices();
   if (userThresh) {
     w->protocol = strCat("rendezvous threshold UCX_RNDV_THRESH=", userThresh);
+  } else if (!acrossNodes) {
+    w->protocol = "all ranks on one node: UCX's own rendezvous threshold";
   } else if (!rdma.empty()) {
     w->protocol = strCat("RDMA device ", rdma[0], rdma.size() > 1 ? " (and more)" : "",
                          ": UCX's own rendezvous threshold");

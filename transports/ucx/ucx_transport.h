@@ -47,10 +47,12 @@ namespace mtxcomm {
 class UcxWorker;  // a UCP context and worker of this process
 
 // Opens UCX. Returns nullptr (and why in *whyNot) when UCX cannot be used here. eagerLimit
-// (MTXCOMM_UCX_EAGER_LIMIT): on a node where UCX lists no RDMA device (its ib and ugni
-// components have no memory domain), so that other nodes are reached over TCP, UCX's rendezvous
-// threshold is set to it, unless it is 0 or UCX_RNDV_THRESH is set.
-std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, std::string* whyNot);
+// (MTXCOMM_UCX_EAGER_LIMIT): when the ranks span nodes (acrossNodes) and UCX lists no RDMA
+// device on this node (its ib and ugni components have no memory domain), so that other nodes
+// are reached over TCP, UCX's rendezvous threshold is set to it, unless it is 0 or
+// UCX_RNDV_THRESH is set.
+std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes,
+                                         std::string* whyNot);
 // The worker's address, to be sent to every peer.
 std::string ucxWorkerAddress(const UcxWorker& worker);
 // How eager and rendezvous are chosen on this node, one line for the log.
