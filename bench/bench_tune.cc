@@ -121,21 +121,24 @@ void measureLevel(Comm& c, const std::string& level, const char* bcastAlgo,
   }
 }
 
-// Points at least this large are bandwidth-bound enough to fit beta on; alpha is fitted on the
-// smaller ones. (One weighted fit over every size let the small points, which follow no
-// alpha-beta line on a shaped or busy link, pull beta to half the link's.)
-constexpr size_t kBandwidthPointBytes = size_t{64} << 10;
+// Across nodes, points at least this large are bandwidth-bound enough to fit beta on; alpha is
+// fitted on the smaller ones. (One weighted fit over every size let the small points, which
+// follow no alpha-beta line on a shaped or busy link, pull beta to half the link's; at 64 KiB a
+// point of 128 KiB still passed a token bucket's burst partly unshaped and pulled it 14% low.)
+// On the shared segment every size is fitted at once (bandwidthPointBytes 0): there the small
+// points do lie near the line, and four large points alone left the fit unstable.
+constexpr size_t kBandwidthPointBytes = size_t{512} << 10;
 
 // Fits alpha and beta of a level to its points less their reduction term (gamma given): beta
-// (with alpha) on the points of at least kBandwidthPointBytes, then alpha on the smaller points
+// (with alpha) on the points of at least bandwidthPointBytes, then alpha on the smaller points
 // with that beta. Where one group has fewer than two points, both on all points.
 LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, LevelCost dflt,
-                   double gamma) {
+                   double gamma, size_t bandwidthPointBytes) {
   std::vector<std::vector<double>> rows[2];  // [0]: small points, [1]: bandwidth points
   std::vector<double> y[2];
   for (const Point& p : points) {
     if (p.level != level) continue;
-    const int g = p.bytes >= kBandwidthPointBytes;
+    const int g = p.bytes >= bandwidthPointBytes;
     rows[g].push_back({p.coef[0], p.coef[1]});
     y[g].push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
   }
@@ -267,8 +270,8 @@ int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, 
     // is too small a part of each point for a fit to tell it from beta (recursive doubling on 2
     // ranks differs from a binomial broadcast only by it).
     const double gamma = measureReductionGamma(size_t{1} << 20);
-    fitted.intra = fitLevel(points, "intra_node", defaults.intra, gamma);
-    fitted.inter = fitLevel(points, "inter_node", defaults.inter, gamma);
+    fitted.intra = fitLevel(points, "intra_node", defaults.intra, gamma, 0);
+    fitted.inter = fitLevel(points, "inter_node", defaults.inter, gamma, kBandwidthPointBytes);
     nlohmann::json measured = nlohmann::json::array();
     std::printf("# mtxcomm_bench --tune: %d ranks on %d node(s); inter_node via %s%s\n",
                 world.size(), topo.numNodes(), interVia.c_str(),

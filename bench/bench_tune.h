@@ -10,9 +10,10 @@
 // node's ranks, reported as such. Each point is the median over blocks of iterations of the
 // slowest rank's time per call. The fit is a least-squares fit of the cost model's own
 // formula for each measured algorithm (linear in alpha and beta), weighted by 1/time, with
-// alpha, beta >= 0: beta on the points of 64 KiB and more, then alpha on the smaller ones with
-// that beta (small messages on a shaped or busy link follow no alpha-beta line, and fitted
-// together they pulled beta far from the link's). Gamma is not fitted (the reduction term is
+// alpha, beta >= 0. On the shared segment every point is fitted at once; across nodes beta is
+// fitted on the points of 512 KiB and more, then alpha on the smaller ones with that beta
+// (small messages on a shaped or busy link follow no alpha-beta line, and fitted together they
+// pulled beta far from the link's). Gamma is not fitted (the reduction term is
 // too small a part of each point to be told apart from beta): it is the library's float32 sum
 // on this CPU, timed on 1 MiB buffers in cache, the same on both levels.
 #ifndef MTXCOMM_BENCH_BENCH_TUNE_H_

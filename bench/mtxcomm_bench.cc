@@ -559,9 +559,10 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   if (opt.predict) table.add("Predicted(us)", 15);
 
   const char* algoEnv = std::getenv(algoVar);
-  const std::string algoText = !opt.algo.empty() && opt.algo != "auto" ? "forced by -a " + opt.algo
-                               : algoEnv ? std::string(algoVar) + "=" + algoEnv
-                                         : std::string("auto");
+  const std::string algoText = opt.algo == "auto"  ? std::string("auto (-a auto)")
+                               : !opt.algo.empty() ? "forced by -a " + opt.algo
+                               : algoEnv           ? std::string(algoVar) + "=" + algoEnv
+                                                   : std::string("auto");
   if (ctx.rank == 0) {
     std::printf("# mtxcomm_bench %s: %s%s%s, %d ranks, transport %s, %s, check %s\n", desc.name,
                 hasData ? datatypeName(ctx.dtype) : "no data", reduces ? " " : "",
