@@ -134,36 +134,33 @@ constexpr size_t kBandwidthPointBytes = size_t{512} << 10;
 // with that beta. Where one group has fewer than two points, both on all points.
 LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, LevelCost dflt,
                    double gamma, size_t bandwidthPointBytes) {
-  std::vector<std::vector<double>> rows[2];  // [0]: small points, [1]: bandwidth points
-  std::vector<double> y[2];
+  // Each point's (alpha, beta) coefficients and its time less the reduction term.
+  std::vector<std::vector<double>> all, large;
+  std::vector<double> yAll, yLarge;
+  std::vector<bool> isLarge;
   for (const Point& p : points) {
     if (p.level != level) continue;
-    const int g = p.bytes >= bandwidthPointBytes;
-    rows[g].push_back({p.coef[0], p.coef[1]});
-    y[g].push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
-  }
-  if (rows[0].size() + rows[1].size() < 2) return dflt;
-  if (rows[0].size() < 2 || rows[1].size() < 2) {
-    for (int g = 0; g < 2; ++g) {
-      rows[1 - g].insert(rows[1 - g].end(), rows[g].begin(), rows[g].end());
-      y[1 - g].insert(y[1 - g].end(), y[g].begin(), y[g].end());
+    all.push_back({p.coef[0], p.coef[1]});
+    yAll.push_back(std::max(p.seconds - p.coef[2] * gamma, 0.0));
+    isLarge.push_back(p.bytes >= bandwidthPointBytes);
+    if (isLarge.back()) {
+      large.push_back(all.back());
+      yLarge.push_back(yAll.back());
     }
-    const std::vector<double> x = fitLeastSquares(rows[1], y[1]);
+  }
+  if (all.size() < 2) return dflt;
+  if (large.size() < 2 || all.size() - large.size() < 2) {
+    const std::vector<double> x = fitLeastSquares(all, yAll);
     return LevelCost{x[0], x[1], gamma};
   }
-  const double beta = fitLeastSquares(rows[1], y[1])[1];
-  std::vector<std::vector<double>> alphaRows;
-  std::vector<double> alphaY;
-  for (size_t r = 0; r < rows[0].size(); ++r) {
-    alphaRows.push_back({rows[0][r][0]});
-    alphaY.push_back(std::max(y[0][r] - rows[0][r][1] * beta, 0.0));
-  }
-  // Weighted by the point's whole time, as the other fits.
+  const double beta = fitLeastSquares(large, yLarge)[1];
+  // Alpha alone on the small points with that beta, weighted by 1/time as the other fits.
   double num = 0, den = 0;
-  for (size_t r = 0; r < alphaRows.size(); ++r) {
-    const double w = y[0][r] > 0 ? 1.0 / y[0][r] : 1.0;
-    num += alphaRows[r][0] * alphaY[r] * w * w;
-    den += alphaRows[r][0] * alphaRows[r][0] * w * w;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (isLarge[r]) continue;
+    const double w = yAll[r] > 0 ? 1.0 / yAll[r] : 1.0;
+    num += all[r][0] * std::max(yAll[r] - all[r][1] * beta, 0.0) * w * w;
+    den += all[r][0] * all[r][0] * w * w;
   }
   return LevelCost{den > 0 ? num / den : dflt.alpha, beta, gamma};
 }

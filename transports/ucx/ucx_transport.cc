@@ -98,7 +98,8 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, st
     return nullptr;
   }
   const char* userThresh = std::getenv("UCX_RNDV_THRESH");
-  const std::vector<std::string> rdma = rdmaDevices();
+  const std::vector<std::string> rdma =
+      userThresh || !acrossNodes ? std::vector<std::string>{} : rdmaDevices();
   if (userThresh) {
     w->protocol = strCat("rendezvous threshold UCX_RNDV_THRESH=", userThresh);
   } else if (!acrossNodes) {

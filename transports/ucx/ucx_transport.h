@@ -51,8 +51,7 @@ class UcxWorker;  // a UCP context and worker of this process
 // device on this node (its ib and ugni components have no memory domain), so that other nodes
 // are reached over TCP, UCX's rendezvous threshold is set to it, unless it is 0 or
 // UCX_RNDV_THRESH is set.
-std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes,
-                                         std::string* whyNot);
+std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, std::string* whyNot);
 // The worker's address, to be sent to every peer.
 std::string ucxWorkerAddress(const UcxWorker& worker);
 // How eager and rendezvous are chosen on this node, one line for the log.
