@@ -9,6 +9,7 @@
 // Source: Open MPI coll/sm-style copy-in/copy-out through shared slots.
 #include <cstring>
 
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "algos/registry.h"
-#include "lib/topology.h"
+#include "lib/base/topology.h"
 
 namespace mtxcomm {
 

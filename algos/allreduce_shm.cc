@@ -29,6 +29,7 @@
 //   Rabenseifner's algorithm mapped onto shared memory.
 #include <cstring>
 
+#include "algos/registry.h"
 #include "algos/patterns.h"
 #include "algos/shm_chunks.h"
 

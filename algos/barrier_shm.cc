@@ -2,6 +2,7 @@
 // counters reach the same value (a centralised counter barrier, one cache line per rank so
 // arrivals never contend). Accepts: a communicator whose ranks share a segment.
 // Source: the flag-based barriers of Open MPI coll/sm and MPICH's nemesis shm barrier.
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {

@@ -19,7 +19,7 @@
 // Source: Open MPI coll/han (ompi/mca/coll/han/coll_han_bcast.c: low/up level broadcasts);
 //   MPICH's SMP-aware MPIR_Bcast_intra_smp.
 #include "algos/registry.h"
-#include "lib/topology.h"
+#include "lib/base/topology.h"
 
 namespace mtxcomm {
 

@@ -15,6 +15,7 @@
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
 #include <cstring>
 
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {

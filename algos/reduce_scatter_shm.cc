@@ -12,8 +12,9 @@
 // Source: Open MPI coll/sm-style copy-in, reduce from shared slots.
 #include <cstring>
 
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 

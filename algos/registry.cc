@@ -1,49 +1,9 @@
 #include "algos/registry.h"
 
 #include "algos/patterns.h"
-#include "lib/topology.h"
+#include "lib/base/topology.h"
 
 namespace mtxcomm {
-
-const char* collectiveName(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce:
-      return "allreduce";
-    case Collective::kBroadcast:
-      return "broadcast";
-    case Collective::kReduce:
-      return "reduce";
-    case Collective::kAllgather:
-      return "allgather";
-    case Collective::kReduceScatter:
-      return "reduce_scatter";
-    case Collective::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
-
-const char* collectiveAlgoVar(Collective c) {
-  switch (c) {
-    case Collective::kAllreduce:
-      return "MTXCOMM_ALLREDUCE_ALGO";
-    case Collective::kBroadcast:
-      return "MTXCOMM_BROADCAST_ALGO";
-    case Collective::kReduce:
-      return "MTXCOMM_REDUCE_ALGO";
-    case Collective::kAllgather:
-      return "MTXCOMM_ALLGATHER_ALGO";
-    case Collective::kReduceScatter:
-      return "MTXCOMM_REDUCE_SCATTER_ALGO";
-    case Collective::kBarrier:
-      return "MTXCOMM_BARRIER_ALGO";
-  }
-  return "?";
-}
-
-bool collectiveReduces(Collective c) {
-  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
-}
 
 namespace {
 const char* acceptsAll(const CollArgs&, const CommInfo&) { return nullptr; }

@@ -1,7 +1,8 @@
 // The registry of collective algorithms. Each algorithm has a stable name (the same in its file
 // name, the MTXCOMM_<COLLECTIVE>_ALGO value, the logs and the bench output), a one-line
 // description, a check that may decline the call (returning why), and a builder that turns one
-// call into a Schedule for one rank.
+// call into a Schedule for one rank. The vocabulary of a call (Collective, CollArgs) is
+// lib/base/call.h.
 #ifndef MTXCOMM_ALGOS_REGISTRY_H_
 #define MTXCOMM_ALGOS_REGISTRY_H_
 
@@ -9,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "mtxcomm/mtxcomm.h"
+#include "lib/base/call.h"
 
 namespace mtxcomm {
 
@@ -17,34 +18,6 @@ class Schedule;
 class ShmGroup;
 class Topology;
 struct CostParams;
-
-enum class Collective { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kBarrier };
-constexpr int kNumCollectives = 6;
-// "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier".
-const char* collectiveName(Collective c);
-// "MTXCOMM_ALLREDUCE_ALGO", ...
-const char* collectiveAlgoVar(Collective c);
-bool collectiveReduces(Collective c);
-
-// One call as an algorithm sees it (after argument checks; AVG arrives as SUM and 16-bit floats
-// arrive widened to float32).
-struct CollArgs {
-  Collective coll = Collective::kAllreduce;
-  const void* sendbuf = nullptr;
-  void* recvbuf = nullptr;
-  // Elements: allreduce, broadcast, reduce: the whole buffer; allgather: per-rank sendcount;
-  // reduce_scatter: per-rank recvcount; barrier: 0.
-  size_t count = 0;
-  mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
-  mtxcomm_op_t op = MTXCOMM_SUM;
-  int root = 0;
-  size_t elemSize = 4;
-  // The cudaStream_t of a call on device buffers (nullptr: the legacy default stream); always
-  // nullptr for host buffers. Only gpu/ looks at it.
-  void* stream = nullptr;
-  // Bytes one rank contributes, the quantity selection rules use.
-  size_t bytes() const { return count * elemSize; }
-};
 
 // Tunables an algorithm may use, all from the configuration (identical on every rank).
 struct AlgoParams {

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 

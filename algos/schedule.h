@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "algos/registry.h"
+#include "lib/base/call.h"
 
 namespace mtxcomm {
 

@@ -7,7 +7,7 @@
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
-#include "lib/reduce.h"
+#include "lib/base/reduce.h"
 #include "transports/shm/shm_group.h"
 
 namespace mtxcomm {

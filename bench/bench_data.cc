@@ -5,8 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "lib/dtype.h"
-#include "lib/reduce.h"
+#include "lib/base/dtype.h"
+#include "lib/base/reduce.h"
 
 namespace mtxcomm {
 namespace bench {
@@ -128,41 +128,15 @@ size_t countWrongFromLine(const std::vector<unsigned char>& line, size_t elemSiz
 
 TestData::TestData(mtxcomm_datatype_t dtype, mtxcomm_op_t op, int nranks)
     : elemSize_(datatypeSize(dtype)) {
-  switch (dtype) {
-    case MTXCOMM_INT8:
-      buildLines<IntCodec<int8_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_UINT8:
-      buildLines<IntCodec<uint8_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_INT32:
-      buildLines<IntCodec<int32_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_UINT32:
-      buildLines<IntCodec<uint32_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_INT64:
-      buildLines<IntCodec<int64_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_UINT64:
-      buildLines<IntCodec<uint64_t>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_FLOAT16:
-      buildLines<FloatCodec<float, floatToHalf>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_BFLOAT16:
-      buildLines<FloatCodec<float, floatToBfloat16>>(op, nranks, elemSize_, inputLines_,
-                                                     reducedLine_);
-      break;
-    case MTXCOMM_FLOAT32:
-      buildLines<FloatCodec<float, nullptr>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    case MTXCOMM_FLOAT64:
-      buildLines<FloatCodec<double, nullptr>>(op, nranks, elemSize_, inputLines_, reducedLine_);
-      break;
-    default:
-      break;
-  }
+  dispatchDatatype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using Codec = std::conditional_t<
+        std::is_same_v<T, Float16Bits>, FloatCodec<float, floatToHalf>,
+        std::conditional_t<std::is_same_v<T, Bfloat16Bits>, FloatCodec<float, floatToBfloat16>,
+                           std::conditional_t<std::is_floating_point_v<T>, FloatCodec<T, nullptr>,
+                                              IntCodec<T>>>>;
+    buildLines<Codec>(op, nranks, elemSize_, inputLines_, reducedLine_);
+  });
 }
 
 void TestData::fillInput(int rank, size_t first, size_t count, void* dst) const {

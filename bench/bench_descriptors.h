@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "algos/registry.h"
+#include "lib/base/call.h"
 #include "bench/bench_data.h"
 #include "mtxcomm/mtxcomm.h"
 

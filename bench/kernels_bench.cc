@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "lib/dtype.h"
-#include "lib/reduce.h"
+#include "lib/base/dtype.h"
+#include "lib/base/reduce.h"
 
 namespace mtxcomm {
 namespace {
@@ -25,32 +25,7 @@ std::vector<unsigned char> makeBuffer(mtxcomm_datatype_t dt, size_t count, int s
   std::vector<unsigned char> buf(count * size);
   for (size_t i = 0; i < count; ++i) {
     const float v = static_cast<float>((i * 7 + static_cast<size_t>(seed)) % 13) * 0.25f;
-    unsigned char* p = buf.data() + i * size;
-    switch (dt) {
-      case MTXCOMM_FLOAT32:
-        std::memcpy(p, &v, 4);
-        break;
-      case MTXCOMM_FLOAT64: {
-        const double d = v;
-        std::memcpy(p, &d, 8);
-        break;
-      }
-      case MTXCOMM_FLOAT16: {
-        const uint16_t h = floatToHalf(v);
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case MTXCOMM_BFLOAT16: {
-        const uint16_t b = floatToBfloat16(v);
-        std::memcpy(p, &b, 2);
-        break;
-      }
-      default: {
-        const int64_t n = static_cast<int64_t>(v * 4);
-        std::memcpy(p, &n, size);  // little-endian: low bytes
-        break;
-      }
-    }
+    storeElement(dt, buf.data(), i, isFloatingType(dt) ? v : static_cast<double>(v * 4));
   }
   return buf;
 }

@@ -36,8 +36,8 @@
 #include "bench/bench_descriptors.h"
 #include "bench/bench_device.h"
 #include "bench/bench_tune.h"
-#include "lib/c_api.h"
-#include "lib/dtype.h"
+#include "lib/comm/c_api.h"
+#include "lib/base/dtype.h"
 
 namespace mtxcomm {
 namespace bench {

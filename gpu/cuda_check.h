@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 namespace gpu {

@@ -8,7 +8,7 @@
 //   nccl          NCCL as a whole-collective backend; every rank on its own GPU
 //   cuda_ipc      ranks on one node (several may share a GPU): each rank's device scratch is
 //                 mapped by its peers through CUDA IPC; reduction kernels read every peer's
-//                 scratch directly (algos/device_cuda_ipc.cc)
+//                 scratch directly (gpu/path_cuda_ipc.cc)
 //   ucx_cuda      cross-node GPU-direct through UCX with CUDA memory: not built yet
 //   host_staging  the fallback: pinned host buffers, chunks pipelined through the host
 //                 collectives (any communicator)
@@ -26,13 +26,32 @@
 #include <memory>
 #include <string>
 
-#include "algos/registry.h"
+#include "lib/base/call.h"
 
 namespace mtxcomm {
-
-class Comm;
-
 namespace gpu {
+
+// The host collectives the device paths use (bootstrap of NCCL and IPC, barriers between stream
+// phases, the staged collectives): the communicator's own, over its host transport. The
+// communicator implements it; nothing in gpu/ sees the communicator itself.
+class HostCollectives {
+ public:
+  virtual ~HostCollectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // One user-level collective on host buffers (AVG and 16-bit types allowed), collective over
+  // the communicator. Throws what the communicator throws.
+  virtual void run(const CollArgs& args) = 0;
+  // all[r * bytes ..] = rank r's mine (bytes each): identities and handles between ranks.
+  void allgatherBytes(const void* mine, void* all, size_t bytes);
+  void barrier();
+};
+
+// Sizes of the device paths' buffers (MTXCOMM_CUDA_IPC_BYTES, MTXCOMM_CUDA_STAGING_BYTES).
+struct DeviceOptions {
+  size_t cudaIpcBytes = size_t{64} << 20;
+  size_t cudaStagingBytes = size_t{4} << 20;
+};
 
 // True when the buffers of this call are device memory (cudaPointerGetAttributes: device or
 // managed); the call then goes to DeviceComm. False for host buffers with a NULL stream.
@@ -68,14 +87,8 @@ constexpr int kMaxIpcRanks = 16;
 // nullptr when it can.
 const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t);
 
-struct DevicePathChoice {
-  DevicePath path;
-  std::string why;  // "auto: ...", "forced by MTXCOMM_CUDA_PATH"
-};
-// forced is "auto" or a path name. auto tries nccl, cuda_ipc, host_staging in that order.
-// A forced path that declines throws MTXCOMM_UNSUPPORTED naming the path and the reason.
-DevicePathChoice chooseDevicePath(const CollArgs& args, const DeviceTopology& t,
-                                  const std::string& forced);
+// Which path takes a call is chosen by the communicator's selector (lib/comm/select.h), from
+// devicePathDeclines and the agreed DeviceTopology.
 
 // How a chunked path (host_staging, cuda_ipc) walks a call. The count is cut into chunks of
 // at most chunkElems elements per rank block; a chunk moves inRows blocks in and outRows
@@ -103,13 +116,19 @@ Slice rankSlice(size_t count, int nranks, int rank, size_t elemSize);
 class DeviceComm {
  public:
   virtual ~DeviceComm() = default;
-  // Runs one call on device buffers (user-level arguments; args.stream is the cudaStream_t)
-  // and returns the name of the path it took ("local" on one rank or for count 0). Errors
-  // throw mtxcomm::Error naming the path; the caller adds rank and collective.
-  virtual const char* run(const CollArgs& args) = 0;
-  // Collective over comm (allgathers node, process and GPU identities). The communicator's
+  // What every rank agrees on about the GPUs, for the selector.
+  virtual const DeviceTopology& topology() const = 0;
+  // The first half of a call on device buffers (user-level arguments; args.stream is the
+  // cudaStream_t): checks that the buffers are on this communicator's device, and on one rank
+  // or for count 0 does the call's local copy and returns true (nothing else to do).
+  virtual bool runLocal(const CollArgs& args) = 0;
+  // Runs the call on path (chosen by the selector), stream-ordered. Errors throw
+  // mtxcomm::Error naming the path; the caller adds rank and collective.
+  virtual void run(const CollArgs& args, DevicePath path) = 0;
+  // Collective over host (allgathers node, process and GPU identities). The communicator's
   // device calls then run on the device of firstCall's buffers.
-  static std::unique_ptr<DeviceComm> create(Comm& comm, const CollArgs& firstCall);
+  static std::unique_ptr<DeviceComm> create(HostCollectives& host, const CollArgs& firstCall,
+                                            const DeviceOptions& options);
 };
 
 }  // namespace gpu

@@ -9,10 +9,9 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device.h"
 #include "gpu/device_paths.h"
-#include "lib/comm.h"
-#include "lib/dtype.h"
-#include "lib/liveness.h"
-#include "lib/log.h"
+#include "lib/base/dtype.h"
+#include "lib/base/liveness.h"
+#include "lib/base/log.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -82,8 +81,9 @@ static_assert(sizeof(RankDevice) == 224, "RankDevice is exchanged as raw bytes")
 
 class CudaDeviceComm : public DeviceComm {
  public:
-  CudaDeviceComm(Comm& comm, int device) : comm_(comm), device_(device) {
-    const int n = comm.size();
+  CudaDeviceComm(HostCollectives& host, int device, const DeviceOptions& options)
+      : host_(host), device_(device), options_(options) {
+    const int n = host.size();
     RankDevice mine{};
     const std::string node = PeerLiveness::nodeIdentity();
     std::memcpy(mine.node, node.data(), std::min(node.size(), sizeof(mine.node) - 1));
@@ -93,7 +93,7 @@ class CudaDeviceComm : public DeviceComm {
     MTXCOMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
     std::vector<RankDevice> all(n);
-    hostAllgatherBytes(comm, &mine, all.data(), sizeof(RankDevice));
+    host.allgatherBytes(&mine, all.data(), sizeof(RankDevice));
     topo_.nranks = n;
     topo_.ncclBuilt = ncclBuilt();
     topo_.oneNode = topo_.distinctGpus = topo_.oneProcessPerRank = true;
@@ -107,39 +107,37 @@ class CudaDeviceComm : public DeviceComm {
         if (sameNode && all[a].pid == all[b].pid) topo_.oneProcessPerRank = false;
       }
     }
-    MTXCOMM_LOG(kInfo, comm.rank(), "device calls on GPU ", device, " (", prop.name,
+    MTXCOMM_LOG(kInfo, host.rank(), "device calls on GPU ", device, " (", prop.name,
                 "); ranks: one node ", topo_.oneNode, ", distinct GPUs ", topo_.distinctGpus,
                 ", one process per rank ", topo_.oneProcessPerRank, ", NCCL built ",
                 topo_.ncclBuilt);
   }
 
-  const char* run(const CollArgs& a) override {
-    const int me = comm_.rank(), n = comm_.size();
-    const int dev = callDevice(a, me);
+  const DeviceTopology& topology() const override { return topo_; }
+
+  bool runLocal(const CollArgs& a) override {
+    const int dev = callDevice(a, host_.rank());
     if (dev >= 0 && dev != device_) {
       fail(MTXCOMM_INVALID_ARGUMENT, "the buffers are on device ", dev,
            " but this communicator's device calls run on device ", device_,
            " (the device of its first call on device buffers)");
     }
+    if (host_.size() > 1 && a.count > 0) return false;
     DeviceGuard guard(device_);
-    auto stream = static_cast<cudaStream_t>(a.stream);
-    if (n == 1 || a.count == 0) {
-      if (a.count > 0 && a.sendbuf && a.recvbuf && a.sendbuf != a.recvbuf) {
-        MTXCOMM_CUDA_CHECK(cudaMemcpyAsync(a.recvbuf, a.sendbuf, a.count * datatypeSize(a.dtype),
-                                           cudaMemcpyDefault, stream));
-      }
-      return "local";
+    if (a.count > 0 && a.sendbuf && a.recvbuf && a.sendbuf != a.recvbuf) {
+      MTXCOMM_CUDA_CHECK(cudaMemcpyAsync(a.recvbuf, a.sendbuf, a.count * datatypeSize(a.dtype),
+                                         cudaMemcpyDefault, static_cast<cudaStream_t>(a.stream)));
     }
-    const DevicePathChoice choice = chooseDevicePath(a, topo_, comm_.config().cudaPath);
-    const char* name = devicePathName(choice.path);
-    MTXCOMM_LOG(kDebug, me, collectiveName(a.coll), " ", a.count, " x ", datatypeName(a.dtype),
-                " on device buffers: path ", name, " (", choice.why, ")");
+    return true;
+  }
+
+  void run(const CollArgs& a, DevicePath path) override {
+    DeviceGuard guard(device_);
     try {
-      runner(choice.path).run(a, stream);
+      runner(path).run(a, static_cast<cudaStream_t>(a.stream));
     } catch (const Error& e) {
-      throw Error(e.code(), strCat("device path ", name, ": ", e.what()));
+      throw Error(e.code(), strCat("device path ", devicePathName(path), ": ", e.what()));
     }
-    return name;
   }
 
  private:
@@ -148,13 +146,13 @@ class CudaDeviceComm : public DeviceComm {
     if (slot) return *slot;
     switch (p) {
       case DevicePath::kNccl:
-        slot = makeNcclPath(comm_, device_);
+        slot = makeNcclPath(host_, device_);
         break;
       case DevicePath::kCudaIpc:
-        slot = makeCudaIpcPath(comm_, device_, comm_.config().cudaIpcBytes);
+        slot = makeCudaIpcPath(host_, device_, options_.cudaIpcBytes);
         break;
       case DevicePath::kHostStaging:
-        slot = makeHostStagingPath(comm_, comm_.config().cudaStagingBytes);
+        slot = makeHostStagingPath(host_, options_.cudaStagingBytes);
         break;
       case DevicePath::kUcxCuda:
         fail(MTXCOMM_UNSUPPORTED, devicePathDeclines(p, CollArgs{}, topo_));
@@ -162,8 +160,9 @@ class CudaDeviceComm : public DeviceComm {
     return *slot;
   }
 
-  Comm& comm_;
+  HostCollectives& host_;
   int device_;
+  DeviceOptions options_;
   DeviceTopology topo_;
   std::unique_ptr<PathRunner> runners_[kNumDevicePaths];
 };
@@ -207,28 +206,11 @@ std::string deviceSummary() {
 
 int visibleDeviceCount() { return deviceCount().count; }
 
-std::unique_ptr<DeviceComm> DeviceComm::create(Comm& comm, const CollArgs& firstCall) {
-  int device = callDevice(firstCall, comm.rank());
+std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives& host, const CollArgs& firstCall,
+                                              const DeviceOptions& options) {
+  int device = callDevice(firstCall, host.rank());
   if (device < 0) MTXCOMM_CUDA_CHECK(cudaGetDevice(&device));
-  return std::make_unique<CudaDeviceComm>(comm, device);
-}
-
-void hostCollective(Comm& comm, const CollArgs& args) { comm.run(args); }
-
-void hostAllgatherBytes(Comm& comm, const void* mine, void* all, size_t bytes) {
-  CollArgs ag;
-  ag.coll = Collective::kAllgather;
-  ag.sendbuf = mine;
-  ag.recvbuf = all;
-  ag.count = bytes;
-  ag.dtype = MTXCOMM_UINT8;
-  comm.run(ag);
-}
-
-void hostBarrier(Comm& comm) {
-  CollArgs b;
-  b.coll = Collective::kBarrier;
-  comm.run(b);
+  return std::make_unique<CudaDeviceComm>(host, device, options);
 }
 
 }  // namespace gpu

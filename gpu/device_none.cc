@@ -1,6 +1,6 @@
 // Device buffers in a build without CUDA: every buffer is host memory; a stream is refused.
 #include "gpu/device.h"
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -18,7 +18,8 @@ std::string deviceSummary() { return "none (built without CUDA)"; }
 
 int visibleDeviceCount() { return 0; }
 
-std::unique_ptr<DeviceComm> DeviceComm::create(Comm&, const CollArgs&) {
+std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives&, const CollArgs&,
+                                              const DeviceOptions&) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without CUDA");
 }
 

@@ -1,13 +1,30 @@
-// Device path selection and chunk arithmetic: pure functions over agreed values, the same in
-// every build (unit-tested in tests/gpu/test_device_path.cc without a GPU).
+// What each device path accepts (devicePathDeclines, read by the selector in lib/comm/select.cc),
+// chunk arithmetic and the host-collective helpers: pure functions over agreed values, the same
+// in every build (unit-tested in tests/gpu/test_device_path.cc without a GPU).
 #include <algorithm>
 
 #include "gpu/device.h"
-#include "lib/dtype.h"
-#include "lib/error.h"
+#include "lib/base/dtype.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 namespace gpu {
+
+void HostCollectives::allgatherBytes(const void* mine, void* all, size_t bytes) {
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine;
+  ag.recvbuf = all;
+  ag.count = bytes;
+  ag.dtype = MTXCOMM_UINT8;
+  run(ag);
+}
+
+void HostCollectives::barrier() {
+  CollArgs b;
+  b.coll = Collective::kBarrier;
+  run(b);
+}
 
 const char* devicePathName(DevicePath p) {
   switch (p) {
@@ -54,29 +71,6 @@ const char* devicePathDeclines(DevicePath path, const CollArgs& args, const Devi
       return nullptr;
   }
   return "unknown path";
-}
-
-DevicePathChoice chooseDevicePath(const CollArgs& args, const DeviceTopology& t,
-                                  const std::string& forced) {
-  if (forced != "auto") {
-    for (int p = 0; p < kNumDevicePaths; ++p) {
-      const auto path = static_cast<DevicePath>(p);
-      if (forced != devicePathName(path)) continue;
-      if (const char* why = devicePathDeclines(path, args, t)) {
-        fail(MTXCOMM_UNSUPPORTED, "device path ", forced, " (MTXCOMM_CUDA_PATH) cannot take ",
-             collectiveName(args.coll), " on device buffers: ", why);
-      }
-      return {path, "forced by MTXCOMM_CUDA_PATH"};
-    }
-    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_CUDA_PATH=", forced, " names no device path");
-  }
-  std::string why = "auto";
-  for (DevicePath path : {DevicePath::kNccl, DevicePath::kCudaIpc}) {
-    const char* no = devicePathDeclines(path, args, t);
-    if (!no) return {path, why};
-    why += strCat("; not ", devicePathName(path), ": ", no);
-  }
-  return {DevicePath::kHostStaging, why};
 }
 
 ChunkPlan planChunks(Collective c, size_t count, size_t elemSize, int nranks, size_t bufferBytes) {

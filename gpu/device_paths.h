@@ -9,12 +9,11 @@
 
 #include <memory>
 
-#include "algos/registry.h"
+#include "lib/base/call.h"
+
+#include "gpu/device.h"
 
 namespace mtxcomm {
-
-class Comm;
-
 namespace gpu {
 
 class PathRunner {
@@ -24,21 +23,15 @@ class PathRunner {
   virtual void run(const CollArgs& args, cudaStream_t stream) = 0;
 };
 
-// The host collectives a path may use (bootstrap of NCCL and IPC, barriers between stream
-// phases, the staged collectives): comm's own, over its host transport.
-void hostCollective(Comm& comm, const CollArgs& args);
-// all[r * bytes ..] = rank r's mine (bytes each): identities and handles between ranks.
-void hostAllgatherBytes(Comm& comm, const void* mine, void* all, size_t bytes);
-void hostBarrier(Comm& comm);
-
-// NCCL (algos/device_nccl.cc, or gpu/nccl_none.cc without NCCL). Collective over comm: rank 0
-// makes the unique id and broadcasts it over comm.
+// NCCL (gpu/path_nccl.cc, or gpu/nccl_none.cc without NCCL). Collective over host: rank 0
+// makes the unique id and broadcasts it.
 bool ncclBuilt();
-std::unique_ptr<PathRunner> makeNcclPath(Comm& comm, int device);
-// CUDA IPC (algos/device_cuda_ipc.cc over transports/cuda/cuda_ipc.h). Collective over comm.
-std::unique_ptr<PathRunner> makeCudaIpcPath(Comm& comm, int device, size_t scratchBytes);
-// Pinned host staging (gpu/staging.cc). Local.
-std::unique_ptr<PathRunner> makeHostStagingPath(Comm& comm, size_t chunkBytes);
+std::unique_ptr<PathRunner> makeNcclPath(HostCollectives& host, int device);
+// CUDA IPC (gpu/path_cuda_ipc.cc over gpu/cuda_ipc.h). Collective over host.
+std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device,
+                                            size_t scratchBytes);
+// Pinned host staging (gpu/path_host_staging.cc). Local.
+std::unique_ptr<PathRunner> makeHostStagingPath(HostCollectives& host, size_t chunkBytes);
 
 }  // namespace gpu
 }  // namespace mtxcomm

@@ -1,14 +1,14 @@
 // A CUDA build without NCCL: the nccl device path is never chosen (it declines with "built
 // without NCCL"); forcing it is MTXCOMM_UNSUPPORTED before this is reached.
 #include "gpu/device_paths.h"
-#include "lib/error.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 namespace gpu {
 
 bool ncclBuilt() { return false; }
 
-std::unique_ptr<PathRunner> makeNcclPath(Comm&, int) {
+std::unique_ptr<PathRunner> makeNcclPath(HostCollectives&, int) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without NCCL");
 }
 

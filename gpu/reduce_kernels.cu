@@ -15,11 +15,28 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/reduce_kernels.h"
+#include "lib/base/dtype.h"
 
 namespace mtxcomm {
 namespace gpu {
 
 namespace {
+
+// The device type of each storage type of dispatchDatatype (lib/base/dtype.h).
+template <typename T>
+struct DeviceTypeT {
+  using type = T;
+};
+template <>
+struct DeviceTypeT<Float16Bits> {
+  using type = __half;
+};
+template <>
+struct DeviceTypeT<Bfloat16Bits> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using DeviceType = typename DeviceTypeT<T>::type;
 
 // Element access: load converts to the accumulation type, store rounds back once.
 template <typename T>
@@ -203,30 +220,10 @@ void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, const ReduceTargets& d
     fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: ", src.n, " sources (1..", kMaxReduceSources,
          ")");
   }
-  switch (dt) {
-    case MTXCOMM_INT8:
-      return launchOp<int8_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_UINT8:
-      return launchOp<uint8_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_INT32:
-      return launchOp<int32_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_UINT32:
-      return launchOp<uint32_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_INT64:
-      return launchOp<int64_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_UINT64:
-      return launchOp<uint64_t>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_FLOAT16:
-      return launchOp<__half>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_BFLOAT16:
-      return launchOp<__nv_bfloat16>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_FLOAT32:
-      return launchOp<float>(op, dst, src, count, divisor, stream);
-    case MTXCOMM_FLOAT64:
-      return launchOp<double>(op, dst, src, count, divisor, stream);
-    default:
-      fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid datatype ", static_cast<int>(dt));
-  }
+  dispatchDatatype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launchOp<DeviceType<T>>(op, dst, src, count, divisor, stream);
+  });
 }
 
 }  // namespace gpu

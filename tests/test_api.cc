@@ -20,9 +20,9 @@
 #include "algos/registry.h"
 #include "algos/schedule.h"
 #include "harness.h"
-#include "lib/config.h"
-#include "lib/reduce.h"
-#include "lib/select.h"
+#include "lib/comm/config.h"
+#include "lib/base/reduce.h"
+#include "lib/comm/select.h"
 #include "mtxcomm/mtxcomm.hpp"
 
 namespace mtxcomm {

@@ -14,8 +14,8 @@
 #include "algos/registry.h"
 #include "common/test_data.h"
 #include "harness.h"
-#include "lib/dtype.h"
-#include "lib/reduce.h"
+#include "lib/base/dtype.h"
+#include "lib/base/reduce.h"
 
 namespace mtxcomm {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "common/test_data.h"
 #include "harness.h"
-#include "lib/select.h"
+#include "lib/comm/select.h"
 
 namespace mtxcomm {
 namespace {

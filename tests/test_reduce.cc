@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "lib/dtype.h"
-#include "lib/reduce.h"
+#include "lib/base/dtype.h"
+#include "lib/base/reduce.h"
 #include "mtxcomm/mtxcomm.hpp"
 
 namespace mtxcomm {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "lib/store.h"
+#include "lib/comm/stores.h"
 #include "mtxcomm/mtxcomm.hpp"
 #include "transports/tcp/tcp_transport.h"
 #include "transports/transport.h"

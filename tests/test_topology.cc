@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "harness.h"
-#include "lib/cost_model.h"
-#include "lib/liveness.h"
-#include "lib/select.h"
-#include "lib/topology.h"
+#include "lib/comm/cost_model.h"
+#include "lib/base/liveness.h"
+#include "lib/comm/select.h"
+#include "lib/comm/topology_probe.h"
 
 namespace mtxcomm {
 namespace {

@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-namespace mtxcomm {
+#include "lib/base/clock.h"
 
-using Clock = std::chrono::steady_clock;
+namespace mtxcomm {
 
 // A posted send or receive. Transports derive from it; the caller only holds it and passes it
 // back to waitAll.

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "bindings/tensorflow/engine.h"
+#include "bindings/common/engine.h"
 
 namespace py = pybind11;
 namespace eng = mtxcomm::binding;

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "bindings/tensorflow/engine.h"
+#include "bindings/common/engine.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"

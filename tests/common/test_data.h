@@ -9,13 +9,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <string>
 #include <vector>
 
-#include "algos/registry.h"
-#include "lib/dtype.h"
-#include "lib/error.h"
-#include "lib/reduce.h"
+#include "lib/base/call.h"
+#include "lib/base/dtype.h"
+#include "lib/base/error.h"
+#include "lib/base/reduce.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace mtxcomm {
@@ -53,41 +54,7 @@ inline double inputValue(mtxcomm_datatype_t dt, mtxcomm_op_t op, int r, size_t i
 
 // Writes v (an exact integer-valued double, possibly to be wrapped) as element i.
 inline void storeValue(mtxcomm_datatype_t dt, void* buf, size_t i, double v) {
-  const int64_t w = static_cast<int64_t>(v);
-  switch (dt) {
-    case MTXCOMM_INT8:
-      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(w);
-      break;
-    case MTXCOMM_UINT8:
-      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(w);
-      break;
-    case MTXCOMM_INT32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(w);
-      break;
-    case MTXCOMM_UINT32:
-      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(w);
-      break;
-    case MTXCOMM_INT64:
-      static_cast<int64_t*>(buf)[i] = w;
-      break;
-    case MTXCOMM_UINT64:
-      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(w);
-      break;
-    case MTXCOMM_FLOAT16:
-      static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v));
-      break;
-    case MTXCOMM_BFLOAT16:
-      static_cast<uint16_t*>(buf)[i] = floatToBfloat16(static_cast<float>(v));
-      break;
-    case MTXCOMM_FLOAT32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case MTXCOMM_FLOAT64:
-      static_cast<double*>(buf)[i] = v;
-      break;
-    default:
-      break;
-  }
+  storeElement(dt, buf, i, v);
 }
 
 // The expected reduction over n ranks at element i, with the library's documented semantics:
@@ -117,28 +84,10 @@ inline void storeExpected(mtxcomm_datatype_t dt, mtxcomm_op_t op, int n, size_t 
     char* dst = static_cast<char*>(out) + i * es;
     std::memcpy(dst, &acc, es);  // little-endian truncation to the type
     if (op == MTXCOMM_AVG) {
-      switch (dt) {
-        case MTXCOMM_INT8:
-          *reinterpret_cast<int8_t*>(dst) /= n;
-          break;
-        case MTXCOMM_UINT8:
-          *reinterpret_cast<uint8_t*>(dst) /= n;
-          break;
-        case MTXCOMM_INT32:
-          *reinterpret_cast<int32_t*>(dst) /= n;
-          break;
-        case MTXCOMM_UINT32:
-          *reinterpret_cast<uint32_t*>(dst) /= static_cast<uint32_t>(n);
-          break;
-        case MTXCOMM_INT64:
-          *reinterpret_cast<int64_t*>(dst) /= n;
-          break;
-        case MTXCOMM_UINT64:
-          *reinterpret_cast<uint64_t*>(dst) /= static_cast<uint64_t>(n);
-          break;
-        default:
-          break;
-      }
+      dispatchDatatype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_integral_v<T>) *reinterpret_cast<T*>(dst) /= static_cast<T>(n);
+      });
     }
     return;
   }

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/gpu_case.h"
-#include "lib/c_api.h"
+#include "lib/comm/c_api.h"
 
 using mtxcomm::Collective;
 namespace td = mtxcomm::testdata;

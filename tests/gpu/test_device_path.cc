@@ -7,7 +7,8 @@
 
 #include "gpu/device.h"
 #include "harness.h"
-#include "lib/error.h"
+#include "lib/base/error.h"
+#include "lib/comm/select.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -35,21 +36,21 @@ DeviceTopology topo(int n, bool nccl, bool distinct, bool oneNode, bool oneProce
 
 TEST(DevicePath, AutoPrefersNcclThenIpcThenStaging) {
   const CollArgs a = call(Collective::kAllreduce);
-  EXPECT_EQ(chooseDevicePath(a, topo(4, true, true, true, true), "auto").path, DevicePath::kNccl);
+  EXPECT_EQ(selectDevicePath(a, topo(4, true, true, true, true), "auto", 0).devicePath, DevicePath::kNccl);
   // Two ranks sharing one GPU on one node: CUDA IPC.
-  auto c = chooseDevicePath(a, topo(2, true, false, true, true), "auto");
-  EXPECT_EQ(c.path, DevicePath::kCudaIpc);
+  auto c = selectDevicePath(a, topo(2, true, false, true, true), "auto", 0);
+  EXPECT_EQ(c.devicePath, DevicePath::kCudaIpc);
   EXPECT_NE(c.why.find("not nccl: ranks share a GPU"), std::string::npos) << c.why;
   // Without NCCL, distinct GPUs on one node: CUDA IPC.
-  EXPECT_EQ(chooseDevicePath(a, topo(2, false, true, true, true), "auto").path,
+  EXPECT_EQ(selectDevicePath(a, topo(2, false, true, true, true), "auto", 0).devicePath,
             DevicePath::kCudaIpc);
   // Across nodes without NCCL, or ranks as threads of one process: host staging.
-  EXPECT_EQ(chooseDevicePath(a, topo(4, false, true, false, true), "auto").path,
+  EXPECT_EQ(selectDevicePath(a, topo(4, false, true, false, true), "auto", 0).devicePath,
             DevicePath::kHostStaging);
-  c = chooseDevicePath(a, topo(3, true, false, true, false), "auto");
-  EXPECT_EQ(c.path, DevicePath::kHostStaging);
+  c = selectDevicePath(a, topo(3, true, false, true, false), "auto", 0);
+  EXPECT_EQ(c.devicePath, DevicePath::kHostStaging);
   EXPECT_NE(c.why.find("share a process"), std::string::npos) << c.why;
-  EXPECT_EQ(chooseDevicePath(a, topo(kMaxIpcRanks + 1, false, false, true, true), "auto").path,
+  EXPECT_EQ(selectDevicePath(a, topo(kMaxIpcRanks + 1, false, false, true, true), "auto", 0).devicePath,
             DevicePath::kHostStaging);
 }
 
@@ -72,7 +73,7 @@ TEST(DevicePath, NcclKeepsAwayFromCallsWhoseNumbersDiffer) {
   EXPECT_EQ(devicePathDeclines(DevicePath::kNccl,
                                call(Collective::kAllreduce, MTXCOMM_INT32, MTXCOMM_MAX), four),
             nullptr);
-  EXPECT_EQ(chooseDevicePath(call(Collective::kAllreduce, MTXCOMM_FLOAT16), four, "auto").path,
+  EXPECT_EQ(selectDevicePath(call(Collective::kAllreduce, MTXCOMM_FLOAT16), four, "auto", 0).devicePath,
             DevicePath::kCudaIpc);
 }
 
@@ -81,7 +82,7 @@ TEST(DevicePath, ForcedPathThatCannotApplyIsUnsupportedNamingIt) {
   const DeviceTopology shared = topo(2, true, false, true, false);
   for (const char* forced : {"nccl", "cuda_ipc", "ucx_cuda"}) {
     try {
-      chooseDevicePath(a, shared, forced);
+      selectDevicePath(a, shared, forced, 0);
       ADD_FAILURE() << forced << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), MTXCOMM_UNSUPPORTED);
@@ -89,11 +90,11 @@ TEST(DevicePath, ForcedPathThatCannotApplyIsUnsupportedNamingIt) {
           << e.what();
     }
   }
-  auto c = chooseDevicePath(a, shared, "host_staging");
-  EXPECT_EQ(c.path, DevicePath::kHostStaging);
+  auto c = selectDevicePath(a, shared, "host_staging", 0);
+  EXPECT_EQ(c.devicePath, DevicePath::kHostStaging);
   EXPECT_EQ(c.why, "forced by MTXCOMM_CUDA_PATH");
   try {
-    chooseDevicePath(a, shared, "ucx_cuda");
+    selectDevicePath(a, shared, "ucx_cuda", 0);
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not built"), std::string::npos) << e.what();
   }

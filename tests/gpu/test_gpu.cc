@@ -14,8 +14,8 @@
 #include "gpu/device.h"
 #include "gpu/reduce_kernels.h"
 #include "harness.h"
-#include "lib/dtype.h"
-#include "lib/reduce.h"
+#include "lib/base/dtype.h"
+#include "lib/base/reduce.h"
 
 namespace mtxcomm {
 namespace {
@@ -55,20 +55,7 @@ std::vector<unsigned char> hostReference(mtxcomm_datatype_t dt, mtxcomm_op_t op,
 }
 
 bool isNan(mtxcomm_datatype_t dt, const unsigned char* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  switch (dt) {
-    case MTXCOMM_FLOAT16:
-      return std::isnan(halfToFloat(h));
-    case MTXCOMM_BFLOAT16:
-      return std::isnan(bfloat16ToFloat(h));
-    case MTXCOMM_FLOAT32:
-      return std::isnan(*reinterpret_cast<const float*>(p));
-    case MTXCOMM_FLOAT64:
-      return std::isnan(*reinterpret_cast<const double*>(p));
-    default:
-      return false;
-  }
+  return std::isnan(loadElement(dt, p, 0));
 }
 
 // Element i of a floating buffer set to a quiet NaN.

@@ -16,7 +16,7 @@
 
 #include "algos/registry.h"
 #include "common/test_data.h"
-#include "lib/dtype.h"
+#include "lib/base/dtype.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace mtxcomm {

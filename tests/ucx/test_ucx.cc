@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "lib/c_api.h"
-#include "lib/comm.h"
-#include "lib/error.h"
+#include "lib/comm/c_api.h"
+#include "lib/comm/comm.h"
+#include "lib/base/error.h"
 #include "mp/mp_check.h"
 #include "transports/inproc/inproc_transport.h"
 #include "transports/route/route.h"

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <string>
 
-#include "lib/backoff.h"
-#include "lib/error.h"
+#include "lib/base/backoff.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "lib/backoff.h"
-#include "lib/error.h"
-#include "lib/liveness.h"
+#include "lib/base/backoff.h"
+#include "lib/base/error.h"
+#include "lib/base/liveness.h"
 
 namespace mtxcomm {
 

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
-#include "lib/error.h"
-#include "lib/liveness.h"
-#include "lib/log.h"
+#include "lib/base/error.h"
+#include "lib/base/liveness.h"
+#include "lib/base/log.h"
 #ifdef MTXCOMM_HAVE_UCX
 #include "transports/ucx/ucx_transport.h"
 #endif

@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "lib/backoff.h"
-#include "lib/error.h"
+#include "lib/base/backoff.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 
@@ -118,18 +118,36 @@ std::string recvMsg(Transport& t, int peer, int tag, Clock::time_point deadline)
   return std::string(buf.data());
 }
 
+// A call signature in the segment: written by its rank before the release store of a counter,
+// read by a peer after the acquire load that saw the counter.
+struct SharedSignature {
+  std::atomic<uint64_t> kind, count, seq;
+  void store(const CallSignature& s) {
+    kind.store(s.kind, std::memory_order_relaxed);
+    count.store(s.count, std::memory_order_relaxed);
+    seq.store(s.seq, std::memory_order_relaxed);
+  }
+  CallSignature load() const {
+    CallSignature s;
+    s.kind = kind.load(std::memory_order_relaxed);
+    s.count = count.load(std::memory_order_relaxed);
+    s.seq = seq.load(std::memory_order_relaxed);
+    return s;
+  }
+};
+
 }  // namespace
 
 struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> arrived;  // barriers this rank has arrived at
   std::atomic<int64_t> pid;
   std::atomic<int> aborted;
-  std::atomic<uint64_t> callA[2], callB[2], callC[2];  // the call of barrier k, at k % 2
-  std::atomic<uint64_t> consumed;                      // chunks this rank has finished
-  std::atomic<uint64_t> posted;                        // chunks this rank has published
-  std::atomic<uint64_t> postA[2], postB[2], postC[2];  // the call of posted chunk g, at g % 2
+  SharedSignature call[2];          // the call of barrier k, at k % 2
+  std::atomic<uint64_t> consumed;   // chunks this rank has finished
+  std::atomic<uint64_t> posted;     // chunks this rank has published
+  SharedSignature postCall[2];      // the call of posted chunk g, at g % 2
   std::atomic<uint64_t> smallPosted, smallConsumed;
-  std::atomic<uint64_t> smallCall[ShmGroup::kSmallSlots][3];  // the call of small message i
+  SharedSignature smallCall[ShmGroup::kSmallSlots];  // the call of small message i
   char reason[1024];
 };
 
@@ -281,18 +299,13 @@ char* ShmGroup::beginSmall(bool writer) {
 void ShmGroup::postSmall() {
   Control& mine = control(rank_);
   const uint64_t i = smalls_ - 1;
-  auto& words = mine.smallCall[i % kSmallSlots];
-  words[0].store(callA_, std::memory_order_relaxed);
-  words[1].store(callB_, std::memory_order_relaxed);
-  words[2].store(callC_, std::memory_order_relaxed);
+  mine.smallCall[i % kSmallSlots].store(call_);
   mine.smallPosted.store(smalls_, std::memory_order_release);
 }
 
 void ShmGroup::waitSmall(int root, const char* what) {
   waitFor(root, Counter::kSmallPosted, smalls_, what, -1);
-  auto& words = control(root).smallCall[(smalls_ - 1) % kSmallSlots];
-  checkSameCall(root, words[0].load(std::memory_order_relaxed),
-                words[1].load(std::memory_order_relaxed), words[2].load(std::memory_order_relaxed));
+  checkSameCall(root, control(root).smallCall[(smalls_ - 1) % kSmallSlots].load());
 }
 
 void ShmGroup::finishSmall() {
@@ -314,9 +327,7 @@ void ShmGroup::finishChunk() { control(rank_).consumed.store(chunks_, std::memor
 void ShmGroup::post() {
   Control& mine = control(rank_);
   const int parity = static_cast<int>((chunks_ - 1) & 1);
-  mine.postA[parity].store(callA_, std::memory_order_relaxed);
-  mine.postB[parity].store(callB_, std::memory_order_relaxed);
-  mine.postC[parity].store(callC_, std::memory_order_relaxed);
+  mine.postCall[parity].store(call_);
   mine.posted.store(chunks_, std::memory_order_release);
 }
 
@@ -329,9 +340,7 @@ void ShmGroup::barrier(const char* what) {
   Control& mine = control(rank_);
   // Double-buffered by barrier parity: a peer can write barrier k+1's call only after this
   // rank arrived at k+1, so it never overwrites the word this rank is comparing at k.
-  mine.callA[target & 1].store(callA_, std::memory_order_relaxed);
-  mine.callB[target & 1].store(callB_, std::memory_order_relaxed);
-  mine.callC[target & 1].store(callC_, std::memory_order_relaxed);
+  mine.call[target & 1].store(call_);
   mine.arrived.store(target, std::memory_order_release);
   for (int i = 1; i < size_; ++i) {
     waitFor((rank_ + i) % size_, Counter::kArrived, target, what, static_cast<int>(target & 1));
@@ -398,24 +407,13 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     }
   }
   if (parity < 0) return;
-  if (counter == Counter::kPosted) {
-    checkSameCall(p, c.postA[parity].load(std::memory_order_relaxed),
-                  c.postB[parity].load(std::memory_order_relaxed),
-                  c.postC[parity].load(std::memory_order_relaxed));
-  } else {
-    checkSameCall(p, c.callA[parity].load(std::memory_order_relaxed),
-                  c.callB[parity].load(std::memory_order_relaxed),
-                  c.callC[parity].load(std::memory_order_relaxed));
-  }
+  checkSameCall(p, counter == Counter::kPosted ? c.postCall[parity].load() : c.call[parity].load());
 }
 
-void ShmGroup::checkSameCall(int p, uint64_t a, uint64_t b, uint64_t c) {
-  if (a == callA_ && b == callB_ && c == callC_) return;
-  auto text = [&](uint64_t x, uint64_t y, uint64_t z) {
-    return describe_ ? describe_(x, y, z) : strCat("call ", x, "/", y, "/", z);
-  };
+void ShmGroup::checkSameCall(int p, const CallSignature& theirs) {
+  if (theirs == call_) return;
   fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
-       text(callA_, callB_, callC_), " but peer rank ", p, " called ", text(a, b, c),
+       describeCall(call_), " but peer rank ", p, " called ", describeCall(theirs),
        " (every rank must pass the same collective, count, datatype, op and root)");
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "lib/base/call.h"
 #include "transports/transport.h"
 
 namespace mtxcomm {
@@ -78,17 +79,10 @@ class ShmGroup {
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
   // peer.
   void barrier(const char* what);
-  // The call the next barriers belong to, packed by the caller into three words (zeros for none).
-  // A barrier fails with MTXCOMM_INVALID_USAGE when a peer arrives with a different call — the
-  // ranks disagree on the collective, count, datatype, op or root — naming both, described by
-  // describe(a, b, c).
-  void setCall(uint64_t a, uint64_t b, uint64_t c,
-               std::string (*describe)(uint64_t, uint64_t, uint64_t)) {
-    callA_ = a;
-    callB_ = b;
-    callC_ = c;
-    describe_ = describe;
-  }
+  // The call the next barriers belong to (lib/base/call.h; all zeros for none). A barrier fails
+  // with MTXCOMM_INVALID_USAGE when a peer arrives with a different call — the ranks disagree on
+  // the collective, count, datatype, op or root — naming both.
+  void setCall(const CallSignature& call) { call_ = call; }
   // Marks this rank aborted with a reason, for the peers' waits.
   void abort(const std::string& reason);
   // Sets the deadline budget per wait.
@@ -102,7 +96,7 @@ class ShmGroup {
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
-  void checkSameCall(int p, uint64_t a, uint64_t b, uint64_t c);
+  void checkSameCall(int p, const CallSignature& theirs);
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
 
   char* base_;
@@ -115,8 +109,7 @@ class ShmGroup {
   uint64_t smalls_ = 0;          // small messages started
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
-  uint64_t callA_ = 0, callB_ = 0, callC_ = 0;
-  std::string (*describe_)(uint64_t, uint64_t, uint64_t) = nullptr;
+  CallSignature call_;
   bool oversubscribed_;
 };
 

@@ -48,7 +48,7 @@
 #include <chrono>
 #include <memory>
 
-#include "lib/store.h"
+#include "lib/base/store.h"
 #include "transports/transport.h"
 
 namespace mtxcomm {

@@ -13,9 +13,9 @@
 #include <set>
 #include <thread>
 
-#include "lib/backoff.h"
-#include "lib/error.h"
-#include "lib/liveness.h"
+#include "lib/base/backoff.h"
+#include "lib/base/error.h"
+#include "lib/base/liveness.h"
 
 namespace mtxcomm {
 

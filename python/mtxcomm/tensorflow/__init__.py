@@ -7,7 +7,7 @@ variables are kept identical with a broadcast from a root rank.
 Ranks are the processes started by ``mpirun``/``mtxrun`` (or met through ``MTXCOMM_STORE``, see
 the README). Collectives are issued by TensorFlow ops that run asynchronously on a background
 engine which makes every rank run them in the same order (negotiation by tensor name, then
-tensor fusion); see ``bindings/tensorflow/engine.h``.
+tensor fusion); see ``bindings/common/engine.h``.
 
 Dtypes: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (float16
 and bfloat16 are reduced in float32 and rounded once). Errors raise ``tf.errors.OpError``

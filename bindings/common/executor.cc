@@ -1,0 +1,209 @@
+#include "bindings/common/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace mtxcomm::binding {
+
+Status OpExecutor::libraryStatus(mtxcomm_result_t rc, const std::string& what) const {
+  if (rc == MTXCOMM_SUCCESS) return {};
+  return {rc, "mtxcomm " + what + " failed on rank " + std::to_string(rank_) + ": " +
+                  mtxcomm_get_last_error(comm_)};
+}
+
+// Allreduces of several entries (each with one or more tensors): tensors are bucketed by dtype
+// in their agreed order, and each bucket is reduced in fusion-buffer sized pieces. A tensor
+// larger than the fusion buffer, or alone in its piece, is reduced straight from its input into
+// its output.
+Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
+  struct Piece {
+    ReadyOp* op;
+    size_t tensor;
+    const void* in;
+    void* out;
+    size_t bytes;
+    size_t count;
+  };
+  const mtxcomm_op_t op = group[0]->agreed.requests[0].op;
+  std::map<ReadyOp*, Status> status;
+  std::map<int, std::vector<Piece>> byDtype;
+  std::vector<int> dtypeOrder;
+  for (ReadyOp* r : group) {
+    const Request& req = r->agreed.requests[0];
+    for (size_t t = 0; t < req.tensors.size(); ++t) {
+      const TensorMeta& m = req.tensors[t];
+      std::string err;
+      void* out = r->entry.allocate(t, m.shape, &err);
+      if (!out && m.elements() > 0) {
+        status[r] = {MTXCOMM_SYSTEM_ERROR, "mtxcomm allreduce '" + req.name + "': " + err};
+      }
+      if (!byDtype.count(m.dtype)) dtypeOrder.push_back(m.dtype);
+      byDtype[m.dtype].push_back({r, t, r->entry.inputs[t], out,
+                                  m.elements() * mtxcomm_datatype_size(m.dtype), m.elements()});
+    }
+  }
+  // An allocation failure on one rank must not desynchronise the ranks: every piece is still
+  // reduced (from a zero buffer if need be); only that entry reports the error.
+  for (int dt : dtypeOrder) {
+    auto dtype = static_cast<mtxcomm_datatype_t>(dt);
+    const size_t esize = mtxcomm_datatype_size(dtype);
+    std::vector<Piece>& pieces = byDtype[dt];
+    size_t p = 0;
+    while (p < pieces.size()) {
+      size_t q = p, bytes = 0;
+      while (q < pieces.size() && (q == p || bytes + pieces[q].bytes <= fusionBytes_)) {
+        bytes += pieces[q].bytes;
+        ++q;
+      }
+      Status st;
+      if (q == p + 1) {
+        Piece& pc = pieces[p];
+        std::vector<char> scratch;
+        void* out = pc.out;
+        if (!out) {
+          scratch.resize(pc.bytes);
+          out = scratch.data();
+        }
+        st = libraryStatus(mtxcomm_allreduce(pc.in, out, pc.count, dtype, op, comm_, nullptr),
+                           "allreduce '" + pc.op->agreed.requests[0].name + "'");
+      } else {
+        if (fusion_.size() < bytes) fusion_.resize(bytes);
+        size_t off = 0;
+        for (size_t k = p; k < q; ++k) {
+          std::memcpy(fusion_.data() + off, pieces[k].in, pieces[k].bytes);
+          off += pieces[k].bytes;
+        }
+        st = libraryStatus(mtxcomm_allreduce(fusion_.data(), fusion_.data(), bytes / esize, dtype,
+                                             op, comm_, nullptr),
+                           "allreduce of " + std::to_string(q - p) + " fused tensors (first '" +
+                               pieces[p].op->agreed.requests[0].name + "')");
+        off = 0;
+        for (size_t k = p; k < q; ++k) {
+          if (pieces[k].out) std::memcpy(pieces[k].out, fusion_.data() + off, pieces[k].bytes);
+          off += pieces[k].bytes;
+        }
+      }
+      collectives_.fetch_add(1);
+      for (size_t k = p; k < q; ++k) {
+        if (!st.ok() && status[pieces[k].op].ok()) status[pieces[k].op] = st;
+      }
+      if (!st.ok()) {
+        // The communicator is poisoned: report to these entries; the engine stops everything.
+        for (ReadyOp* r : group) r->entry.done(status[r].ok() ? st : status[r]);
+        return st;
+      }
+      p = q;
+    }
+  }
+  for (ReadyOp* r : group) r->entry.done(status[r]);
+  return {};
+}
+
+Status OpExecutor::runOne(ReadyOp& op) {
+  const int n = nranks_;
+  const int me = rank_;
+  const Request& req = op.agreed.requests[me];
+  const TensorMeta& m = req.tensors[0];
+  const mtxcomm_datatype_t dtype = m.dtype;
+  const size_t esize = mtxcomm_datatype_size(dtype);
+  const std::string what = std::string(kindName(req.kind)) + " '" + req.name + "'";
+  // Elements per row of dimension 0 (the whole tensor for a scalar).
+  size_t rowElems = 1;
+  for (size_t d = 1; d < m.shape.size(); ++d) rowElems *= static_cast<size_t>(m.shape[d]);
+  std::string err;
+  auto alloc = [&](const std::vector<int64_t>& shape) -> void* {
+    size_t elems = 1;
+    for (int64_t d : shape) elems *= static_cast<size_t>(d);
+    void* p = op.entry.allocate(0, shape, &err);
+    return p || elems == 0 ? p : nullptr;
+  };
+  Status st;
+  switch (req.kind) {
+    case Kind::kBroadcast: {
+      void* out = alloc(m.shape);
+      std::vector<char> scratch;
+      if (!out) scratch.resize(m.elements() * esize), out = scratch.data();
+      st = libraryStatus(
+          mtxcomm_broadcast(op.entry.inputs[0], out, m.elements(), dtype, req.root, comm_, nullptr),
+          what);
+      break;
+    }
+    case Kind::kAllgather: {
+      std::vector<size_t> rows(n);
+      size_t total = 0, maxRows = 0;
+      for (int r = 0; r < n; ++r) {
+        rows[r] = static_cast<size_t>(op.agreed.requests[r].tensors[0].shape[0]);
+        total += rows[r];
+        maxRows = std::max(maxRows, rows[r]);
+      }
+      std::vector<int64_t> shape = m.shape;
+      shape[0] = static_cast<int64_t>(total);
+      void* out = alloc(shape);
+      std::vector<char> scratch;
+      if (!out) scratch.resize(total * rowElems * esize), out = scratch.data();
+      const size_t block = maxRows * rowElems;  // elements each rank contributes, padded
+      bool even = true;
+      for (size_t r : rows) even = even && r == maxRows;
+      if (even) {
+        st = libraryStatus(mtxcomm_allgather(op.entry.inputs[0], out, block, dtype, comm_, nullptr),
+                           what);
+      } else {
+        std::vector<char> send(block * esize, 0), recv(block * esize * n);
+        std::memcpy(send.data(), op.entry.inputs[0], rows[me] * rowElems * esize);
+        st = libraryStatus(
+            mtxcomm_allgather(send.data(), recv.data(), block, dtype, comm_, nullptr), what);
+        size_t off = 0;
+        for (int r = 0; r < n && st.ok(); ++r) {
+          std::memcpy(static_cast<char*>(out) + off, recv.data() + r * block * esize,
+                      rows[r] * rowElems * esize);
+          off += rows[r] * rowElems * esize;
+        }
+      }
+      break;
+    }
+    case Kind::kReduceScatter: {
+      // Rank r gets rows [start_r, start_r + rows_r) of the reduced tensor; the first
+      // (dim0 % size) ranks get one extra row.
+      const size_t dim0 = static_cast<size_t>(m.shape[0]);
+      auto rowsOf = [&](int r) { return dim0 / n + (static_cast<size_t>(r) < dim0 % n ? 1 : 0); };
+      const size_t maxRows = rowsOf(0);
+      std::vector<int64_t> shape = m.shape;
+      shape[0] = static_cast<int64_t>(rowsOf(me));
+      void* out = alloc(shape);
+      std::vector<char> scratch;
+      const size_t block = maxRows * rowElems;
+      if (!out) scratch.resize(block * esize), out = scratch.data();
+      if (dim0 % n == 0) {
+        st = libraryStatus(
+            mtxcomm_reduce_scatter(op.entry.inputs[0], out, block, dtype, req.op, comm_, nullptr),
+            what);
+      } else {
+        std::vector<char> send(block * esize * n, 0), recv(block * esize);
+        size_t start = 0;
+        for (int r = 0; r < n; ++r) {
+          std::memcpy(send.data() + r * block * esize,
+                      static_cast<const char*>(op.entry.inputs[0]) + start * rowElems * esize,
+                      rowsOf(r) * rowElems * esize);
+          start += rowsOf(r);
+        }
+        st = libraryStatus(
+            mtxcomm_reduce_scatter(send.data(), recv.data(), block, dtype, req.op, comm_, nullptr),
+            what);
+        if (st.ok()) std::memcpy(out, recv.data(), rowsOf(me) * rowElems * esize);
+      }
+      break;
+    }
+    case Kind::kAllreduce:
+      break;  // runAllreduces
+  }
+  collectives_.fetch_add(1);
+  if (!st.ok()) {
+    op.entry.done(st);
+    return st;
+  }
+  op.entry.done(err.empty() ? Status{} : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + what + ": " + err});
+  return {};
+}
+
+}  // namespace mtxcomm::binding

@@ -1,0 +1,52 @@
+// The engine's executor: runs the operations every rank agreed on (negotiation.h) on the
+// communicator, in the agreed order — allreduces ready together fused into one buffer of up to
+// MTXCOMM_FUSION_BYTES (tensor fusion, as in Horovod), the other collectives one by one with the
+// padding an uneven allgather or reduce-scatter needs.
+#ifndef MTXCOMM_BINDINGS_COMMON_EXECUTOR_H_
+#define MTXCOMM_BINDINGS_COMMON_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings/common/engine.h"
+#include "bindings/common/negotiation.h"
+
+namespace mtxcomm::binding {
+
+// One agreed operation and this rank's entry for it.
+struct ReadyOp {
+  Agreed agreed;
+  Entry entry;
+};
+
+class OpExecutor {
+ public:
+  OpExecutor(mtxcomm_comm_t comm, int rank, int nranks, size_t fusionBytes)
+      : comm_(comm), rank_(rank), nranks_(nranks), fusionBytes_(fusionBytes) {}
+
+  // Consecutive agreed allreduces with one op (each entry with one or more tensors): tensors
+  // are bucketed by dtype in their agreed order, and each bucket is reduced in fusion-buffer
+  // sized pieces; a tensor larger than the fusion buffer, or alone in its piece, is reduced
+  // straight from its input into its output. Calls every entry's done. Returns the library's
+  // failure when a collective failed (the communicator is then poisoned), else OK.
+  Status runAllreduces(const std::vector<ReadyOp*>& group);
+  // A broadcast, allgather or reduce-scatter. Calls the entry's done; returns as above.
+  Status runOne(ReadyOp& op);
+  // Library collectives run for submitted requests (not counting negotiation).
+  uint64_t collectives() const { return collectives_.load(); }
+
+ private:
+  Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
+
+  mtxcomm_comm_t comm_;
+  int rank_, nranks_;
+  size_t fusionBytes_;
+  std::vector<char> fusion_;
+  std::atomic<uint64_t> collectives_{0};
+};
+
+}  // namespace mtxcomm::binding
+
+#endif  // MTXCOMM_BINDINGS_COMMON_EXECUTOR_H_

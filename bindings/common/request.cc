@@ -1,0 +1,100 @@
+#include "bindings/common/request.h"
+
+#include <sstream>
+
+namespace mtxcomm::binding {
+
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kReduceScatter:
+      return "reducescatter";
+  }
+  return "?";
+}
+
+size_t TensorMeta::elements() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+namespace {
+
+const char* dtypeName(mtxcomm_datatype_t t) {
+  static const char* kNames[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                 "uint64", "float16", "bfloat16", "float32", "float64"};
+  return t >= 0 && t < MTXCOMM_NUM_DATATYPES ? kNames[t] : "?";
+}
+
+const char* opName(mtxcomm_op_t op) {
+  static const char* kNames[] = {"sum", "prod", "min", "max", "avg"};
+  return op >= 0 && op < MTXCOMM_NUM_OPS ? kNames[op] : "?";
+}
+
+std::string describeTensors(const Request& r) {
+  std::ostringstream s;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    s << (i ? ", " : "") << dtypeName(r.tensors[i].dtype) << "[";
+    for (size_t d = 0; d < r.tensors[i].shape.size(); ++d) {
+      s << (d ? "," : "") << r.tensors[i].shape[d];
+    }
+    s << "]";
+  }
+  return s.str();
+}
+
+}  // namespace
+
+std::string describeRequest(const Request& r) {
+  std::ostringstream s;
+  s << kindName(r.kind);
+  if (r.kind == Kind::kAllreduce || r.kind == Kind::kReduceScatter) s << "(" << opName(r.op) << ")";
+  if (r.kind == Kind::kBroadcast) s << "(root " << r.root << ")";
+  s << " of " << describeTensors(r);
+  return s.str();
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? "," : "") << ranks[i];
+  return s.str();
+}
+
+void writeRequest(Writer& w, const Request& r) {
+  w.put<uint8_t>(static_cast<uint8_t>(r.kind));
+  w.put<uint8_t>(static_cast<uint8_t>(r.op));
+  w.put<int32_t>(r.root);
+  w.putString(r.name);
+  w.put<uint32_t>(static_cast<uint32_t>(r.tensors.size()));
+  for (const TensorMeta& t : r.tensors) {
+    w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
+    w.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
+    for (int64_t d : t.shape) w.put<int64_t>(d);
+  }
+}
+
+Request readRequest(Reader& rd) {
+  Request r;
+  r.kind = static_cast<Kind>(rd.get<uint8_t>());
+  r.op = static_cast<mtxcomm_op_t>(rd.get<uint8_t>());
+  r.root = rd.get<int32_t>();
+  r.name = rd.getString();
+  uint32_t nt = rd.get<uint32_t>();
+  r.tensors.resize(nt);
+  for (TensorMeta& t : r.tensors) {
+    t.dtype = static_cast<mtxcomm_datatype_t>(rd.get<uint8_t>());
+    uint32_t nd = rd.get<uint32_t>();
+    t.shape.resize(nd);
+    for (int64_t& d : t.shape) d = rd.get<int64_t>();
+  }
+  return r;
+}
+
+}  // namespace mtxcomm::binding

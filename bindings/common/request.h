@@ -1,0 +1,96 @@
+// The engine's requests: what a framework submits for one named collective (kind, op, root,
+// dtypes and shapes), how they are written to and read from the negotiation messages, and how
+// they are described in errors. TF-free (bindings/common).
+#ifndef MTXCOMM_BINDINGS_COMMON_REQUEST_H_
+#define MTXCOMM_BINDINGS_COMMON_REQUEST_H_
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm::binding {
+
+enum class Kind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kReduceScatter = 3 };
+const char* kindName(Kind k);
+
+struct TensorMeta {
+  mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
+  std::vector<int64_t> shape;
+  size_t elements() const;
+};
+
+struct Request {
+  Kind kind = Kind::kAllreduce;
+  std::string name;
+  mtxcomm_op_t op = MTXCOMM_SUM;    // allreduce, reduce-scatter
+  int root = 0;                     // broadcast
+  std::vector<TensorMeta> tensors;  // one, or several for a grouped allreduce
+};
+
+struct Status {
+  mtxcomm_result_t code = MTXCOMM_SUCCESS;
+  std::string message;
+  bool ok() const { return code == MTXCOMM_SUCCESS; }
+};
+
+// "allreduce(sum) of float32[2,3]", for errors.
+std::string describeRequest(const Request& r);
+// "rank 3" or "ranks 1,2".
+std::string rankList(const std::vector<int>& ranks);
+
+// The wire format of one cycle's message, host byte order (every rank runs the same build).
+// A Reader throws std::runtime_error on a truncated message.
+class Writer {
+ public:
+  template <class T>
+  void put(T v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    buf_.insert(buf_.end(), p, p + sizeof(T));
+  }
+  void putString(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    buf_.insert(buf_.end(), s.begin(), s.end());
+  }
+  std::vector<char>& bytes() { return buf_; }
+
+ private:
+  std::vector<char> buf_;
+};
+
+class Reader {
+ public:
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
+  template <class T>
+  T get() {
+    T v;
+    need(sizeof(T));
+    std::memcpy(&v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return v;
+  }
+  std::string getString() {
+    uint32_t n = get<uint32_t>();
+    need(n);
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+
+ private:
+  void need(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) throw std::runtime_error("truncated request message");
+  }
+  const char* p_;
+  const char* end_;
+};
+
+void writeRequest(Writer& w, const Request& r);
+Request readRequest(Reader& rd);
+
+}  // namespace mtxcomm::binding
+
+#endif  // MTXCOMM_BINDINGS_COMMON_REQUEST_H_

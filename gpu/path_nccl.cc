@@ -1,0 +1,143 @@
+// nccl: NCCL as a whole-collective backend for device buffers when every rank owns its own GPU
+// (gpu/device.h). NCCL picks its own algorithms (ring, tree, NVLS) and transports (NVLink,
+// PCIe, InfiniBand); mtxcomm only bootstraps it and maps the call:
+//   - bootstrap: rank 0 calls ncclGetUniqueId; the id goes to every rank by a broadcast over
+//     mtxcomm's own host transport; every rank calls ncclCommInitRank (collective, first use);
+//   - every collective maps one to one (same in-place conventions as mtxcomm's);
+//   - AVG is ncclSum followed by mtxcomm's division kernel on the result, so the numbers are
+//     mtxcomm's (sum, then divide; integers truncate) rather than ncclAvg's pre-multiplication.
+// Selection keeps away the calls whose numbers NCCL does not promise as mtxcomm does:
+// float16/bfloat16 sums on more than 2 ranks (rounded per hop) and floating min/max (NaN).
+// Source: NCCL's API (nccl.h, "Creating a communicator with options" in the NCCL docs).
+#include <nccl.h>
+
+#include <memory>
+
+#include "gpu/cuda_check.h"
+#include "gpu/device_paths.h"
+#include "gpu/reduce_kernels.h"
+
+namespace mtxcomm {
+namespace gpu {
+
+namespace {
+
+void checkNccl(ncclResult_t r, const char* call, ncclComm_t comm) {
+  if (r == ncclSuccess) return;
+  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  fail(MTXCOMM_CUDA_ERROR, call, " failed: ", ncclGetErrorString(r),
+       last && *last ? strCat(" (", last, ")") : std::string());
+}
+
+ncclDataType_t ncclType(mtxcomm_datatype_t dt) {
+  switch (dt) {
+    case MTXCOMM_INT8:
+      return ncclInt8;
+    case MTXCOMM_UINT8:
+      return ncclUint8;
+    case MTXCOMM_INT32:
+      return ncclInt32;
+    case MTXCOMM_UINT32:
+      return ncclUint32;
+    case MTXCOMM_INT64:
+      return ncclInt64;
+    case MTXCOMM_UINT64:
+      return ncclUint64;
+    case MTXCOMM_FLOAT16:
+      return ncclFloat16;
+    case MTXCOMM_BFLOAT16:
+      return ncclBfloat16;
+    case MTXCOMM_FLOAT32:
+      return ncclFloat32;
+    case MTXCOMM_FLOAT64:
+      return ncclFloat64;
+    default:
+      fail(MTXCOMM_INVALID_ARGUMENT, "nccl: invalid datatype ", static_cast<int>(dt));
+  }
+}
+
+ncclRedOp_t ncclOp(mtxcomm_op_t op) {
+  switch (op) {
+    case MTXCOMM_SUM:
+    case MTXCOMM_AVG:  // divided afterwards
+      return ncclSum;
+    case MTXCOMM_PROD:
+      return ncclProd;
+    case MTXCOMM_MIN:
+      return ncclMin;
+    case MTXCOMM_MAX:
+      return ncclMax;
+    default:
+      fail(MTXCOMM_INVALID_ARGUMENT, "nccl: invalid op ", static_cast<int>(op));
+  }
+}
+
+class NcclPath : public PathRunner {
+ public:
+  explicit NcclPath(HostCollectives& host) : host_(host) {
+    ncclUniqueId id{};
+    if (host.rank() == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+    CollArgs bc;
+    bc.coll = Collective::kBroadcast;
+    bc.sendbuf = &id;
+    bc.recvbuf = &id;
+    bc.count = sizeof(id);
+    bc.dtype = MTXCOMM_UINT8;
+    host.run(bc);
+    checkNccl(ncclCommInitRank(&nccl_, host.size(), id, host.rank()), "ncclCommInitRank", nullptr);
+  }
+  ~NcclPath() override {
+    if (nccl_) ncclCommDestroy(nccl_);
+  }
+
+  void run(const CollArgs& a, cudaStream_t stream) override {
+    const ncclDataType_t t = ncclType(a.dtype);
+    const ncclRedOp_t op = ncclOp(a.op);
+    switch (a.coll) {
+      case Collective::kAllreduce:
+        checkNccl(ncclAllReduce(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
+                  "ncclAllReduce", nccl_);
+        break;
+      case Collective::kBroadcast:
+        checkNccl(ncclBroadcast(a.sendbuf, a.recvbuf, a.count, t, a.root, nccl_, stream),
+                  "ncclBroadcast", nccl_);
+        break;
+      case Collective::kReduce:
+        checkNccl(ncclReduce(a.sendbuf, a.recvbuf, a.count, t, op, a.root, nccl_, stream),
+                  "ncclReduce", nccl_);
+        break;
+      case Collective::kAllgather:
+        checkNccl(ncclAllGather(a.sendbuf, a.recvbuf, a.count, t, nccl_, stream), "ncclAllGather",
+                  nccl_);
+        break;
+      case Collective::kReduceScatter:
+        checkNccl(ncclReduceScatter(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
+                  "ncclReduceScatter", nccl_);
+        break;
+      case Collective::kBarrier:
+        break;
+    }
+    const bool hasResult = a.coll != Collective::kReduce || host_.rank() == a.root;
+    if (a.op == MTXCOMM_AVG && collectiveReduces(a.coll) && hasResult) {
+      ReduceSources src;
+      src.n = 1;
+      src.p[0] = a.recvbuf;
+      launchReduce(a.dtype, MTXCOMM_SUM, a.recvbuf, src, a.count, host_.size(), stream);
+    }
+  }
+
+ private:
+  HostCollectives& host_;
+  ncclComm_t nccl_ = nullptr;
+};
+
+}  // namespace
+
+bool ncclBuilt() { return true; }
+
+std::unique_ptr<PathRunner> makeNcclPath(HostCollectives& host, int device) {
+  return std::make_unique<NcclPath>(host);
+}
+
+}  // namespace gpu
+}  // namespace mtxcomm

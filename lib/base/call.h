@@ -1,0 +1,67 @@
+// The vocabulary of one collective call, shared by every layer: which collective, its buffers,
+// count, datatype, op and root (CollArgs), and the call's signature — the words ranks compare to
+// make sure they are in the same call.
+#ifndef MTXCOMM_LIB_BASE_CALL_H_
+#define MTXCOMM_LIB_BASE_CALL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+
+enum class Collective { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kBarrier };
+constexpr int kNumCollectives = 6;
+// "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier".
+const char* collectiveName(Collective c);
+// "MTXCOMM_ALLREDUCE_ALGO", ...
+const char* collectiveAlgoVar(Collective c);
+bool collectiveReduces(Collective c);
+// Broadcast and reduce: the call names a root.
+inline bool collectiveRooted(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce;
+}
+
+// One call. As the public API gives it (AVG allowed, 16-bit floats as they are), or as an
+// algorithm sees it after argument checks (AVG arrives as SUM and 16-bit floats arrive widened
+// to float32).
+struct CollArgs {
+  Collective coll = Collective::kAllreduce;
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  // Elements: allreduce, broadcast, reduce: the whole buffer; allgather: per-rank sendcount;
+  // reduce_scatter: per-rank recvcount; barrier: 0.
+  size_t count = 0;
+  mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
+  mtxcomm_op_t op = MTXCOMM_SUM;
+  int root = 0;
+  size_t elemSize = 4;
+  // The cudaStream_t of a call on device buffers (nullptr: the legacy default stream); always
+  // nullptr for host buffers. Only gpu/ looks at it.
+  void* stream = nullptr;
+  // Bytes one rank contributes, the quantity selection rules use.
+  size_t bytes() const { return count * elemSize; }
+};
+
+// A call's signature as three words: (collective, datatype, op, root), the count, and the
+// call's sequence number on its communicator. Ranks that exchange signatures (the shared-memory
+// barriers) fail with MTXCOMM_INVALID_USAGE naming both calls when theirs differ.
+struct CallSignature {
+  uint64_t kind = 0;  // collective | dtype << 8 | op << 16 | root << 32
+  uint64_t count = 0;
+  uint64_t seq = 0;
+  bool operator==(const CallSignature& o) const {
+    return kind == o.kind && count == o.count && seq == o.seq;
+  }
+  bool operator!=(const CallSignature& o) const { return !(*this == o); }
+};
+// The signature of the user-level call args as call number seq.
+CallSignature callSignature(const CollArgs& args, uint64_t seq);
+// "allreduce(count 4, float32, sum) as call #7".
+std::string describeCall(const CallSignature& s);
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_BASE_CALL_H_

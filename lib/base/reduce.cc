@@ -1,0 +1,424 @@
+// CPU reduction kernels (see reduce.h).
+//
+// Layout: each type-erased entry point validates its arguments, switches once on the datatype
+// (and op), and runs one templated loop over the whole buffer. The loops are plain counted loops
+// over __restrict pointers with branch-free bodies (selects, not branches), so GCC 12 -O3
+// vectorises them for the baseline x86-64 target (SSE2) without -march flags.
+//
+// Vectorisation (GCC 12.2, -O3, checked with -fdump-tree-vect-details / -fopt-info-vec):
+// - reduceBuffers: every dtype x {SUM, PROD, MIN, MAX} loop, in all three aliasing variants
+//   (distinct, dst == a, dst == b), including float16/bfloat16 (widen, combine in float32,
+//   round once, all in one loop). Exceptions in the SSE2 (default) clone only: int64/uint64
+//   MIN/MAX need 64-bit compares (SSE4.2 pcmpgtq) and PROD a 64-bit multiply (the cost model
+//   declines the pmuludq emulation); they run scalar there and vectorise in the AVX2 clone.
+//   The dst == a == b loops (x op x) vectorise except int64 SUM/PROD in the SSE2 clone.
+// - widenToFloat / narrowFromFloat: both 16-bit formats, both directions.
+// - divideBuffer: float32/float64/float16/bfloat16, and int8/uint8/int32 (exact division
+//   through float/double, see divideBuffer). uint32/int64/uint64 use scalar integer division:
+//   SIMD has no integer divide and the double trick is not exact for 64-bit values.
+//
+// Aliasing: dst may equal a or b exactly. Each operation has separate loops for dst == a,
+// dst == b and distinct buffers, so __restrict is only ever put on pointers that do not alias.
+#include "lib/base/reduce.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "lib/base/dtype.h"
+#include "lib/base/error.h"
+
+namespace mtxcomm {
+namespace {
+
+inline uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float bitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- 16-bit float conversions (branch-free so the bulk loops vectorise) --------------------
+
+// All-ones if c, else zero. The half conversions combine their cases with these masks rather
+// than ?: because GCC (-ftrapping-math) otherwise sinks the floating-point step of the
+// subnormal case into a branch and then refuses to if-convert, and the loop stays scalar.
+inline uint32_t maskIf(bool c) { return 0u - static_cast<uint32_t>(c); }
+
+inline float halfToFloatInline(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const int32_t em = h & 0x7fff;  // exponent and mantissa
+  // Normal: shift into place and rebias the exponent (15 -> 127).
+  const uint32_t normal =
+      (static_cast<uint32_t>(em) << 13) + (static_cast<uint32_t>(127 - 15) << 23);
+  // Inf or NaN: all-ones exponent; NaN keeps its payload and becomes quiet.
+  const uint32_t infNan =
+      (static_cast<uint32_t>(em) << 13) | 0x7f800000u | (maskIf(em > 0x7c00) & 0x00400000u);
+  // Zero or subnormal: mantissa * 2^-24, exact in float32 and never a float subnormal (so
+  // FTZ/DAZ modes do not matter).
+  const uint32_t sub = floatBits(static_cast<float>(em) * 0x1p-24f);
+  const uint32_t isSub = maskIf(em < 0x0400);
+  const uint32_t isSpecial = maskIf(em >= 0x7c00);
+  const uint32_t bits = (sub & isSub) | (infNan & isSpecial) | (normal & ~(isSub | isSpecial));
+  return bitsFloat(bits | sign);
+}
+
+inline uint16_t floatToHalfInline(float f) {
+  const uint32_t u = floatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);  // |f| as bits
+  // NaN: quiet NaN keeping the top 9 payload bits.
+  const uint32_t nan = 0x7e00u | ((static_cast<uint32_t>(a) >> 13) & 0x3ffu);
+  // Normal half range [2^-14, 65536): rebias the exponent and round the 13 dropped bits to
+  // nearest even; a carry out of the mantissa correctly bumps the exponent (up to Inf).
+  const uint32_t normal = (static_cast<uint32_t>(a) - (static_cast<uint32_t>(127 - 15) << 23) +
+                           0xfffu + ((static_cast<uint32_t>(a) >> 13) & 1u)) >>
+                          13;
+  // Below 2^-14 (half subnormals and zero): adding 0.5f aligns the half subnormal ulp (2^-24)
+  // with float's ulp at 0.5, so the float adder rounds to nearest even for us. (Under DAZ a
+  // float subnormal input reads as 0, which is also its correctly rounded half.)
+  const float kMagic = 0.5f;
+  const uint32_t sub = floatBits(bitsFloat(static_cast<uint32_t>(a)) + kMagic) - floatBits(kMagic);
+  const uint32_t isSub = maskIf(a < 0x38800000);  // < 2^-14
+  const uint32_t isNan = maskIf(a > 0x7f800000);
+  const uint32_t isInf = maskIf(a >= 0x47800000) & ~isNan;  // >= 65536, and Inf itself
+  const uint32_t r =
+      (sub & isSub) | (nan & isNan) | (0x7c00u & isInf) | (normal & ~(isSub | isNan | isInf));
+  return static_cast<uint16_t>(r | sign);
+}
+
+inline float bfloat16ToFloatInline(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);
+  return bitsFloat(a > 0x7f800000 ? (u | 0x00400000u) : u);  // NaN -> quiet NaN
+}
+
+inline uint16_t floatToBfloat16Inline(float f) {
+  const uint32_t u = floatBits(f);
+  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest even, may hit Inf
+  const uint32_t nan = (u >> 16) | 0x0040u;                         // quiet, keeps sign/payload
+  return static_cast<uint16_t>(a > 0x7f800000 ? nan : rounded);
+}
+
+// ---- Element codecs: how a stored element becomes the compute type and back ----------------
+
+template <class T>
+struct Plain {
+  using Storage = T;
+  using Compute = T;
+  static Compute load(Storage x) { return x; }
+  static Storage store(Compute x) { return x; }
+};
+
+struct Half {
+  using Storage = uint16_t;
+  using Compute = float;
+  static float load(uint16_t x) { return halfToFloatInline(x); }
+  static uint16_t store(float x) { return floatToHalfInline(x); }
+};
+
+struct Bfloat16 {
+  using Storage = uint16_t;
+  using Compute = float;
+  static float load(uint16_t x) { return bfloat16ToFloatInline(x); }
+  static uint16_t store(float x) { return floatToBfloat16Inline(x); }
+};
+
+// The codec of each storage type of dispatchDatatype (lib/base/dtype.h).
+template <class T>
+struct CodecOfT {
+  using type = Plain<T>;
+};
+template <>
+struct CodecOfT<Float16Bits> {
+  using type = Half;
+};
+template <>
+struct CodecOfT<Bfloat16Bits> {
+  using type = Bfloat16;
+};
+template <class T>
+using CodecOf = typename CodecOfT<T>::type;
+
+// ---- Operations ---------------------------------------------------------------------------
+
+// Integer SUM/PROD compute in the unsigned type (wraps, no signed-overflow UB); the conversion
+// back to a signed type is modular (defined in C++20, and by GCC/Clang before).
+struct SumOp {
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+struct ProdOp {
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      // For 8-bit types the operands promote to int; 255 * 255 fits, so no overflow there either.
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+// Floats: NaN propagates (a's NaN if a is NaN, else b's if b is NaN: a < b is then false).
+// Written as a select, not std::min, so it vectorises and keeps the NaN rule.
+struct MinOp {
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return a < b ? a : b;
+    } else {
+      return ((a != a) | (a < b)) ? a : b;
+    }
+  }
+};
+
+struct MaxOp {
+  template <class T>
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return a > b ? a : b;
+    } else {
+      return ((a != a) | (a > b)) ? a : b;
+    }
+  }
+};
+
+// ---- Loops --------------------------------------------------------------------------------
+
+// Loops are kept out of line: one call per buffer, and -fopt-info/-fdump-tree-vect then report
+// each instantiation by name. On x86-64 glibc each loop is also compiled a second time for AVX2
+// and picked at load time by CPU detection (GCC target_clones, an ifunc): the portable build
+// targets SSE2, where the 16-bit conversions and the int64 ops are 2-3x slower. The code is
+// the same portable C++ in both clones; no intrinsics.
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__)  // ifunc needs glibc
+#define MTXCOMM_LOOP __attribute__((noinline, target_clones("avx2", "default")))
+#else
+#define MTXCOMM_LOOP __attribute__((noinline))
+#endif
+
+template <class Codec, class Op>
+MTXCOMM_LOOP void reduceDistinct(typename Codec::Storage* __restrict dst,
+                                 const typename Codec::Storage* __restrict a,
+                                 const typename Codec::Storage* __restrict b, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    dst[i] = Codec::store(Op::apply(Codec::load(a[i]), Codec::load(b[i])));
+  }
+}
+
+// x[i] = x[i] op b[i]  (dst == a)
+template <class Codec, class Op>
+MTXCOMM_LOOP void reduceIntoA(typename Codec::Storage* __restrict x,
+                              const typename Codec::Storage* __restrict b, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    x[i] = Codec::store(Op::apply(Codec::load(x[i]), Codec::load(b[i])));
+  }
+}
+
+// x[i] = a[i] op x[i]  (dst == b; operand order matters for the NaN rule)
+template <class Codec, class Op>
+MTXCOMM_LOOP void reduceIntoB(typename Codec::Storage* __restrict x,
+                              const typename Codec::Storage* __restrict a, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    x[i] = Codec::store(Op::apply(Codec::load(a[i]), Codec::load(x[i])));
+  }
+}
+
+// x[i] = x[i] op x[i]  (dst == a == b)
+template <class Codec, class Op>
+MTXCOMM_LOOP void reduceSelf(typename Codec::Storage* x, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const auto v = Codec::load(x[i]);
+    x[i] = Codec::store(Op::apply(v, v));
+  }
+}
+
+template <class Codec, class Op>
+void reduceTyped(void* dstv, const void* av, const void* bv, size_t count) {
+  using S = typename Codec::Storage;
+  S* dst = static_cast<S*>(dstv);
+  const S* a = static_cast<const S*>(av);
+  const S* b = static_cast<const S*>(bv);
+  if (dst == a && dst == b) {
+    reduceSelf<Codec, Op>(dst, count);
+  } else if (dst == a) {
+    reduceIntoA<Codec, Op>(dst, b, count);
+  } else if (dst == b) {
+    reduceIntoB<Codec, Op>(dst, a, count);
+  } else {
+    reduceDistinct<Codec, Op>(dst, a, b, count);
+  }
+}
+
+template <class Codec>
+void reduceOp(mtxcomm_op_t op, void* dst, const void* a, const void* b, size_t count) {
+  switch (op) {
+    case MTXCOMM_SUM:
+      return reduceTyped<Codec, SumOp>(dst, a, b, count);
+    case MTXCOMM_PROD:
+      return reduceTyped<Codec, ProdOp>(dst, a, b, count);
+    case MTXCOMM_MIN:
+      return reduceTyped<Codec, MinOp>(dst, a, b, count);
+    case MTXCOMM_MAX:
+      return reduceTyped<Codec, MaxOp>(dst, a, b, count);
+    default:
+      break;  // validated by the caller
+  }
+}
+
+// Integer division by a positive divisor through floating point: exact (truncating toward zero)
+// whenever |x| < 2^(mantissa bits + 1) of F. F's quotient is the correctly rounded x/d; its
+// distance to the next integer is >= 1/d, more than half an ulp of it when |x| < 2^24 (float) or
+// 2^53 (double), so the rounding cannot reach that integer and truncation gives trunc(x/d).
+template <class T, class F>
+MTXCOMM_LOOP void divideViaFloat(T* __restrict x, size_t count, F d) {
+  for (size_t i = 0; i < count; ++i) {
+    x[i] = static_cast<T>(static_cast<int32_t>(static_cast<F>(x[i]) / d));
+  }
+}
+
+template <class T>
+MTXCOMM_LOOP void divideInt(T* __restrict x, size_t count, T d) {
+  for (size_t i = 0; i < count; ++i) x[i] = x[i] / d;
+}
+
+template <class T>
+MTXCOMM_LOOP void divideFloat(T* __restrict x, size_t count, T d) {
+  for (size_t i = 0; i < count; ++i) x[i] = x[i] / d;
+}
+
+template <class Codec>
+MTXCOMM_LOOP void divideHalf(uint16_t* __restrict x, size_t count, float d) {
+  for (size_t i = 0; i < count; ++i) x[i] = Codec::store(Codec::load(x[i]) / d);
+}
+
+template <class Codec>
+MTXCOMM_LOOP void widen(const uint16_t* __restrict in, float* __restrict out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = Codec::load(in[i]);
+}
+
+template <class Codec>
+MTXCOMM_LOOP void narrow(const float* __restrict in, uint16_t* __restrict out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = Codec::store(in[i]);
+}
+
+[[noreturn]] void failDatatype(const char* fn, mtxcomm_datatype_t dt) {
+  fail(MTXCOMM_INVALID_ARGUMENT, fn, ": invalid datatype ", static_cast<int>(dt));
+}
+
+void checkHalfType(const char* fn, mtxcomm_datatype_t dt) {
+  if (!isHalfType(dt)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, fn, ": datatype ", static_cast<int>(dt), " (", datatypeName(dt),
+         ") is not float16 or bfloat16");
+  }
+}
+
+}  // namespace
+
+void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void* a, const void* b,
+                   size_t count) {
+  if (!isValidDatatype(dt)) failDatatype("reduceBuffers", dt);
+  if (op == MTXCOMM_AVG) {
+    fail(MTXCOMM_INVALID_ARGUMENT,
+         "reduceBuffers: op avg is not a reduction kernel (the caller applies AVG as SUM "
+         "followed by divideBuffer)");
+  }
+  if (!isValidOp(op)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "reduceBuffers: invalid op ", static_cast<int>(op));
+  }
+  if (count == 0) return;
+  dispatchDatatype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    reduceOp<CodecOf<T>>(op, dst, a, b, count);
+  });
+}
+
+void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor) {
+  if (!isValidDatatype(dt)) failDatatype("divideBuffer", dt);
+  if (divisor <= 0) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "divideBuffer: divisor ", divisor, " is not positive");
+  }
+  if (count == 0) return;
+  dispatchDatatype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(x);
+    if constexpr (std::is_same_v<T, Float16Bits> || std::is_same_v<T, Bfloat16Bits>) {
+      divideHalf<CodecOf<T>>(static_cast<uint16_t*>(x), count, static_cast<float>(divisor));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      divideFloat(p, count, static_cast<T>(divisor));
+    } else if constexpr (sizeof(T) == 1) {
+      divideViaFloat(p, count, static_cast<float>(divisor));
+    } else if constexpr (std::is_same_v<T, int32_t>) {
+      divideViaFloat(p, count, static_cast<double>(divisor));
+    } else {
+      divideInt(p, count, static_cast<T>(divisor));
+    }
+  });
+}
+
+float halfToFloat(uint16_t h) { return halfToFloatInline(h); }
+uint16_t floatToHalf(float f) { return floatToHalfInline(f); }
+float bfloat16ToFloat(uint16_t b) { return bfloat16ToFloatInline(b); }
+uint16_t floatToBfloat16(float f) { return floatToBfloat16Inline(f); }
+
+void widenToFloat(mtxcomm_datatype_t dt, const uint16_t* in, float* out, size_t count) {
+  checkHalfType("widenToFloat", dt);
+  if (dt == MTXCOMM_FLOAT16) {
+    widen<Half>(in, out, count);
+  } else {
+    widen<Bfloat16>(in, out, count);
+  }
+}
+
+void narrowFromFloat(mtxcomm_datatype_t dt, const float* in, uint16_t* out, size_t count) {
+  checkHalfType("narrowFromFloat", dt);
+  if (dt == MTXCOMM_FLOAT16) {
+    narrow<Half>(in, out, count);
+  } else {
+    narrow<Bfloat16>(in, out, count);
+  }
+}
+
+void storeElement(mtxcomm_datatype_t dt, void* buf, size_t i, double v) {
+  dispatchDatatype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Float16Bits>) {
+      static_cast<uint16_t*>(buf)[i] = floatToHalfInline(static_cast<float>(v));
+    } else if constexpr (std::is_same_v<T, Bfloat16Bits>) {
+      static_cast<uint16_t*>(buf)[i] = floatToBfloat16Inline(static_cast<float>(v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      static_cast<T*>(buf)[i] = static_cast<T>(v);
+    } else {
+      static_cast<T*>(buf)[i] = static_cast<T>(static_cast<int64_t>(v));
+    }
+  });
+}
+
+double loadElement(mtxcomm_datatype_t dt, const void* buf, size_t i) {
+  return dispatchDatatype(dt, [&](auto tag) -> double {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, Float16Bits>) {
+      return halfToFloatInline(static_cast<const uint16_t*>(buf)[i]);
+    } else if constexpr (std::is_same_v<T, Bfloat16Bits>) {
+      return bfloat16ToFloatInline(static_cast<const uint16_t*>(buf)[i]);
+    } else {
+      return static_cast<double>(static_cast<const T*>(buf)[i]);
+    }
+  });
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,52 @@
+// CPU reduction kernels. Type-erased entry points; templates live only in reduce.cc.
+//
+// Numbers (the library's contract, ../include/mtxcomm/mtxcomm.h):
+// - integer SUM and PROD wrap (two's complement, computed in the unsigned type);
+// - MIN and MAX propagate NaN (if either operand is NaN the result is that NaN, the first
+//   operand's NaN when both are); otherwise the usual comparison;
+// - float16 and bfloat16 operands are converted to float32, combined, and rounded to nearest
+//   even once. (The collectives widen 16-bit types to float32 for the whole reduction so that a
+//   multi-rank sum is rounded only once; these 16-bit kernels serve pairwise use.)
+// Kernels are written so GCC/Clang auto-vectorise them (-O3, checked with -fopt-info-vec).
+#ifndef MTXCOMM_LIB_REDUCE_H_
+#define MTXCOMM_LIB_REDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+
+// dst[i] = a[i] (op) b[i] for i in [0, count). dst may be the same pointer as a or b (not a
+// partial overlap). op is SUM, PROD, MIN or MAX (AVG is SUM followed by divideBuffer).
+// Throws mtxcomm::Error(MTXCOMM_INVALID_ARGUMENT) for an invalid datatype or op.
+void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void* a, const void* b,
+                   size_t count);
+
+// x[i] = x[i] / divisor. Integers truncate toward zero and keep the type; floating types divide
+// in their own type (float16/bfloat16 in float32, rounded once). divisor > 0.
+void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor);
+
+// IEEE binary16 <-> binary32, round to nearest even; NaN stays NaN, overflow gives Inf.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);
+// bfloat16 <-> binary32, round to nearest even; NaN stays a (quiet) NaN.
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);
+
+// Bulk conversions for the widening of 16-bit types: out[i] = convert(in[i]).
+// dt is MTXCOMM_FLOAT16 or MTXCOMM_BFLOAT16.
+void widenToFloat(mtxcomm_datatype_t dt, const uint16_t* in, float* out, size_t count);
+void narrowFromFloat(mtxcomm_datatype_t dt, const float* in, uint16_t* out, size_t count);
+
+// Element i of buf (datatype dt) set to v: integers through int64_t (truncated toward zero,
+// then wrapped to the type), floating types rounded to nearest (16-bit ones from float32).
+// For test data, benchmarks and bindings; not a kernel.
+void storeElement(mtxcomm_datatype_t dt, void* buf, size_t i, double v);
+// Element i of buf as a double (16-bit floats through float32).
+double loadElement(mtxcomm_datatype_t dt, const void* buf, size_t i);
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_REDUCE_H_

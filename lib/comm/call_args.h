@@ -1,0 +1,46 @@
+// A call as the communicator receives it from the C API and as its algorithms see it:
+//   - checkArgs: the argument checks on the calling rank, before any byte moves;
+//   - AlgorithmCall: the algorithm-level form of a user-level call — AVG runs as SUM and is
+//     divided afterwards, float16/bfloat16 reductions run in float32 on a widened copy and
+//     are rounded once at the end (the library's numbers contract, include/mtxcomm/mtxcomm.h).
+#ifndef MTXCOMM_LIB_COMM_CALL_ARGS_H_
+#define MTXCOMM_LIB_COMM_CALL_ARGS_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "lib/base/call.h"
+
+namespace mtxcomm {
+
+// Throws MTXCOMM_INVALID_ARGUMENT naming the argument: datatype, op, root, a count whose bytes
+// overflow size_t, a NULL buffer with a count, partially overlapping buffers.
+void checkArgs(const CollArgs& args, int rank, int nranks);
+
+// Elements this rank's recvbuf holds for the call (what AVG divides and narrowing writes).
+size_t resultCount(const CollArgs& args, int rank, int nranks);
+
+class AlgorithmCall {
+ public:
+  // user: a checked call with count > 0 on more than one rank.
+  AlgorithmCall(const CollArgs& user, int rank, int nranks);
+  ~AlgorithmCall();
+  AlgorithmCall(const AlgorithmCall&) = delete;
+  AlgorithmCall& operator=(const AlgorithmCall&) = delete;
+  // What the algorithm runs: AVG as SUM, 16-bit floats as float32 (elemSize set).
+  const CollArgs& args() const { return args_; }
+  // After the algorithm: divides for AVG and rounds back to the user's 16-bit type.
+  void finish();
+
+ private:
+  struct Buffer;
+  CollArgs user_, args_;
+  int nranks_;
+  bool avg_ = false, widen_ = false;
+  size_t outCount_ = 0;
+  std::unique_ptr<Buffer> wideIn_, wideOut_;
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_CALL_ARGS_H_

@@ -1,0 +1,337 @@
+#include "lib/comm/comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "algos/executor.h"
+#include "algos/registry.h"
+#include "algos/schedule.h"
+#include "gpu/device.h"
+#include "lib/base/dtype.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/base/topology.h"
+#include "lib/comm/topology_probe.h"
+#include "lib/comm/call_args.h"
+#include "lib/comm/select.h"
+
+namespace mtxcomm {
+
+Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId)
+    : transport_(std::move(transport)), config_(config), contextId_(contextId) {}
+
+Comm::~Comm() = default;
+
+void Comm::checkUsable(const char* what) const {
+  if (poisoned()) {
+    fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), ": ", what,
+         " on a communicator failed by an earlier error (abort or destroy it and build a new "
+         "one); the first error was: ",
+         firstError_);
+  }
+}
+
+void Comm::poison(const std::string& message) {
+  if (firstError_.empty()) firstError_ = message;
+}
+
+void Comm::run(const CollArgs& user) {
+  const char* coll = collectiveName(user.coll);
+  checkUsable(coll);
+  const int n = size(), me = rank();
+  // Every call counts, also one rejected below: if only some ranks reject it, their next call
+  // carries a different sequence number than the others' current one, so the ranks never pair
+  // different calls (the sequence is the message tag and part of the shm call signature).
+  ++seq_;
+  bool onDevice = false;
+  try {
+    checkArgs(user, me, n);
+    onDevice = gpu::isDeviceCall(user, me);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
+  }
+  currentCall_ = user;
+  if (onDevice) {
+    runOnDevice(user);
+    return;
+  }
+  // One rank, or nothing to move: a local copy keeps the out-of-place contract.
+  if (n == 1 || (user.count == 0 && user.coll != Collective::kBarrier)) {
+    lastAlgorithm_ = "local";
+    lastPredicted_ = 0.0;
+    if (user.count > 0 && user.recvbuf && user.sendbuf) {
+      std::memmove(user.recvbuf, user.sendbuf, user.count * datatypeSize(user.dtype));
+    }
+    return;
+  }
+  AlgorithmCall call(user, me, n);
+  runAlgorithm(call.args());
+  call.finish();
+}
+
+// The two levels of this communicator, for a hierarchical algorithm.
+class Comm::CommLevels : public Levels {
+ public:
+  CommLevels(Comm& local, Comm& cross) : local_(local), cross_(cross) {}
+  void runLocal(const CollArgs& args) override { local_.run(args); }
+  void runCross(const CollArgs& args) override { cross_.run(args); }
+
+ private:
+  Comm& local_;
+  Comm& cross_;
+};
+
+void Comm::runAlgorithm(const CollArgs& args) {
+  const int n = size(), me = rank();
+  CommInfo info;
+  info.nranks = n;
+  info.shm = shm_.get();
+  info.topo = topo_.empty() ? nullptr : &topo_;
+  info.cost = &config_.cost;
+  info.segmentBytes = config_.segmentBytes;
+  info.shmSlotBytes = config_.shmSlotBytes;
+  Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
+  lastAlgorithm_ = sel.algorithm->name;
+  lastPredicted_ = sel.predicted;
+  try {
+    if (sel.algorithm->compose) {
+      // Building the levels and running on them issues collectives on this communicator and
+      // its sub-communicators; every rank does the same, so they stay in step.
+      ensureLevels();
+      CommLevels levels(*local_, *cross_);
+      sel.algorithm->compose(args, topo_, me, levels);
+      lastAlgorithm_ = sel.algorithm->name;
+      lastPredicted_ = sel.predicted;
+      return;
+    }
+    if (sel.algorithm->run) {
+      shm_->setTimeout(config_.timeoutSeconds);
+      shm_->setCall(callSignature(currentCall_, seq_));
+      sel.algorithm->run(args, *shm_);
+      return;
+    }
+    Schedule schedule(args.dtype, args.elemSize, args.op);
+    AlgoParams params;
+    params.segmentBytes = config_.segmentBytes;
+    sel.algorithm->build(args, me, n, params, schedule);
+    if (logEnabled(LogLevel::kTrace)) {
+      MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
+                  schedule.toString());
+    }
+    executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
+                    config_.timeoutSeconds);
+  } catch (const Error& e) {
+    const char* via = sel.algorithm->run       ? "shm"
+                      : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
+                                               : transport_->name();
+    failCall(args,
+             strCat("algorithm ", sel.algorithm->name, ", ", args.count, " x ",
+                    datatypeName(args.dtype), ", transport ", via),
+             e);
+  }
+}
+
+// The communicator's host collectives, as the device paths see them.
+class Comm::HostSide : public gpu::HostCollectives {
+ public:
+  explicit HostSide(Comm& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  void run(const CollArgs& args) override { comm_.run(args); }
+
+ private:
+  Comm& comm_;
+};
+
+void Comm::runOnDevice(const CollArgs& args) {
+  try {
+    if (!device_) {
+      host_ = std::make_unique<HostSide>(*this);
+      gpu::DeviceOptions options;
+      options.cudaIpcBytes = config_.cudaIpcBytes;
+      options.cudaStagingBytes = config_.cudaStagingBytes;
+      device_ = gpu::DeviceComm::create(*host_, args, options);
+    }
+    if (device_->runLocal(args)) {
+      lastAlgorithm_ = "local";
+      return;
+    }
+    const Selection sel = selectDevicePath(args, device_->topology(), config_.cudaPath, rank());
+    device_->run(args, sel.devicePath);
+    lastAlgorithm_ = gpu::devicePathName(sel.devicePath);
+  } catch (const Error& e) {
+    const std::string what =
+        strCat("device buffers, ", args.count, " x ", datatypeName(args.dtype));
+    // Refused before any byte moved (a buffer on another device, a forced path that cannot
+    // take the call): the communicator stays usable, as for any invalid argument.
+    if (e.code() == MTXCOMM_INVALID_ARGUMENT || e.code() == MTXCOMM_UNSUPPORTED) {
+      throw Error(e.code(), strCat("rank ", rank(), " of ", size(), ": ", collectiveName(args.coll),
+                                   " (", what, "): ", e.what()));
+    }
+    failCall(args, what, e);
+  }
+}
+
+void Comm::failCall(const CollArgs& args, const std::string& what, const Error& e) {
+  const int n = size(), me = rank();
+  std::string msg =
+      strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (", what, "): ", e.what());
+  poison(msg);
+  MTXCOMM_LOG(kError, me, msg);
+  // Tell the peers this rank has left the collective, so that those waiting on it fail now
+  // (naming this rank and, where the transport carries it, this error) instead of timing out.
+  abortWith(msg);
+  throw Error(e.code(), msg);
+}
+
+void Comm::abortWith(const std::string& reason) {
+  transport_->abort(reason);
+  if (shm_) shm_->abort(reason);
+  for (Comm* level : {local_.get(), cross_.get()}) {
+    if (level) {
+      level->poison(reason);
+      level->abortWith(reason);
+    }
+  }
+}
+
+void Comm::ensureLevels() {
+  if (local_) return;
+  const int me = rank();
+  const int node = topo_.nodeOf(me), localRank = topo_.localRank(me);
+  std::unique_ptr<Comm> local = split(node, localRank);
+  std::unique_ptr<Comm> cross = split(localRank, node);
+  // A level runs flat algorithms: "hierarchical" forced for this communicator means the
+  // composition, not the levels' own choice.
+  for (Comm* level : {local.get(), cross.get()}) {
+    for (std::string& algo : level->config_.algo) {
+      if (algo == "hierarchical") algo = "auto";
+    }
+  }
+  // A node-local peer that is itself stuck on the network (a link down, a node gone) must fail
+  // first, at the cross-node level, and take its node-local peers down with it (abortWith), so
+  // that every rank's error names the unreachable peer; the node-local level therefore waits
+  // half as long again before it gives up on its own. (A dead node-local process is noticed
+  // within ~0.1 s either way, by liveness.)
+  local->config_.timeoutSeconds = std::min(config_.timeoutSeconds * 1.5, 31536000.0);
+  local_ = std::move(local);
+  cross_ = std::move(cross);
+  MTXCOMM_LOG(kDebug, me, "hierarchical levels: node ", node, " (", local_->size(),
+              " ranks, local rank ", localRank, "), cross-node communicator of local index ",
+              localRank, " (", cross_->size(), " nodes)");
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key) {
+  checkUsable("split");
+  const int n = size(), me = rank();
+  // Allgather (color, key) over this communicator.
+  std::vector<int32_t> mine = {color < 0 ? -1 : color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(n));
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine.data();
+  ag.recvbuf = all.data();
+  ag.count = 2;
+  ag.dtype = MTXCOMM_INT32;
+  run(ag);
+  const uint64_t splitIndex = ++splits_;
+  if (color < 0) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < n; ++r) {
+    if (all[2 * r] == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  // A context id every member computes alike, distinct from the parent's and its siblings'.
+  uint64_t ctx = contextId_ * 0x9E3779B97F4A7C15ull + splitIndex * 0x100000001B3ull +
+                 static_cast<uint64_t>(color) + 1;
+  ctx ^= ctx >> 29;
+  std::unique_ptr<Transport> child;
+  try {
+    child = transport_->split(members, ctx);
+  } catch (const Error& e) {
+    std::string msg = strCat("rank ", me, ": split (color ", color, "): ", e.what());
+    poison(msg);
+    throw Error(e.code(), msg);
+  }
+  auto comm = std::make_unique<Comm>(std::move(child), config_, ctx);
+  if (topo_.empty()) {
+    comm->setup();
+  } else {
+    const Topology sub = topo_.subset(members);
+    comm->setup(&sub);
+  }
+  return comm;
+}
+
+void Comm::agreeTopology() {
+  const int n = size();
+  if (n == 1) {
+    topo_ = Topology({localRankSummary()});
+    return;
+  }
+  // One allgather: every rank's summary, and its cost-model parameters (rank 0's are used).
+  struct Contribution {
+    RankSummary summary;
+    CostParams cost;
+  };
+  static_assert(std::is_trivially_copyable<Contribution>::value, "allgathered as bytes");
+  Contribution mine{localRankSummary(), config_.cost};
+  std::vector<Contribution> all(n);
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = &mine;
+  ag.recvbuf = all.data();
+  ag.count = sizeof(Contribution);
+  ag.dtype = MTXCOMM_UINT8;
+  run(ag);
+  std::vector<RankSummary> summaries;
+  for (const Contribution& c : all) summaries.push_back(c.summary);
+  topo_ = Topology(std::move(summaries));
+  if (all[0].cost != config_.cost) {
+    MTXCOMM_LOG(kWarn, rank(),
+                "the cost-model parameters (MTXCOMM_TUNING_FILE) differ from rank 0's; every "
+                "rank uses rank 0's");
+    config_.cost = all[0].cost;
+  }
+}
+
+void Comm::setup(const Topology* agreed) {
+  if (setUp_) return;
+  setUp_ = true;
+  const int n = size();
+  if (agreed) {
+    if (agreed->size() != n) {
+      fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), ": a topology of ", agreed->size(),
+           " ranks given to a communicator of ", n);
+    }
+    topo_ = *agreed;
+  } else {
+    agreeTopology();
+  }
+  if (topo_.numNodes() > 1) {
+    MTXCOMM_LOG(kInfo, rank(), n, " ranks on ", topo_.numNodes(),
+                " nodes: no shared-memory segment for the whole communicator; node map:\n",
+                topo_.describeNodes());
+    return;
+  }
+  if (config_.shm == "off" || n == 1 || shm_) return;
+  ++seq_;
+  try {
+    shm_ = ShmGroup::create(*transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
+                            config_.shmSlotBytes, config_.timeoutSeconds);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
+  }
+  MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ",
+              ShmGroup::segmentBytes(n, config_.shmSlotBytes), " bytes for ", n, " ranks");
+}
+
+void Comm::abort() {
+  poison(strCat("rank ", rank(), ": the communicator was aborted"));
+  abortWith("the application aborted the communicator");
+}
+
+}  // namespace mtxcomm

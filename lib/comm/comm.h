@@ -1,0 +1,117 @@
+// The communicator: a transport over its ranks, the configuration, the collective sequence
+// number, and the error state (the first error is kept; a failed communicator is poisoned).
+// Planning (select), scheduling (algos/) and execution (executor) live in their own units;
+// Comm only ties them together for one call.
+#ifndef MTXCOMM_LIB_COMM_H_
+#define MTXCOMM_LIB_COMM_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lib/base/call.h"
+#include "lib/base/topology.h"
+#include "lib/comm/config.h"
+#include "transports/shm/shm_group.h"
+#include "transports/transport.h"
+
+namespace mtxcomm {
+
+namespace gpu {
+class DeviceComm;
+class HostCollectives;
+}
+
+class Comm {
+ public:
+  // context_id is identical on every rank and distinct among communicators sharing channels.
+  Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId);
+  ~Comm();
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const Config& config() const { return config_; }
+  // Tests and tools may force algorithms per communicator.
+  Config& mutableConfig() { return config_; }
+  Transport& transport() { return *transport_; }
+  const char* transportName() const { return transport_->name(); }
+  // How each peer is reached (transports/route/route.h), one line per rank; empty when the
+  // communicator was built without a choice (in-process, split).
+  const std::vector<std::string>& routes() const { return routes_; }
+  void setRoutes(std::vector<std::string> routes) { routes_ = std::move(routes); }
+
+  // Runs one collective as the public API describes it (user-level args: AVG allowed, 16-bit
+  // floats not yet widened). Checks arguments first (throws MTXCOMM_INVALID_ARGUMENT, comm stays
+  // usable); a communication failure poisons the communicator and is rethrown with rank,
+  // collective and algorithm in the message.
+  void run(const CollArgs& args);
+
+  std::unique_ptr<Comm> split(int color, int key);
+  // Collective, once, before the first collective: agrees on the topology — allgathers every
+  // rank's RankSummary (and takes rank 0's cost-model parameters) unless the caller passes the
+  // agreed topology (a split passes its parent's restricted to its members; tests pass an
+  // emulated one, Topology::forTest) — then, when every rank is on one node and MTXCOMM_SHM is
+  // not off, maps a shared-memory segment for the shm algorithms. Throws (on every rank) if
+  // the segment cannot be made.
+  void setup(const Topology* agreed = nullptr);
+  bool hasShm() const { return shm_ != nullptr; }
+  // This rank's index among the ranks on its node, and their number (from the agreed
+  // topology; 0 and 1 before setup).
+  int localRank() const { return topo_.empty() ? 0 : topo_.localRank(rank()); }
+  int localSize() const { return topo_.empty() ? 1 : topo_.localSize(rank()); }
+  const Topology& topology() const { return topo_; }
+  // The node-local level of the hierarchical algorithms, once built (null before).
+  const Comm* localLevel() const { return local_.get(); }
+  void abort();
+
+  // Name of the algorithm the last collective used ("local" for one rank or count 0).
+  const std::string& lastAlgorithm() const { return lastAlgorithm_; }
+  // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
+  double lastPredictedSeconds() const { return lastPredicted_; }
+  // Where the C API keeps the last error message of this communicator.
+  std::string& lastError() { return lastError_; }
+  bool poisoned() const { return !firstError_.empty(); }
+
+ private:
+  class CommLevels;
+  class HostSide;
+
+  void checkUsable(const char* what) const;
+  void runAlgorithm(const CollArgs& args);
+  // A call on device buffers (gpu/device.h); its own error handling, like runAlgorithm's.
+  void runOnDevice(const CollArgs& args);
+  // A communication failure of a call: poisons the communicator, tells the peers, and throws
+  // e's code with "rank r of n: collective (what): e".
+  [[noreturn]] void failCall(const CollArgs& args, const std::string& what, const Error& e);
+  void poison(const std::string& message);
+  void agreeTopology();
+  // Tells the peers (and the levels' peers) that this rank left: transports and segments.
+  void abortWith(const std::string& reason);
+  // The node-local and cross-node sub-communicators, built at the first hierarchical call.
+  void ensureLevels();
+
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ShmGroup> shm_;
+  std::unique_ptr<gpu::HostCollectives> host_;  // this communicator, for the device paths
+  std::unique_ptr<gpu::DeviceComm> device_;     // made by the first call on device buffers
+  Topology topo_;
+  bool setUp_ = false;
+  std::unique_ptr<Comm> local_;  // this rank's node (hierarchical algorithms), or null
+  std::unique_ptr<Comm> cross_;  // the ranks with this rank's local index, one per node
+  Config config_;
+  uint64_t contextId_;
+  uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
+  uint64_t splits_ = 0;  // splits issued (same on every rank)
+  std::vector<std::string> routes_;
+  std::string lastAlgorithm_;
+  double lastPredicted_ = 0.0;
+  std::string firstError_;
+  std::string lastError_;
+  CollArgs currentCall_;  // the user-level arguments of the call in progress
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_H_

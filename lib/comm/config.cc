@@ -1,0 +1,331 @@
+#include "lib/comm/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/base/error.h"
+
+extern char** environ;
+
+namespace mtxcomm {
+
+namespace {
+
+std::vector<std::string> algoChoices(Collective c) {
+  std::vector<std::string> v{"auto"};
+  for (const char* n : algorithmNames(c)) v.emplace_back(n);
+  return v;
+}
+
+std::string joinChoices(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& c : v) s += (s.empty() ? "" : "|") + c;
+  return s;
+}
+
+[[noreturn]] void badValue(const char* name, const std::string& value, const std::string& why) {
+  fail(MTXCOMM_INVALID_USAGE, name, "=\"", value, "\" is invalid: ", why);
+}
+
+int parseInt(const char* name, const std::string& v, long lo, long hi) {
+  errno = 0;
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno) badValue(name, v, "not an integer");
+  if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "]"));
+  return static_cast<int>(x);
+}
+
+// Accepts plain bytes or a K/M/G suffix (powers of 1024).
+size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || end == v.c_str() || errno || v[0] == '-') {
+    badValue(name, v, "not a byte count (e.g. 1048576 or 1M)");
+  }
+  std::string suffix(end);
+  unsigned long long mult = 1;
+  if (suffix == "K" || suffix == "k")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1ull << 30;
+  else if (!suffix.empty())
+    badValue(name, v, "unknown suffix (use K, M or G)");
+  x *= mult;
+  if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
+  return static_cast<size_t>(x);
+}
+
+double parseSeconds(const char* name, const std::string& v, double lo, double hi) {
+  char* end = nullptr;
+  errno = 0;
+  double t = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < lo || t > hi) {
+    badValue(name, v, strCat("expected seconds in [", lo, ", ", hi, "]"));
+  }
+  return t;
+}
+
+}  // namespace
+
+const char* getEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return v;
+}
+
+const std::vector<ConfigVar>& configVars() {
+  static const std::vector<ConfigVar> kVars = [] {
+    std::vector<ConfigVar> v = {
+        {"MTXCOMM_TIMEOUT",
+         "seconds",
+         "300",
+         "how long a collective waits for a peer before failing with MTXCOMM_TIMEOUT; also "
+         "bounds bootstrap waits",
+         {}},
+        {"MTXCOMM_LOG_LEVEL",
+         "enum",
+         "WARN",
+         "NONE, ERROR, WARN, INFO (echoes the configuration at init), DEBUG (logs the algorithm "
+         "chosen for every call), TRACE (also prints every schedule)",
+         {"NONE", "ERROR", "WARN", "INFO", "DEBUG", "TRACE"}},
+        {"MTXCOMM_SEGMENT_BYTES",
+         "bytes",
+         "1M",
+         "pipeline segment of the ring algorithms (4K..1G; K/M/G suffixes accepted)",
+         {}},
+        {"MTXCOMM_TRANSPORT",
+         "enum",
+         "auto",
+         "auto: the ranks meet over MPI under mpirun/srun or when MPI is initialised, over TCP "
+         "when MTXCOMM_STORE is set, and use UCX when they span several nodes (and UCX works on "
+         "every rank); ucx: UCX for every peer (an error where a rank has none); mpi, tcp: the "
+         "bootstrap transport only",
+         {"auto", "ucx", "mpi", "tcp"}},
+        {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap", {}},
+        {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap", {}},
+        {"MTXCOMM_STORE",
+         "string",
+         "",
+         "rendezvous without MPI: file:PATH (a directory all ranks see; one running job per "
+         "directory: rank 0 clears what an earlier job left there) or tcp:HOST:PORT (served by "
+         "rank 0)",
+         {}},
+        {"MTXCOMM_TCP_HOST",
+         "string",
+         "",
+         "address other ranks use to reach this one over TCP (default 127.0.0.1)",
+         {}},
+        {"MTXCOMM_TCP_IFADDR",
+         "string",
+         "",
+         "IPv4 address the TCP transport listens on (default every interface)",
+         {}},
+        {"MTXCOMM_UCX_EAGER_LIMIT",
+         "bytes",
+         "4M",
+         "when the ranks span nodes, on a node whose UCX has no RDMA device (ib, ugni), so that "
+         "other nodes are reached "
+         "over TCP: messages up to this size go eagerly (UCX's rendezvous threshold is set to "
+         "it; over TCP a rendezvous buys no zero-copy and costs a round trip that waits behind "
+         "the data queued on a loaded link). 0 or UCX_RNDV_THRESH set: UCX's own threshold "
+         "(0..1G)",
+         {}},
+        {"MTXCOMM_SHM",
+         "enum",
+         "auto",
+         "auto: ranks that are all on one node share a /dev/shm segment and use the shm "
+         "algorithms; off: point-to-point transports only",
+         {"auto", "off"}},
+        {"MTXCOMM_SHM_SLOT_BYTES",
+         "bytes",
+         "256K",
+         "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
+         "is about 2 x ranks x this",
+         {}},
+        {"MTXCOMM_CYCLE_TIME",
+         "seconds",
+         "0.001",
+         "framework bindings: how long the background thread sleeps between negotiation "
+         "cycles when it has nothing to do (0..1)",
+         {}},
+        {"MTXCOMM_FUSION_BYTES",
+         "bytes",
+         "64M",
+         "framework bindings: allreduces ready in the same cycle with the same dtype and op are "
+         "packed into one buffer of up to this many bytes (0: no fusion)",
+         {}},
+        {"MTXCOMM_STALL_WARNING",
+         "seconds",
+         "60",
+         "framework bindings: warn, naming the missing ranks, when a tensor submitted by some "
+         "ranks has waited this long for the others (0: never)",
+         {}},
+        {"MTXCOMM_TRANSPARENT",
+         "enum",
+         "0",
+         "1: set by `mtxrun --transparent`, makes an unmodified Keras script data-parallel",
+         {"0", "1"}},
+        {"MTXCOMM_TRANSPARENT_OUTPUT",
+         "enum",
+         "rank0",
+         "transparent mode: standard output of rank 0 only, or of all ranks "
+         "(`mtxrun --all-ranks-output`)",
+         {"rank0", "all"}},
+        {"MTXCOMM_CUDA_PATH",
+         "enum",
+         "auto",
+         "path of collectives on device buffers: auto (nccl when every rank has its own GPU, "
+         "else cuda_ipc on one node, else host_staging), nccl, cuda_ipc, host_staging, ucx_cuda "
+         "(not built yet); a forced path that cannot take a call fails it with "
+         "MTXCOMM_UNSUPPORTED",
+         {"auto", "nccl", "cuda_ipc", "host_staging", "ucx_cuda"}},
+        {"MTXCOMM_CUDA_IPC_BYTES",
+         "bytes",
+         "64M",
+         "device scratch per rank of the cuda_ipc path, mapped by its peers; larger calls run "
+         "in chunks of this (1M..16G)",
+         {}},
+        {"MTXCOMM_CUDA_STAGING_BYTES",
+         "bytes",
+         "4M",
+         "pinned host chunk of the host_staging path (two per communicator; 64K..1G)",
+         {}},
+        {"MTXCOMM_TUNING_FILE",
+         "string",
+         "",
+         "cost-model parameters (JSON: alpha, beta, gamma for intra_node and inter_node) written "
+         "by `mtxcomm_bench --tune`; unset: the documented defaults. Rank 0's file is used by "
+         "every rank",
+         {}},
+    };
+    for (int c = 0; c < kNumCollectives; ++c) {
+      auto coll = static_cast<Collective>(c);
+      auto choices = algoChoices(coll);
+      v.push_back({collectiveAlgoVar(coll), "enum", "auto",
+                   strCat("algorithm of ", collectiveName(coll), ": ", joinChoices(choices),
+                          " (a forced algorithm that cannot apply falls back to auto with a "
+                          "warning)"),
+                   choices});
+    }
+    return v;
+  }();
+  return kVars;
+}
+
+Config Config::fromEnvironment() {
+  Config c;
+  for (const ConfigVar& var : configVars()) {
+    const char* raw = getEnv(var.name.c_str());
+    if (!raw) continue;
+    std::string v(raw);
+    const char* name = var.name.c_str();
+    if (var.type == "enum") {
+      bool ok = false;
+      for (const auto& choice : var.choices) ok = ok || v == choice;
+      if (!ok) badValue(name, v, "expected one of " + joinChoices(var.choices));
+    }
+    if (var.name == "MTXCOMM_TIMEOUT") {
+      c.timeoutSeconds = parseSeconds(name, v, 0.001, 31536000.0);  // up to one year
+    } else if (var.name == "MTXCOMM_CYCLE_TIME") {
+      c.cycleTimeSeconds = parseSeconds(name, v, 0.0, 1.0);
+    } else if (var.name == "MTXCOMM_FUSION_BYTES") {
+      c.fusionBytes = parseBytes(name, v, 0, size_t{1} << 34);
+    } else if (var.name == "MTXCOMM_TRANSPARENT") {
+      c.transparent = v;
+    } else if (var.name == "MTXCOMM_TRANSPARENT_OUTPUT") {
+      c.transparentOutput = v;
+    } else if (var.name == "MTXCOMM_STALL_WARNING") {
+      c.stallWarningSeconds = parseSeconds(name, v, 0.0, 31536000.0);
+    } else if (var.name == "MTXCOMM_LOG_LEVEL") {
+      c.logLevel = *parseLogLevel(v);
+    } else if (var.name == "MTXCOMM_SEGMENT_BYTES") {
+      c.segmentBytes = parseBytes(name, v, 4096, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_TRANSPORT") {
+      c.transport = v;
+    } else if (var.name == "MTXCOMM_RANK") {
+      c.rank = parseInt(name, v, 0, 1 << 24);
+    } else if (var.name == "MTXCOMM_SIZE") {
+      c.size = parseInt(name, v, 1, 1 << 24);
+    } else if (var.name == "MTXCOMM_STORE") {
+      if (v.rfind("file:", 0) != 0 && v.rfind("tcp:", 0) != 0) {
+        badValue(name, v, "expected file:PATH or tcp:HOST:PORT");
+      }
+      c.store = v;
+    } else if (var.name == "MTXCOMM_TCP_HOST") {
+      c.tcpHost = v;
+    } else if (var.name == "MTXCOMM_TCP_IFADDR") {
+      c.tcpIfaddr = v;
+    } else if (var.name == "MTXCOMM_UCX_EAGER_LIMIT") {
+      c.ucxEagerLimit = parseBytes(name, v, 0, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_SHM") {
+      c.shm = v;
+    } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
+      c.shmSlotBytes = parseBytes(name, v, 4096, size_t{64} << 20);
+    } else if (var.name == "MTXCOMM_CUDA_PATH") {
+      c.cudaPath = v;
+    } else if (var.name == "MTXCOMM_CUDA_IPC_BYTES") {
+      c.cudaIpcBytes = parseBytes(name, v, size_t{1} << 20, size_t{16} << 30);
+    } else if (var.name == "MTXCOMM_CUDA_STAGING_BYTES") {
+      c.cudaStagingBytes = parseBytes(name, v, size_t{64} << 10, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_TUNING_FILE") {
+      c.tuningFile = v;
+      c.cost = loadTuningFile(v);
+    } else {
+      for (int k = 0; k < kNumCollectives; ++k) {
+        if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
+      }
+    }
+  }
+  if (c.rank >= 0 && c.size > 0 && c.rank >= c.size) {
+    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_RANK=", c.rank, " is not below MTXCOMM_SIZE=", c.size);
+  }
+  return c;
+}
+
+std::vector<std::string> Config::unknownVariables() {
+  std::vector<std::string> unknown;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "MTXCOMM_", 8) != 0) continue;
+    std::string name(*e, std::strcspn(*e, "="));
+    bool known = false;
+    for (const ConfigVar& var : configVars()) known = known || var.name == name;
+    if (!known) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+std::vector<std::string> Config::describe() const {
+  std::vector<std::string> out;
+  out.push_back(strCat("MTXCOMM_TIMEOUT=", timeoutSeconds));
+  out.push_back(strCat("MTXCOMM_LOG_LEVEL=", logLevelName(logLevel)));
+  out.push_back(strCat("MTXCOMM_SEGMENT_BYTES=", segmentBytes));
+  out.push_back(strCat("MTXCOMM_TRANSPORT=", transport));
+  out.push_back(strCat("MTXCOMM_RANK=", rank < 0 ? std::string("(unset)") : std::to_string(rank)));
+  out.push_back(strCat("MTXCOMM_SIZE=", size < 0 ? std::string("(unset)") : std::to_string(size)));
+  out.push_back(strCat("MTXCOMM_STORE=", store.empty() ? "(unset)" : store));
+  out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
+  out.push_back(strCat("MTXCOMM_TCP_IFADDR=", tcpIfaddr.empty() ? "(unset)" : tcpIfaddr));
+  out.push_back(strCat("MTXCOMM_UCX_EAGER_LIMIT=", ucxEagerLimit));
+  out.push_back(strCat("MTXCOMM_SHM=", shm));
+  out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
+  out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));
+  out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
+  out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));
+  out.push_back(strCat("MTXCOMM_TRANSPARENT=", transparent));
+  out.push_back(strCat("MTXCOMM_TRANSPARENT_OUTPUT=", transparentOutput));
+  out.push_back(strCat("MTXCOMM_CUDA_PATH=", cudaPath));
+  out.push_back(strCat("MTXCOMM_CUDA_IPC_BYTES=", cudaIpcBytes));
+  out.push_back(strCat("MTXCOMM_CUDA_STAGING_BYTES=", cudaStagingBytes));
+  out.push_back(strCat("MTXCOMM_TUNING_FILE=", tuningFile.empty() ? "(unset)" : tuningFile));
+  for (int k = 0; k < kNumCollectives; ++k) {
+    out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
+  }
+  return out;
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,73 @@
+// The configuration registry: every MTXCOMM_* environment variable is declared here once
+// (name, type, default, unit, help), read and validated at init, echoed at INFO and listed by
+// `mtxcomm_info`. A bad value fails init naming the variable; an unknown MTXCOMM_* name is
+// warned about (it is probably a typo).
+#ifndef MTXCOMM_LIB_CONFIG_H_
+#define MTXCOMM_LIB_CONFIG_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "lib/base/call.h"
+#include "lib/comm/cost_model.h"
+#include "lib/base/log.h"
+
+namespace mtxcomm {
+
+struct ConfigVar {
+  std::string name;
+  std::string type;          // "seconds", "bytes", "int", "string", "enum"
+  std::string defaultValue;  // as it would be written in the environment ("" = unset)
+  std::string help;
+  std::vector<std::string> choices;  // for "enum"
+};
+
+// Every variable, in a fixed order.
+const std::vector<ConfigVar>& configVars();
+
+struct Config {
+  double timeoutSeconds = 300.0;        // MTXCOMM_TIMEOUT
+  LogLevel logLevel = LogLevel::kWarn;  // MTXCOMM_LOG_LEVEL
+  size_t segmentBytes = 1 << 20;        // MTXCOMM_SEGMENT_BYTES
+  std::string transport = "auto";       // MTXCOMM_TRANSPORT
+  std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto"};
+  int rank = -1;                              // MTXCOMM_RANK (-1: unset)
+  int size = -1;                              // MTXCOMM_SIZE (-1: unset)
+  std::string store;                          // MTXCOMM_STORE
+  std::string tcpHost;                        // MTXCOMM_TCP_HOST
+  std::string tcpIfaddr;                      // MTXCOMM_TCP_IFADDR (read by the TCP transport)
+  size_t ucxEagerLimit = size_t{4} << 20;     // MTXCOMM_UCX_EAGER_LIMIT
+  std::string shm = "auto";                   // MTXCOMM_SHM
+  size_t shmSlotBytes = 256 << 10;            // MTXCOMM_SHM_SLOT_BYTES
+  std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH
+  size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES
+  size_t cudaStagingBytes = size_t{4} << 20;  // MTXCOMM_CUDA_STAGING_BYTES
+  // Read by framework bindings through mtxcomm_config_get().
+  double cycleTimeSeconds = 0.001;    // MTXCOMM_CYCLE_TIME
+  size_t fusionBytes = 64 << 20;      // MTXCOMM_FUSION_BYTES
+  double stallWarningSeconds = 60.0;  // MTXCOMM_STALL_WARNING
+  // Read by the Python package (mtxcomm.transparent).
+  std::string transparent = "0";            // MTXCOMM_TRANSPARENT
+  std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT
+  std::string tuningFile;                   // MTXCOMM_TUNING_FILE
+  CostParams cost;                          // loaded from tuningFile (defaults otherwise); rank 0's
+                                            // after a communicator's setup
+
+  // Reads and validates every variable from the environment. Throws
+  // mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming the first bad variable and its value.
+  static Config fromEnvironment();
+  // Names of set MTXCOMM_* variables that are not in the registry.
+  static std::vector<std::string> unknownVariables();
+  // "NAME=value" for every variable: the effective configuration.
+  std::vector<std::string> describe() const;
+  // Forced algorithm for collective c, or "auto".
+  const std::string& algorithmFor(Collective c) const { return algo[static_cast<int>(c)]; }
+};
+
+// Looks up "MTXCOMM_...": the value, or nullptr when unset.
+const char* getEnv(const char* name);
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_CONFIG_H_

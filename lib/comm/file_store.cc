@@ -1,0 +1,297 @@
+// FileStore: the bootstrap store over a shared directory (MTXCOMM_STORE=file:DIR; the job
+// protocol is described in lib/comm/stores.h).
+#include "lib/comm/stores.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "lib/base/backoff.h"
+#include "lib/base/error.h"
+#include "lib/base/socket_util.h"
+
+namespace mtxcomm {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// Names in the store directory (see store.h). Everything this store creates at the top level
+// starts with kPrefix; rank 0 of a new job removes such entries, and nothing else.
+constexpr char kPrefix[] = "mtxcomm.";
+constexpr char kJobPrefix[] = "mtxcomm.job.";      // + job id: a directory holding the keys
+constexpr char kHelloPrefix[] = "mtxcomm.hello.";  // + rank "." nonce: a rank asks to join
+constexpr char kAckPrefix[] = "mtxcomm.ack.";      // + nonce: rank 0's answer, the job id
+constexpr char kTmpPrefix[] = "mtxcomm.tmp.";      // a file being written, before its rename
+
+bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool isHex16(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// Keys may hold '/' and other characters a file name cannot: escape everything but [A-Za-z0-9_-].
+std::string escapeKey(const std::string& key) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '_' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+void makeDirs(const std::string& path, const std::string& spec) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      fail(MTXCOMM_SYSTEM_ERROR, "MTXCOMM_STORE=", spec, ": cannot create directory '", prefix,
+           "': ", errnoText(errno));
+    }
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fail(MTXCOMM_SYSTEM_ERROR, "MTXCOMM_STORE=", spec, ": '", path, "' is not a directory");
+  }
+}
+
+// The names in dir (none when it cannot be read).
+std::vector<std::string> listDir(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  return names;
+}
+
+class FileStore : public Store {
+ public:
+  FileStore(std::string spec, std::string path, int rank, int size, Ms timeout)
+      : spec_(std::move(spec)), dir_(std::move(path)) {
+    makeDirs(dir_, spec_);
+    const auto deadline = Clock::now() + timeout;
+    if (rank == 0) {
+      removeStaleEntries();
+      job_ = randomHex();
+      const std::string job_dir = dir_ + "/" + kJobPrefix + job_;
+      if (::mkdir(job_dir.c_str(), 0700) != 0) {
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create directory '", job_dir,
+             "': ", errnoText(errno));
+      }
+      if (size > 1) admitRanks(size, deadline, timeout);
+    } else {
+      joinJob(rank, deadline, timeout);
+    }
+    job_dir_ = dir_ + "/" + kJobPrefix + job_;
+  }
+
+  void set(const std::string& key, const std::string& value) override {
+    writeAtomically(job_dir_, escapeKey(key), value);
+  }
+
+  std::string get(const std::string& key, Ms timeout) override {
+    const std::string path = job_dir_ + "/" + escapeKey(key);
+    const auto deadline = Clock::now() + timeout;
+    // Every poll is a syscall: skip the spinning phase, go to short sleeps (capped at 1 ms).
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    std::string value;
+    while (!readIfExists(path, &value)) {
+      if (Clock::now() >= deadline) {
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for key '", key,
+             "' in store ", spec_);
+      }
+      backoff.pause();
+    }
+    return value;
+  }
+
+ private:
+  // Rank 0, before anyone of this job can read a key: removes what earlier jobs left (their job
+  // directories, join requests and answers, temporary files). Join requests of this job's ranks
+  // that started earlier are removed too; those ranks make them again.
+  void removeStaleEntries() {
+    for (const std::string& name : listDir(dir_)) {
+      if (!startsWith(name, kPrefix)) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(dir_ + "/" + name, ec);
+      if (ec && ec != std::errc::no_such_file_or_directory) {
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot remove the stale entry '", dir_, "/",
+             name, "' of an earlier job: ", ec.message());
+      }
+    }
+  }
+
+  // Rank 0: answers the join request of every other rank with the job id. Two requests for one
+  // rank mean two jobs share the directory.
+  void admitRanks(int size, Clock::time_point deadline, Ms timeout) {
+    std::vector<std::string> nonce_of(size);
+    int missing = size - 1;
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    while (missing > 0) {
+      for (const std::string& name : listDir(dir_)) {
+        if (!startsWith(name, kHelloPrefix)) continue;
+        const std::string rest = name.substr(sizeof(kHelloPrefix) - 1);
+        const size_t dot = rest.find('.');
+        if (dot == std::string::npos || dot == 0 || dot > 9 ||
+            rest.find_first_not_of("0123456789") != dot || !isHex16(rest.substr(dot + 1))) {
+          continue;
+        }
+        const int r = std::atoi(rest.c_str());
+        const std::string nonce = rest.substr(dot + 1);
+        if (r < 1 || r >= size) {
+          fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": a process asks to join as rank ", r,
+               " but the job has ", size,
+               " ranks: does every rank have the same MTXCOMM_SIZE, and is no other job using "
+               "this directory at the same time?");
+        }
+        if (nonce_of[r].empty()) {
+          writeAtomically(dir_, kAckPrefix + nonce, job_);
+          nonce_of[r] = nonce;
+          --missing;
+        } else if (nonce_of[r] != nonce) {
+          fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": two processes ask to join as rank ", r,
+               ": is another job using the same directory at the same time? Give each running "
+               "job its own directory");
+        }
+        ::unlink((dir_ + "/" + name).c_str());
+      }
+      if (missing == 0) break;
+      if (Clock::now() >= deadline) {
+        std::string who;
+        for (int r = 1; r < size; ++r) {
+          if (nonce_of[r].empty()) who += strCat(who.empty() ? "" : ", ", r);
+        }
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for rank(s) ",
+             who, " to join store ", spec_);
+      }
+      backoff.pause();
+    }
+  }
+
+  // Rank > 0: asks rank 0 for the job id (a request file named by rank and a fresh nonce, made
+  // again if rank 0 removed it as stale) and waits for the answer under that nonce.
+  void joinJob(int rank, Clock::time_point deadline, Ms timeout) {
+    const std::string nonce = randomHex();
+    const std::string hello = strCat(dir_, "/", kHelloPrefix, rank, ".", nonce);
+    const std::string ack = dir_ + "/" + kAckPrefix + nonce;
+    Backoff backoff(/*spins=*/0, /*yields=*/16);
+    while (!readIfExists(ack, &job_)) {
+      struct stat st;
+      if (::stat(hello.c_str(), &st) != 0) {
+        int fd = ::open(hello.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+          fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create '", hello,
+               "': ", errnoText(errno));
+        }
+        ::close(fd);
+      }
+      if (Clock::now() >= deadline) {
+        ::unlink(hello.c_str());
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
+             " s waiting for rank 0 to admit rank ", rank, " to store ", spec_,
+             " (is rank 0 running, with the same MTXCOMM_STORE?)");
+      }
+      backoff.pause();
+    }
+    ::unlink(ack.c_str());
+    ::unlink(hello.c_str());
+    if (!isHex16(job_)) fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": bad job id in '", ack, "'");
+  }
+
+  // Writes dir/name under a temporary name, then renames it into place (atomic).
+  void writeAtomically(const std::string& dir, const std::string& name, const std::string& value) {
+    const std::string final_path = dir + "/" + name;
+    const std::string tmp_path =
+        strCat(dir, "/", kTmpPrefix, name, ".", counter_.fetch_add(1), ".", randomHex());
+    int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      int err = errno;
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create '", tmp_path,
+           "': ", errnoText(err),
+           err == ENOENT ? " (the job directory was removed: did another job start with the same "
+                           "directory? Give each running job its own directory)"
+                         : "");
+    }
+    size_t off = 0;
+    while (off < value.size()) {
+      ssize_t n = ::write(fd, value.data() + off, value.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp_path.c_str());
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot write '", tmp_path,
+             "': ", errnoText(err));
+      }
+      off += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+      int err = errno;
+      ::unlink(tmp_path.c_str());
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot rename '", tmp_path, "' to '",
+           final_path, "': ", errnoText(err));
+    }
+  }
+
+  // Reads the file at path into *out; false when it does not exist (yet).
+  bool readIfExists(const std::string& path, std::string* out) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return false;
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot open '", path, "': ", errnoText(errno));
+    }
+    out->clear();
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        int err = errno;
+        ::close(fd);
+        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot read '", path, "': ", errnoText(err));
+      }
+      if (n == 0) break;
+      out->append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return true;
+  }
+
+  const std::string spec_;
+  const std::string dir_;
+  std::string job_;      // this job's id (16 hex digits)
+  std::string job_dir_;  // dir_/mtxcomm.job.<job_>: the keys of this job
+  std::atomic<uint64_t> counter_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Store> makeFileStore(const std::string& spec, const std::string& dir, int rank,
+                                     int size, Ms timeout) {
+  return std::make_unique<FileStore>(spec, dir, rank, size, timeout);
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,56 @@
+// The bootstrap stores behind MTXCOMM_STORE (the Store interface is lib/base/store.h):
+//   file:PATH      FileStore (lib/comm/file_store.cc): a directory on a file system every rank
+//                  sees (created if missing); each key is a file, written under a temporary
+//                  name and renamed into place (atomic). The directory may be reused by
+//                  successive jobs, but not by two jobs at the same time: use one directory per
+//                  running job (see "Jobs" below).
+//   tcp:HOST:PORT  TcpStore (lib/comm/tcp_store.cc): rank 0 hosts a small server on HOST:PORT
+//                  (a thread); every rank, rank 0 included, is a client.
+//
+// Jobs in a file store. Keys written by an earlier job in the same directory must never be read
+// by a later one (a stale "tcp/addr/1" would send a rank to a dead port). Timestamps cannot tell
+// stale from fresh (rank 0 may legitimately have written a key long before rank 1 starts, and
+// clocks of the nodes differ), so ranks > 0 learn the job id from the live rank 0 itself:
+//   1. Rank 0 removes every "mtxcomm.*" entry of the directory (what earlier jobs left; nothing
+//      else is touched), picks a random 64-bit job id J and creates "mtxcomm.job.J/", where all
+//      keys of this job live.
+//   2. Rank r > 0 creates "mtxcomm.hello.r.N" (N: a random nonce of this process) and waits for
+//      "mtxcomm.ack.N". Should rank 0's clean-up of step 1 remove the request (rank r started
+//      first), rank r creates it again.
+//   3. Rank 0 answers each request by writing J to "mtxcomm.ack.N" (atomically), until every rank
+//      has joined; makeStore returns on rank 0 only then (or throws MTXCOMM_TIMEOUT naming the
+//      missing ranks).
+// Every request rank 0 sees was made after its clean-up began, hence by a process of this job,
+// and the nonce routes the answer to that process only: no rank can read another job's keys.
+// Assumptions: rename(2) is atomic and the earlier job is over (no process of it still writes
+// to the directory). Two processes asking to join as the same rank (two jobs sharing the
+// directory at once) are detected and reported as MTXCOMM_INVALID_USAGE.
+#ifndef MTXCOMM_LIB_COMM_STORES_H_
+#define MTXCOMM_LIB_COMM_STORES_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "lib/base/store.h"
+
+namespace mtxcomm {
+
+// Parses spec ("file:PATH" or "tcp:HOST:PORT") and connects; rank 0 of a tcp store starts the
+// server. For a file store this is collective over the size ranks (see "Jobs in a file store").
+// Throws mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming MTXCOMM_STORE for a bad spec.
+std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size,
+                                 std::chrono::milliseconds timeout);
+
+// The two kinds, for makeStore: spec is the whole MTXCOMM_STORE value (for messages).
+std::unique_ptr<Store> makeFileStore(const std::string& spec, const std::string& dir, int rank,
+                                     int size, std::chrono::milliseconds timeout);
+std::unique_ptr<Store> makeTcpStore(const std::string& spec, const std::string& host, int port,
+                                    int rank, std::chrono::milliseconds timeout);
+
+// 16 random hex digits (a job id, a join nonce, a temporary-file tag).
+std::string randomHex();
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_STORES_H_

@@ -1,0 +1,87 @@
+// What each rank sees of its node, through hwloc (lib/comm/topology_probe.h).
+#include "lib/comm/topology_probe.h"
+
+#include <mutex>
+
+#ifdef MTXCOMM_HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+namespace mtxcomm {
+
+namespace {
+
+#ifdef MTXCOMM_HAVE_HWLOC
+// What hwloc reports for this node (the hardware does not change while the process runs, so it
+// is loaded once per process; a topology load with I/O devices costs some milliseconds).
+struct HwlocView {
+  int numa = 0, packages = 0, cores = 0, pus = 0, gpus = 0, nics = 0, boundNuma = -1;
+};
+
+HwlocView loadHwloc() {
+  HwlocView v;
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return v;
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(topo) != 0) {
+    hwloc_topology_destroy(topo);
+    return v;
+  }
+  v.numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  v.packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
+  v.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  v.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  // PCI devices by class: display controllers and processing accelerators are GPUs, network
+  // controllers (Ethernet, InfiniBand ...) are NICs. Counting PCI functions, not OS devices,
+  // counts a GPU once although it shows up as several OS devices (cuda0, nvml0, card0).
+  for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, nullptr); o;
+       o = hwloc_get_next_pcidev(topo, o)) {
+    const unsigned cls = o->attr->pcidev.class_id >> 8;
+    if (cls == 0x03 || cls == 0x12) ++v.gpus;
+    if (cls == 0x02) ++v.nics;
+  }
+  hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+  if (bound && hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0) {
+    hwloc_obj_t numa = nullptr;
+    int within = 0, index = -1;
+    while ((numa = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, numa)) != nullptr) {
+      if (hwloc_bitmap_isincluded(bound, numa->cpuset)) {
+        ++within;
+        index = static_cast<int>(numa->logical_index);
+      }
+    }
+    // Bound inside exactly one domain of several: report it; otherwise the rank spans them.
+    if (within == 1 && v.numa > 1) v.boundNuma = index;
+  }
+  if (bound) hwloc_bitmap_free(bound);
+  hwloc_topology_destroy(topo);
+  return v;
+}
+
+const HwlocView& hwlocView() {
+  static std::once_flag once;
+  static HwlocView view;
+  std::call_once(once, [] { view = loadHwloc(); });
+  return view;
+}
+#endif
+
+}  // namespace
+
+RankSummary localRankSummary() {
+  RankSummary s;
+  setNodeId(s, localNodeIdentity());
+#ifdef MTXCOMM_HAVE_HWLOC
+  const HwlocView& v = hwlocView();
+  s.numaNodes = v.numa;
+  s.packages = v.packages;
+  s.cores = v.cores;
+  s.pus = v.pus;
+  s.gpus = v.gpus;
+  s.nics = v.nics;
+  s.boundNuma = v.boundNuma;
+#endif
+  return s;
+}
+
+}  // namespace mtxcomm

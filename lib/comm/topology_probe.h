@@ -1,0 +1,18 @@
+// This rank's view of its node for the agreed topology (lib/base/topology.h): the node
+// identity, and through hwloc (when built with it) its NUMA domains, packages, cores, hardware
+// threads, GPUs and NICs and the NUMA domain the process is bound to. hwloc is loaded once per
+// process (the hardware does not change while it runs; a load with I/O devices costs some
+// milliseconds).
+#ifndef MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
+#define MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
+
+#include "lib/base/topology.h"
+
+namespace mtxcomm {
+
+// This rank's summary: hwloc when built with it, otherwise only the node identity.
+RankSummary localRankSummary();
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
