@@ -8,8 +8,8 @@
 // Example, n = 4: d=1: r0<->r1 swap A,B; r2<->r3 swap C,D. d=2: r0<->r2 swap [A B],[C D].
 // Source: Thakur, Rabenseifner & Gropp, IJHPCA 2005; Open MPI
 //   ompi_coll_base_allgather_intra_recursivedoubling.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

@@ -8,8 +8,8 @@
 // Example, n = 3: step 0: r0 sends A -> r1, r1 sends B -> r2, r2 sends C -> r0;
 //   step 1: r0 sends C -> r1, r1 sends A -> r2, r2 sends B -> r0.
 // Source: Thakur, Rabenseifner & Gropp, IJHPCA 2005; Open MPI ompi_coll_base_allgather_intra_ring.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/ring_phases.h"
 #include "algos/schedule.h"
 

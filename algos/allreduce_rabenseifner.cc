@@ -20,8 +20,8 @@
 // Source: R. Rabenseifner, "Optimization of Collective Reduction Operations", ICCS 2004;
 //   Thakur, Rabenseifner & Gropp, IJHPCA 2005; Open MPI
 //   ompi_coll_base_allreduce_intra_redscat_allgather.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

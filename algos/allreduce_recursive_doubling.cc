@@ -15,8 +15,8 @@
 //   exchange d=1: r1 and r2 swap; both hold (x0+x1)+x2.   unfold: r1 sends it to r0.
 // Source: Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 //   MPICH", IJHPCA 2005; Open MPI ompi_coll_base_allreduce_intra_recursivedoubling.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

@@ -16,8 +16,8 @@
 //   AG steps 0, 1: the owned blocks travel around the ring: every rank ends with [a, b, c].
 // Source: Patarasuk & Yuan, JPDC 2009; Gloo allreduce_ring; Open MPI coll_base_allreduce.c
 //   (ompi_coll_base_allreduce_intra_ring).
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/ring_phases.h"
 #include "algos/schedule.h"
 

@@ -29,8 +29,8 @@
 //   Rabenseifner's algorithm mapped onto shared memory.
 #include <cstring>
 
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {

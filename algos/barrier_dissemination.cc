@@ -6,8 +6,8 @@
 // Example, n = 3: round 0: 0->1, 1->2, 2->0; round 1: 0->2, 1->0, 2->1.
 // Source: Hensgen, Finkel & Manber, "Two algorithms for barrier synchronization", IJPP 1988;
 //   MPICH MPIR_Barrier_intra_dissemination.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

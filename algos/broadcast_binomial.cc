@@ -8,8 +8,8 @@
 //   ceil(log2 n) rounds: latency-optimal, best for small messages.
 // Example, n = 4, root 0: round 1: r0 -> r2; round 2: r0 -> r1, r2 -> r3.
 // Source: MPICH MPIR_Bcast_intra_binomial; Thakur, Rabenseifner & Gropp, IJHPCA 2005.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

@@ -12,8 +12,8 @@
 //   r2 -> r3 [D]; ring allgather: each rank forwards blocks until all hold A B C D.
 // Source: Barnett, Gupta, Payne, Shuler, van de Geijn & Watts, "Interprocessor collective
 //   communication library (InterCom)", SHPCC 1994; MPICH MPIR_Bcast_intra_scatter_ring_allgather.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/ring_phases.h"
 #include "algos/schedule.h"
 

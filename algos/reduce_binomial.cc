@@ -10,8 +10,8 @@
 // Scratch: one vector for the received partial, one for the running result off the root.
 // Example, n = 4, root 0: mask 1: r1 -> r0 (x0+x1), r3 -> r2 (x2+x3); mask 2: r2 -> r0.
 // Source: MPICH MPIR_Reduce_intra_binomial; Thakur, Rabenseifner & Gropp, IJHPCA 2005.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/schedule.h"
 
 namespace mtxcomm {

@@ -12,8 +12,8 @@
 //   step 1: r0 sends B2+B0 -> r1 (B done on r1), r1 sends C0+C1 -> r2 (C done on r2),
 //   r2 sends A1+A2 -> r0 (A done on r0).
 // Source: Patarasuk & Yuan, JPDC 2009; NCCL's ring reduce-scatter.
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/ring_phases.h"
 #include "algos/schedule.h"
 

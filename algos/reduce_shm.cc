@@ -11,8 +11,8 @@
 // Source: Open MPI coll/sm reduce (copy-in, reduce from shared slots).
 #include <cstring>
 
-#include "algos/registry.h"
 #include "algos/patterns.h"
+#include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {

@@ -132,9 +132,9 @@ TestData::TestData(mtxcomm_datatype_t dtype, mtxcomm_op_t op, int nranks)
     using T = typename decltype(tag)::type;
     using Codec = std::conditional_t<
         std::is_same_v<T, Float16Bits>, FloatCodec<float, floatToHalf>,
-        std::conditional_t<std::is_same_v<T, Bfloat16Bits>, FloatCodec<float, floatToBfloat16>,
-                           std::conditional_t<std::is_floating_point_v<T>, FloatCodec<T, nullptr>,
-                                              IntCodec<T>>>>;
+        std::conditional_t<
+            std::is_same_v<T, Bfloat16Bits>, FloatCodec<float, floatToBfloat16>,
+            std::conditional_t<std::is_floating_point_v<T>, FloatCodec<T, nullptr>, IntCodec<T>>>>;
     buildLines<Codec>(op, nranks, elemSize_, inputLines_, reducedLine_);
   });
 }

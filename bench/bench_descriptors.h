@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lib/base/call.h"
 #include "bench/bench_data.h"
+#include "lib/base/call.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace mtxcomm {

@@ -8,11 +8,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "lib/base/reduce.h"
+#include "lib/base/topology.h"
 #include "lib/comm/c_api.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/cost_model.h"
-#include "lib/base/reduce.h"
-#include "lib/base/topology.h"
 
 namespace mtxcomm {
 namespace bench {

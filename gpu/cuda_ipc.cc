@@ -103,8 +103,10 @@ std::vector<char*> CudaIpcGroup::exchangeBuffer(const void* ptr) {
       continue;
     }
     std::string key(reinterpret_cast<const char*>(&all[r].handle), sizeof(cudaIpcMemHandle_t));
-    auto it = opened_.find(key);
-    if (it == opened_.end()) {
+    char* base = nullptr;
+    if (auto it = opened_.find(key); it != opened_.end()) {
+      base = it->second;
+    } else {
       if (opened_.size() >= kMaxOpened) {
         for (auto& [k, p] : opened_) cudaIpcCloseMemHandle(p);
         opened_.clear();
@@ -115,9 +117,10 @@ std::vector<char*> CudaIpcGroup::exchangeBuffer(const void* ptr) {
       } catch (const Error& e) {
         fail(e.code(), "mapping a buffer of peer rank ", r, ": ", e.what());
       }
-      it = opened_.emplace(key, static_cast<char*>(p)).first;
+      base = static_cast<char*>(p);
+      opened_.emplace(key, base);
     }
-    out[r] = it->second + all[r].offset;
+    out[r] = base + all[r].offset;
   }
   return out;
 }

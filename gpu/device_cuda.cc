@@ -207,7 +207,7 @@ std::string deviceSummary() {
 int visibleDeviceCount() { return deviceCount().count; }
 
 std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives& host, const CollArgs& firstCall,
-                                              const DeviceOptions& options) {
+                                               const DeviceOptions& options) {
   int device = callDevice(firstCall, host.rank());
   if (device < 0) MTXCOMM_CUDA_CHECK(cudaGetDevice(&device));
   return std::make_unique<CudaDeviceComm>(host, device, options);

@@ -19,7 +19,7 @@ std::string deviceSummary() { return "none (built without CUDA)"; }
 int visibleDeviceCount() { return 0; }
 
 std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives&, const CollArgs&,
-                                              const DeviceOptions&) {
+                                               const DeviceOptions&) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without CUDA");
 }
 

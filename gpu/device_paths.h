@@ -9,9 +9,8 @@
 
 #include <memory>
 
-#include "lib/base/call.h"
-
 #include "gpu/device.h"
+#include "lib/base/call.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -28,8 +27,7 @@ class PathRunner {
 bool ncclBuilt();
 std::unique_ptr<PathRunner> makeNcclPath(HostCollectives& host, int device);
 // CUDA IPC (gpu/path_cuda_ipc.cc over gpu/cuda_ipc.h). Collective over host.
-std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device,
-                                            size_t scratchBytes);
+std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device, size_t scratchBytes);
 // Pinned host staging (gpu/path_host_staging.cc). Local.
 std::unique_ptr<PathRunner> makeHostStagingPath(HostCollectives& host, size_t chunkBytes);
 

@@ -37,11 +37,11 @@
 #include <memory>
 
 #include "gpu/cuda_check.h"
+#include "gpu/cuda_ipc.h"
 #include "gpu/device.h"
 #include "gpu/device_paths.h"
 #include "gpu/reduce_kernels.h"
 #include "lib/base/dtype.h"
-#include "gpu/cuda_ipc.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -50,7 +50,8 @@ namespace {
 
 class CudaIpcPath : public PathRunner {
  public:
-  CudaIpcPath(HostCollectives& host, size_t scratchBytes) : host_(host), group_(host, scratchBytes) {}
+  CudaIpcPath(HostCollectives& host, size_t scratchBytes)
+      : host_(host), group_(host, scratchBytes) {}
 
   void run(const CollArgs& a, cudaStream_t stream) override {
     const size_t es = datatypeSize(a.dtype);
@@ -166,7 +167,8 @@ class CudaIpcPath : public PathRunner {
 
 }  // namespace
 
-std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device, size_t scratchBytes) {
+std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device,
+                                            size_t scratchBytes) {
   return std::make_unique<CudaIpcPath>(host, scratchBytes);
 }
 

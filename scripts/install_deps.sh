@@ -7,7 +7,8 @@ pkgs=(cmake ninja-build g++ pkg-config
       openmpi-bin libopenmpi-dev
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
       libhwloc-dev libucx-dev
-      python3-venv)
+      python3-venv
+      clang-format cppcheck)
 
 missing=()
 for p in "${pkgs[@]}"; do

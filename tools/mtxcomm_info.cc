@@ -8,12 +8,12 @@
 
 #include "algos/registry.h"
 #include "gpu/device.h"
+#include "lib/base/error.h"
+#include "lib/base/topology.h"
 #include "lib/comm/c_api.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/config.h"
-#include "lib/base/error.h"
 #include "lib/comm/init.h"
-#include "lib/base/topology.h"
 #include "mtxcomm/mtxcomm.h"
 #include "mtxcomm_build_info.h"
 

@@ -255,7 +255,8 @@ void Engine::execute(std::vector<ReadyOp>& ready) {
     std::vector<ReadyOp*> group{&ready[i]};
     size_t j = i + 1;
     while (j < ready.size() && ready[j].agreed.requests[0].kind == Kind::kAllreduce &&
-           ready[j].agreed.requests[0].op == first.op && negotiation_->check(ready[j].agreed).ok()) {
+           ready[j].agreed.requests[0].op == first.op &&
+           negotiation_->check(ready[j].agreed).ok()) {
       group.push_back(&ready[j]);
       ++j;
     }

@@ -202,7 +202,8 @@ Status OpExecutor::runOne(ReadyOp& op) {
     op.entry.done(st);
     return st;
   }
-  op.entry.done(err.empty() ? Status{} : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + what + ": " + err});
+  op.entry.done(err.empty() ? Status{}
+                            : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + what + ": " + err});
   return {};
 }
 

@@ -21,9 +21,9 @@
 
 #include "common/gpu_case.h"
 #include "gpu/reduce_kernels.h"
-#include "lib/comm/c_api.h"
 #include "lib/base/dtype.h"
 #include "lib/base/reduce.h"
+#include "lib/comm/c_api.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace {

@@ -57,7 +57,10 @@ const char* datatypeName(mtxcomm_datatype_t dt) {
   return isValidDatatype(dt) ? kDatatypes[dt].name : "invalid";
 }
 
-const char* opName(mtxcomm_op_t op) { return isValidOp(op) ? kOpNames[op] : "invalid"; }
+const char* opName(mtxcomm_op_t op) {
+  if (!isValidOp(op)) return "invalid";
+  return kOpNames[op];  // cppcheck-suppress CastIntegerToAddressAtReturn
+}
 
 std::optional<mtxcomm_datatype_t> parseDatatype(std::string_view name) {
   for (int i = 0; i < MTXCOMM_NUM_DATATYPES; ++i) {

@@ -9,7 +9,6 @@
 
 #include "lib/base/error.h"
 
-
 namespace mtxcomm {
 
 namespace {

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <new>
 
-#include "lib/comm/config.h"
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
-#include "lib/comm/init.h"
 #include "lib/base/log.h"
+#include "lib/comm/config.h"
+#include "lib/comm/init.h"
 #include "mtxcomm/mtxcomm.h"
 #ifdef MTXCOMM_HAVE_MPI
 #include "mtxcomm/mtxcomm_mpi.h"

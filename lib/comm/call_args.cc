@@ -105,13 +105,13 @@ size_t resultCount(const CollArgs& a, int rank, int n) {
 }
 
 struct AlgorithmCall::Buffer {
-  explicit Buffer(size_t bytes) : p(static_cast<char*>(std::malloc(bytes ? bytes : 1))) {
+  explicit Buffer(size_t bytes) : p(static_cast<float*>(std::malloc(bytes ? bytes : 1))) {
     if (!p) fail(MTXCOMM_SYSTEM_ERROR, "out of memory allocating ", bytes, " bytes");
   }
   ~Buffer() { std::free(p); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  char* p;
+  float* p;  // the widened float32 copy
 };
 
 AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
@@ -126,7 +126,7 @@ AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
   const size_t inCount = args_.coll == Collective::kReduceScatter ? args_.count * n : args_.count;
   wideIn_ = std::make_unique<Buffer>(inCount * sizeof(float));
   widenToFloat(args_.dtype, static_cast<const uint16_t*>(args_.sendbuf),
-               reinterpret_cast<float*>(wideIn_->p), inCount);
+               wideIn_->p, inCount);
   args_.sendbuf = wideIn_->p;
   if (args_.coll == Collective::kAllreduce) {
     args_.recvbuf = wideIn_->p;  // in place on the widened copy

@@ -13,9 +13,9 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/topology.h"
-#include "lib/comm/topology_probe.h"
 #include "lib/comm/call_args.h"
 #include "lib/comm/select.h"
+#include "lib/comm/topology_probe.h"
 
 namespace mtxcomm {
 

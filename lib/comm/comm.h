@@ -22,7 +22,7 @@ namespace mtxcomm {
 namespace gpu {
 class DeviceComm;
 class HostCollectives;
-}
+}  // namespace gpu
 
 class Comm {
  public:

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "lib/base/call.h"
-#include "lib/comm/cost_model.h"
 #include "lib/base/log.h"
+#include "lib/comm/cost_model.h"
 
 namespace mtxcomm {
 

@@ -1,7 +1,5 @@
 // FileStore: the bootstrap store over a shared directory (MTXCOMM_STORE=file:DIR; the job
 // protocol is described in lib/comm/stores.h).
-#include "lib/comm/stores.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,6 +23,7 @@
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
 #include "lib/base/socket_util.h"
+#include "lib/comm/stores.h"
 
 namespace mtxcomm {
 namespace {

@@ -6,10 +6,10 @@
 #include <tuple>
 
 #include "lib/base/dtype.h"
-#include "lib/comm/cost_model.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/topology.h"
+#include "lib/comm/cost_model.h"
 
 namespace mtxcomm {
 

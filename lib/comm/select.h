@@ -22,7 +22,7 @@
 namespace mtxcomm {
 
 struct Selection {
-  const Algorithm* algorithm = nullptr;  // host buffers
+  const Algorithm* algorithm = nullptr;                        // host buffers
   gpu::DevicePath devicePath = gpu::DevicePath::kHostStaging;  // device buffers
   std::string why;         // "auto: cost model", "forced by MTXCOMM_ALLREDUCE_ALGO", ...
   double predicted = 0.0;  // the cost model's seconds for the chosen algorithm (host)

@@ -49,7 +49,8 @@ std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms
       badSpec(spec, "port '" + port + "' is not a number");
     }
     const int portNumber = std::stoi(port);
-    if (portNumber < 1 || portNumber > 65535) badSpec(spec, "port " + port + " is not in [1, 65535]");
+    if (portNumber < 1 || portNumber > 65535)
+      badSpec(spec, "port " + port + " is not in [1, 65535]");
     return makeTcpStore(spec, host, portNumber, rank, timeout);
   }
   badSpec(spec, "expected file:PATH or tcp:HOST:PORT");

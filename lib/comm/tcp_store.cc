@@ -7,8 +7,6 @@
 //             exists (the server holds pending GETs), so a client waits with one poll(2).
 // A client whose GET times out drops its connection (the late answer would otherwise be read as
 // the answer to its next request) and reconnects on its next call.
-#include "lib/comm/stores.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,6 +30,7 @@
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
 #include "lib/base/socket_util.h"
+#include "lib/comm/stores.h"
 
 namespace mtxcomm {
 namespace {

@@ -36,7 +36,8 @@ DeviceTopology topo(int n, bool nccl, bool distinct, bool oneNode, bool oneProce
 
 TEST(DevicePath, AutoPrefersNcclThenIpcThenStaging) {
   const CollArgs a = call(Collective::kAllreduce);
-  EXPECT_EQ(selectDevicePath(a, topo(4, true, true, true, true), "auto", 0).devicePath, DevicePath::kNccl);
+  EXPECT_EQ(selectDevicePath(a, topo(4, true, true, true, true), "auto", 0).devicePath,
+            DevicePath::kNccl);
   // Two ranks sharing one GPU on one node: CUDA IPC.
   auto c = selectDevicePath(a, topo(2, true, false, true, true), "auto", 0);
   EXPECT_EQ(c.devicePath, DevicePath::kCudaIpc);
@@ -50,8 +51,9 @@ TEST(DevicePath, AutoPrefersNcclThenIpcThenStaging) {
   c = selectDevicePath(a, topo(3, true, false, true, false), "auto", 0);
   EXPECT_EQ(c.devicePath, DevicePath::kHostStaging);
   EXPECT_NE(c.why.find("share a process"), std::string::npos) << c.why;
-  EXPECT_EQ(selectDevicePath(a, topo(kMaxIpcRanks + 1, false, false, true, true), "auto", 0).devicePath,
-            DevicePath::kHostStaging);
+  EXPECT_EQ(
+      selectDevicePath(a, topo(kMaxIpcRanks + 1, false, false, true, true), "auto", 0).devicePath,
+      DevicePath::kHostStaging);
 }
 
 TEST(DevicePath, NcclKeepsAwayFromCallsWhoseNumbersDiffer) {
@@ -73,8 +75,9 @@ TEST(DevicePath, NcclKeepsAwayFromCallsWhoseNumbersDiffer) {
   EXPECT_EQ(devicePathDeclines(DevicePath::kNccl,
                                call(Collective::kAllreduce, MTXCOMM_INT32, MTXCOMM_MAX), four),
             nullptr);
-  EXPECT_EQ(selectDevicePath(call(Collective::kAllreduce, MTXCOMM_FLOAT16), four, "auto", 0).devicePath,
-            DevicePath::kCudaIpc);
+  EXPECT_EQ(
+      selectDevicePath(call(Collective::kAllreduce, MTXCOMM_FLOAT16), four, "auto", 0).devicePath,
+      DevicePath::kCudaIpc);
 }
 
 TEST(DevicePath, ForcedPathThatCannotApplyIsUnsupportedNamingIt) {

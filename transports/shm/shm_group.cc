@@ -142,10 +142,10 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> arrived;  // barriers this rank has arrived at
   std::atomic<int64_t> pid;
   std::atomic<int> aborted;
-  SharedSignature call[2];          // the call of barrier k, at k % 2
-  std::atomic<uint64_t> consumed;   // chunks this rank has finished
-  std::atomic<uint64_t> posted;     // chunks this rank has published
-  SharedSignature postCall[2];      // the call of posted chunk g, at g % 2
+  SharedSignature call[2];         // the call of barrier k, at k % 2
+  std::atomic<uint64_t> consumed;  // chunks this rank has finished
+  std::atomic<uint64_t> posted;    // chunks this rank has published
+  SharedSignature postCall[2];     // the call of posted chunk g, at g % 2
   std::atomic<uint64_t> smallPosted, smallConsumed;
   SharedSignature smallCall[ShmGroup::kSmallSlots];  // the call of small message i
   char reason[1024];

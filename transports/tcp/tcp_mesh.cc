@@ -15,8 +15,7 @@
 namespace mtxcomm {
 namespace tcp {
 
-TcpShared::TcpShared(int rank, int size)
-    : rank_(rank), peers_(size) {
+TcpShared::TcpShared(int rank, int size) : rank_(rank), peers_(size) {
   for (auto& p : peers_) p.stage.reset(new char[kStageBytes]);
 }
 
@@ -40,8 +39,7 @@ void TcpShared::registerContext(uint64_t ctx, const std::vector<int>& members) {
 
 void TcpShared::checkFailed() const {
   if (failed_) {
-    fail(MTXCOMM_INVALID_USAGE,
-         "tcp transport is unusable after an earlier error: ", first_error_);
+    fail(MTXCOMM_INVALID_USAGE, "tcp transport is unusable after an earlier error: ", first_error_);
   }
 }
 
@@ -75,7 +73,8 @@ void TcpShared::postSend(int gpeer, const std::shared_ptr<SendOp>& op) {
   if (p.sends.size() == 1 && !p.closed) writePeer(gpeer);  // eager attempt: lower latency
 }
 
-void TcpShared::postRecv(int gpeer, int view_peer, MatchKey key, const std::shared_ptr<RecvOp>& op) {
+void TcpShared::postRecv(int gpeer, int view_peer, MatchKey key,
+                         const std::shared_ptr<RecvOp>& op) {
   Peer& p = peers_[gpeer];
   auto it = p.queues.find(key);
   if (it == p.queues.end() || it->second.unexpected.empty()) {
@@ -132,13 +131,14 @@ void TcpShared::pollSet(std::vector<pollfd>& pfds) const {
   }
 }
 
-[[noreturn]] void TcpShared::sizeMismatch(int view_peer, MatchKey key, size_t recv_bytes, size_t msg_bytes) {
-  failWith(MTXCOMM_INVALID_USAGE,
-           strCat("message size mismatch with peer rank ", view_peer, " (tag ", key.second,
-                  ", context ", key.first, "): the receive is for ", recv_bytes,
-                  " bytes, the message has ", msg_bytes,
-                  " bytes (the ranks disagree on the call: a different collective, count, "
-                  "datatype or root)"));
+[[noreturn]] void TcpShared::sizeMismatch(int view_peer, MatchKey key, size_t recv_bytes,
+                                          size_t msg_bytes) {
+  failWith(
+      MTXCOMM_INVALID_USAGE,
+      strCat("message size mismatch with peer rank ", view_peer, " (tag ", key.second, ", context ",
+             key.first, "): the receive is for ", recv_bytes, " bytes, the message has ", msg_bytes,
+             " bytes (the ranks disagree on the call: a different collective, count, "
+             "datatype or root)"));
 }
 
 int TcpShared::viewRank(uint64_t ctx, int gpeer) const {

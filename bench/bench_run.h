@@ -1,0 +1,61 @@
+// mtxcomm_bench's timing: the buffers of one message size, blocks of timed calls of mtxcomm or
+// of the MPI baseline (bench/bench_descriptors.h says what each collective calls), and the
+// reduction of the ranks' times to OSU's Avg/Min/Max.
+#ifndef MTXCOMM_BENCH_BENCH_RUN_H_
+#define MTXCOMM_BENCH_BENCH_RUN_H_
+
+#include <mpi.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "bench/bench_descriptors.h"
+
+namespace mtxcomm {
+namespace bench {
+
+// A failure every rank learned of together (collectively) and the ranks concerned already
+// reported on stderr: every rank exits with status 1, cleanly.
+struct ReportedFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// MPI's datatype and op for ours; MPI_DATATYPE_NULL / MPI_OP_NULL where MPI has none.
+MPI_Datatype mpiDatatype(mtxcomm_datatype_t dt);
+MPI_Op mpiOp(mtxcomm_op_t op);
+
+// Mean, min and max over ranks of each rank's average call time (valid on rank 0).
+struct Latency {
+  double avgUs = 0;
+  double minUs = 0;
+  double maxUs = 0;
+  int slowestRank = 0;
+};
+
+// How one message size is timed.
+struct Timing {
+  int iters = 1;
+  int warmup = 0;
+  bool check = false;  // every call checked (and timed alone)
+  bool vsMpi = false;  // MPI's collective timed in blocks alternating with mtxcomm's
+};
+
+// One message size, measured (on rank 0: the reduced values; wrong counts summed over ranks).
+struct Measurement {
+  Latency lat;
+  Latency mpiLat;
+  unsigned long long wrong = 0;
+  unsigned long long mpiWrong = 0;
+  std::string algorithm;   // what mtxcomm used for the last call
+  double predictedUs = 0;  // the cost model's prediction for it
+};
+
+// Collective over MPI_COMM_WORLD: allocates the buffers of layout (when a rank cannot, every
+// rank throws ReportedFailure), warms up, times and checks. A failing call aborts the job.
+Measurement measureSize(const CollDescriptor& desc, const BenchContext& ctx, const Layout& layout,
+                        const Timing& timing);
+
+}  // namespace bench
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_BENCH_BENCH_RUN_H_
