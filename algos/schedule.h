@@ -1,6 +1,6 @@
 // A Schedule is one rank's part of one collective call as an explicit list of steps. A step
 // posts its sends and receives together, waits for all of them, then runs its local operations
-// (reduce, copy) in order. The executor (lib/executor.cc) runs it over any Transport; the same
+// (reduce, copy) in order. The executor (algos/executor.cc) runs it over any Transport; the same
 // schedule can be printed (toString) when debugging.
 //
 // Overlap: a step marked overlapPrevious has its sends and receives posted *before* the local

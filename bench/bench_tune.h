@@ -1,5 +1,5 @@
 // mtxcomm_bench --tune: measures the cost model's alpha, beta and gamma per level on the running
-// job and writes the file MTXCOMM_TUNING_FILE loads (lib/cost_model.h).
+// job and writes the file MTXCOMM_TUNING_FILE loads (lib/comm/cost_model.h).
 //
 // Intra-node: broadcasts and allreduces of 8 B .. 4 MiB over the shm segment of the node-local
 // sub-communicator of rank 0's node, while the other nodes wait (skipped when rank 0's node

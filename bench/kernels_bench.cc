@@ -1,4 +1,4 @@
-// Microbenchmarks for the CPU reduction kernels (lib/reduce.h), with a memcpy baseline in the
+// Microbenchmarks for the CPU reduction kernels (lib/base/reduce.h), with a memcpy baseline in the
 // same binary. Bytes processed count every byte read and written (in-place SUM: 2 reads +
 // 1 write per element; memcpy and conversions: 1 read + 1 write), so the GB/s columns compare
 // memory traffic directly.

@@ -29,7 +29,7 @@ struct ReduceTargets {
 
 // Enqueues on stream: dst[i] = op over k of src.p[k][i] for i in [0, count), then, when
 // divisor > 1, dst[i] /= divisor (AVG). op is SUM, PROD, MIN or MAX. The numbers are the
-// host kernels' (lib/reduce.h): integer SUM/PROD wrap, MIN/MAX propagate NaN, float16 and
+// host kernels' (lib/base/reduce.h): integer SUM/PROD wrap, MIN/MAX propagate NaN, float16 and
 // bfloat16 accumulate every source and the division in float32 and round once; integer
 // division truncates toward zero. dst may be one of the sources (same pointer). When every
 // pointer is 16-byte aligned the kernel loads and stores 16 bytes at a time. Throws

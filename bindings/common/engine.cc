@@ -1,4 +1,4 @@
-// The engine's thread and cycle (engine.h); negotiation.h and executor.h do the rest.
+// The engine's thread and cycle (engine.h); negotiation.h, executor.h and timeline.h do the rest.
 #include "bindings/common/engine.h"
 
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -17,10 +18,13 @@
 
 #include "bindings/common/executor.h"
 #include "bindings/common/negotiation.h"
+#include "bindings/common/timeline.h"
 
 namespace mtxcomm::binding {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 void warn(int rank, const std::string& msg) {
   char host[256] = {0};
@@ -30,10 +34,43 @@ void warn(int rank, const std::string& msg) {
   std::fflush(stderr);
 }
 
+std::string configString(const char* name) {
+  char buf[4096];
+  if (mtxcomm_config_get(name, buf, sizeof(buf)) != MTXCOMM_SUCCESS) return "";
+  return buf;
+}
+
 double configNumber(const char* name, double fallback) {
-  char buf[64];
-  if (mtxcomm_config_get(name, buf, sizeof(buf)) != MTXCOMM_SUCCESS) return fallback;
-  return std::strtod(buf, nullptr);
+  const std::string v = configString(name);
+  return v.empty() ? fallback : std::strtod(v.c_str(), nullptr);
+}
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// A joined rank's part in an operation it did not submit: zero inputs of the agreed shapes,
+// outputs into scratch that is thrown away.
+Entry standIn(const Request& req) {
+  struct Buffers {
+    std::vector<std::vector<char>> in, out;
+  };
+  auto bufs = std::make_shared<Buffers>();
+  Entry e;
+  e.request = req;
+  for (const TensorMeta& t : req.tensors) {
+    bufs->in.emplace_back(t.elements() * mtxcomm_datatype_size(t.dtype), 0);
+    e.inputs.push_back(bufs->in.back().data());
+  }
+  bufs->out.resize(req.tensors.size());
+  e.allocate = [bufs, req](size_t i, const std::vector<int64_t>& shape, std::string*) -> void* {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    bufs->out[i].assign(std::max<size_t>(1, n * mtxcomm_datatype_size(req.tensors[i].dtype)), 0);
+    return bufs->out[i].data();
+  };
+  e.done = [bufs](const Status&) {};
+  return e;
 }
 
 class Engine {
@@ -50,12 +87,17 @@ class Engine {
     return (executor_ ? executor_->collectives() : 0) + collectivesBefore_;
   }
 
-  std::atomic<int> rank{-1}, size{-1}, localRank{-1}, localSize{-1};
+  std::atomic<int> rank{-1}, size{-1}, localRank{-1}, localSize{-1}, cpuShare{-1};
 
  private:
   void loop();
+  // Sleeps until this rank has work, a peer asks for the next cycle, or a timer is due.
+  void waitForWork();
   bool cycle();  // false: the engine stops
+  bool exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
+                std::vector<Cancelled>* cancelled);
   void execute(std::vector<ReadyOp>& ready);
+  void finishJoin(ReadyOp& op);
   Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
   void failAll(const Status& st);
   bool stopped() {
@@ -72,14 +114,20 @@ class Engine {
   std::thread thread_;
   std::unique_ptr<OpExecutor> executor_;  // guarded by mu_ (made and replaced by init)
   uint64_t collectivesBefore_ = 0;        // run by the executors of earlier inits
+  std::atomic<mtxcomm_comm_t> wakeComm_{nullptr};  // for enqueue's wakeup, while running
 
   // Engine-thread state.
   mtxcomm_comm_t comm_ = nullptr;
+  bool notifies_ = false;  // the communicator carries notifications (one node, shm)
   std::unique_ptr<Negotiation> negotiation_;
+  std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
-  bool progress_ = false;  // the last cycle carried a request or a shutdown
+  uint64_t cycles_ = 0;      // cycles run (the same on every rank)
+  bool progress_ = false;    // polling mode: the last cycle carried something
   double cycleSeconds_ = 0.001;
-  double stallSeconds_ = 60;
+  double stallWarnSeconds_ = 60;
+  double stallTimeoutSeconds_ = 300;
+  Clock::time_point nextStallCheck_ = Clock::time_point::max();
 };
 
 Status Engine::init() {
@@ -91,27 +139,50 @@ Status Engine::init() {
   if (rc != MTXCOMM_SUCCESS) {
     return {rc, std::string("mtxcomm init failed: ") + mtxcomm_get_last_error(nullptr)};
   }
-  int r = 0, n = 0, lr = 0, ln = 0;
+  int r = 0, n = 0, lr = 0, ln = 0, share = 1;
   mtxcomm_comm_rank(comm, &r);
   mtxcomm_comm_size(comm, &n);
   mtxcomm_comm_local_rank(comm, &lr);
   mtxcomm_comm_local_size(comm, &ln);
+  mtxcomm_comm_cpu_share(comm, &share);
+  cycleSeconds_ = configNumber("MTXCOMM_CYCLE_TIME", 0.001);
+  const auto fusionBytes = static_cast<size_t>(configNumber("MTXCOMM_FUSION_BYTES", 64 << 20));
+  stallWarnSeconds_ = configNumber("MTXCOMM_STALL_WARNING", 60);
+  stallTimeoutSeconds_ = configNumber("MTXCOMM_STALL_TIMEOUT", 300);
+  const int cacheCapacity = static_cast<int>(configNumber("MTXCOMM_CACHE_CAPACITY", 1024));
+  timeline_.reset();
+  const std::string timelinePath = configString("MTXCOMM_TIMELINE");
+  if (!timelinePath.empty() && timelinePath != "(unset)") {
+    auto t = std::make_unique<Timeline>();
+    std::string err;
+    if (t->open(timelinePath, r,
+                static_cast<size_t>(configNumber("MTXCOMM_TIMELINE_MAX_BYTES", 100 << 20)),
+                &err)) {
+      timeline_ = std::move(t);
+    } else {
+      warn(r, err);
+    }
+  }
+  mtxcomm_notify_state_t probe;
+  notifies_ = mtxcomm_comm_notify_state(comm, &probe) == MTXCOMM_SUCCESS;
+  comm_ = comm;
   rank = r;
   size = n;
   localRank = lr;
   localSize = ln;
-  cycleSeconds_ = configNumber("MTXCOMM_CYCLE_TIME", 0.001);
-  const auto fusionBytes = static_cast<size_t>(configNumber("MTXCOMM_FUSION_BYTES", 64 << 20));
-  stallSeconds_ = configNumber("MTXCOMM_STALL_WARNING", 60);
-  comm_ = comm;
-  negotiation_ = std::make_unique<Negotiation>(r, n);
+  cpuShare = share;
+  negotiation_ = std::make_unique<Negotiation>(r, n, cacheCapacity);
   if (executor_) collectivesBefore_ += executor_->collectives();
-  executor_ = std::make_unique<OpExecutor>(comm, r, n, fusionBytes);
+  executor_ = std::make_unique<OpExecutor>(comm, r, n, fusionBytes, timeline_.get());
   local_.clear();
   submitted_.clear();
+  cycles_ = 0;
+  progress_ = false;
+  nextStallCheck_ = Clock::time_point::max();
   shutdownRequested_ = false;
   stopped_ = false;
   failure_ = {};
+  wakeComm_ = notifies_ ? comm : nullptr;
   thread_ = std::thread([this] { loop(); });
   return {};
 }
@@ -123,13 +194,15 @@ void Engine::shutdown() {
     if (!thread_.joinable()) return;
     shutdownRequested_ = true;
     cv_.notify_all();
+    if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
     t = std::move(thread_);
   }
   t.join();
-  rank = size = localRank = localSize = -1;
+  rank = size = localRank = localSize = cpuShare = -1;
 }
 
 void Engine::enqueue(Entry e) {
+  e.submitted = Clock::now();
   Status refuse;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -139,8 +212,12 @@ void Engine::enqueue(Entry e) {
     } else if (stopped_) {
       refuse = failure_;
     } else {
+      const bool wasEmpty = submitted_.empty();
       submitted_.push_back(std::move(e));
-      cv_.notify_all();
+      if (wasEmpty) {
+        cv_.notify_all();
+        if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
+      }
       return;
     }
   }
@@ -148,10 +225,43 @@ void Engine::enqueue(Entry e) {
 }
 
 void Engine::loop() {
-  while (cycle()) {
-  }
+  do {
+    waitForWork();
+  } while (cycle());
+  wakeComm_ = nullptr;
+  if (timeline_) timeline_->flush();
   mtxcomm_comm_destroy(comm_);
   comm_ = nullptr;
+}
+
+void Engine::waitForWork() {
+  if (!notifies_) {
+    // Polling: every rank cycles every MTXCOMM_CYCLE_TIME while idle.
+    std::unique_lock<std::mutex> lk(mu_);
+    if (submitted_.empty() && !shutdownRequested_ && !progress_ && cycleSeconds_ > 0) {
+      cv_.wait_for(lk, seconds(cycleSeconds_));
+    }
+    return;
+  }
+  for (;;) {
+    mtxcomm_notify_state_t seen{};
+    mtxcomm_comm_notify_state(comm_, &seen);  // before looking at the queue: no lost wakeup
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!submitted_.empty() || shutdownRequested_) return;
+    }
+    if (seen.cycle > cycles_) return;
+    const auto now = Clock::now();
+    if (now >= nextStallCheck_) return;
+    double wait = 3600.0;
+    if (nextStallCheck_ != Clock::time_point::max()) {
+      wait = std::min(wait, std::chrono::duration<double>(nextStallCheck_ - now).count());
+    }
+    mtxcomm_notify_state_t now_{};
+    if (mtxcomm_comm_wait_notify(comm_, &seen, std::max(0.0, wait), &now_) != MTXCOMM_SUCCESS) {
+      return;  // the next cycle's collective reports what went wrong
+    }
+  }
 }
 
 Status Engine::libraryStatus(mtxcomm_result_t rc, const std::string& what) const {
@@ -160,63 +270,130 @@ Status Engine::libraryStatus(mtxcomm_result_t rc, const std::string& what) const
                   mtxcomm_get_last_error(comm_)};
 }
 
-bool Engine::cycle() {
-  std::vector<Entry> fresh;
-  bool wantShutdown;
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    // Idle: the last cycle brought nothing new. Sleep one cycle time unless work arrives.
-    if (submitted_.empty() && !shutdownRequested_ && !progress_ && cycleSeconds_ > 0) {
-      cv_.wait_for(lk, std::chrono::duration<double>(cycleSeconds_));
-    }
-    fresh.swap(submitted_);
-    wantShutdown = shutdownRequested_;
-  }
-  std::vector<const Request*> requests;
-  for (const Entry& e : fresh) requests.push_back(&e.request);
-  std::vector<char> mine = encodeCycle(wantShutdown, requests);
-  for (Entry& e : fresh) {
-    std::string name = e.request.name;
-    local_[name].push_back(std::move(e));
-  }
+bool Engine::exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
+                      std::vector<Cancelled>* cancelled) {
   const int n = size.load();
-
-  // Agree on this cycle's messages: their lengths, then the messages padded to the longest.
-  uint64_t len = mine.size();
-  std::vector<uint64_t> lens(n);
-  Status st = libraryStatus(mtxcomm_allgather(&len, lens.data(), 1, MTXCOMM_UINT64, comm_, nullptr),
-                            "negotiation (allgather of request sizes)");
-  std::vector<int> shutdownRanks;
+  const size_t slot = negotiation_->slotBytes();
+  std::vector<char> mine(slot);
+  std::vector<char> extras = negotiation_->encode(msg, mine.data());
+  std::vector<char> all(slot * n);
+  Status st = libraryStatus(
+      mtxcomm_allgather(mine.data(), all.data(), slot, MTXCOMM_UINT8, comm_, nullptr),
+      "negotiation (allgather of requests)");
+  size_t stride = 0;
+  std::vector<char> allExtras;
+  if (st.ok() && negotiation_->needsSecondExchange(all, &stride)) {
+    stride = (stride + 7) / 8 * 8;
+    extras.resize(stride, 0);
+    allExtras.resize(stride * n);
+    st = libraryStatus(mtxcomm_allgather(extras.data(), allExtras.data(), stride, MTXCOMM_UINT8,
+                                         comm_, nullptr),
+                       "negotiation (allgather of new requests)");
+  }
   if (st.ok()) {
-    const size_t stride = *std::max_element(lens.begin(), lens.end());
-    mine.resize(stride, 0);
-    std::vector<char> all(stride * n);
-    st = libraryStatus(
-        mtxcomm_allgather(mine.data(), all.data(), stride, MTXCOMM_UINT8, comm_, nullptr),
-        "negotiation (allgather of requests)");
-    if (st.ok()) {
-      try {
-        shutdownRanks = negotiation_->ingest(all, stride);
-      } catch (const std::exception& ex) {
-        st = {MTXCOMM_INTERNAL_ERROR, std::string("mtxcomm negotiation: ") + ex.what()};
-      }
+    try {
+      *shutdownRanks = negotiation_->ingest(all, allExtras, stride, cancelled);
+    } catch (const std::exception& ex) {
+      st = {MTXCOMM_INTERNAL_ERROR, std::string("mtxcomm negotiation: ") + ex.what()};
     }
   }
   if (!st.ok()) {
     failAll(st);
     return false;
   }
-  progress_ = false;
-  for (uint64_t l : lens) progress_ = progress_ || l > kEmptyCycleBytes;
-  std::vector<ReadyOp> ready;
-  for (Agreed& a : negotiation_->takeReady()) {
-    auto it = local_.find(a.name);
-    ReadyOp op{std::move(a), std::move(it->second.front())};
+  return true;
+}
+
+bool Engine::cycle() {
+  const auto cycleStart = Clock::now();
+  std::vector<Entry> fresh;
+  bool wantShutdown;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fresh.swap(submitted_);
+    wantShutdown = shutdownRequested_;
+  }
+  CycleMessage msg;
+  msg.shutdown = wantShutdown;
+  for (Entry& e : fresh) {
+    const int id = negotiation_->cachedId(e.request);
+    if (id >= 0) {
+      msg.cached.push_back(static_cast<uint32_t>(id));
+    } else {
+      msg.requests.push_back(e.request);
+    }
+    std::string name = e.request.name;
+    local_[name].push_back(std::move(e));
+  }
+  std::sort(msg.cached.begin(), msg.cached.end());
+  if (rank.load() == 0) {
+    msg.cancelled = negotiation_->stallVerdicts(stallTimeoutSeconds_, &nextStallCheck_);
+  }
+  if (notifies_) {
+    const bool reason = !fresh.empty() || wantShutdown || !msg.cancelled.empty();
+    if (reason) {
+      mtxcomm_comm_notify(comm_, cycles_ + 1);  // every rank joins this cycle promptly
+    } else {
+      // Woken by a timer with nothing to say: run the cycle only if a peer asked for it.
+      mtxcomm_notify_state_t st{};
+      mtxcomm_comm_notify_state(comm_, &st);
+      if (st.cycle <= cycles_) {
+        if (rank.load() == 0 && nextStallCheck_ <= Clock::now()) {
+          Clock::time_point next;
+          negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
+          nextStallCheck_ = next;
+        }
+        return true;
+      }
+    }
+  }
+  std::vector<int> shutdownRanks;
+  std::vector<Cancelled> cancelled;
+  if (!exchange(msg, &shutdownRanks, &cancelled)) return false;
+  ++cycles_;
+  const auto agreedAt = Clock::now();
+  if (timeline_) {
+    timeline_->complete("engine", "CYCLE", cycleStart, agreedAt,
+                        "\"cycle\": " + std::to_string(cycles_) + ", \"new\": " +
+                            std::to_string(fresh.size()));
+  }
+  const int me = rank.load();
+  for (const Cancelled& cx : cancelled) {
+    if (std::find(cx.ranks.begin(), cx.ranks.end(), me) == cx.ranks.end()) continue;
+    auto it = local_.find(cx.name);
+    if (it == local_.end() || it->second.empty()) continue;
+    Entry e = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) local_.erase(it);
+    e.done({MTXCOMM_TIMEOUT, cx.message});
+  }
+  progress_ = !fresh.empty() || wantShutdown || !cancelled.empty();
+  std::vector<ReadyOp> ready;
+  for (Agreed& a : negotiation_->takeReady()) {
+    ReadyOp op;
+    op.agreedAt = agreedAt;
+    if (a.joined[me]) {
+      op.entry = standIn(a.requests[me]);
+    } else {
+      auto it = local_.find(a.name);
+      op.entry = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) local_.erase(it);
+      if (timeline_ && timeline_->enabled()) {
+        std::string args = "\"cycle\": " + std::to_string(cycles_) + ", \"arrival_us\": {";
+        for (size_t r = 0; r < a.arrivalUs.size(); ++r) {
+          args += (r ? ", " : "") + std::string("\"") + std::to_string(r) + "\": " +
+                  (a.joined[r] ? std::string("null") : std::to_string(a.arrivalUs[r]));
+        }
+        timeline_->complete(a.name, "NEGOTIATE", op.entry.submitted, agreedAt, args + "}");
+      }
+    }
+    op.agreed = std::move(a);
     ready.push_back(std::move(op));
   }
+  progress_ = progress_ || !ready.empty();
   execute(ready);
+  if (timeline_) timeline_->flush();
   if (stopped()) return false;
   if (!shutdownRanks.empty()) {
     std::string who = rankList(shutdownRanks);
@@ -227,12 +404,29 @@ bool Engine::cycle() {
              "waited for it; every rank must submit the same collectives before shutting down"});
     return false;
   }
-  for (const std::string& w : negotiation_->stalled(stallSeconds_)) warn(rank.load(), w);
+  for (const std::string& w : negotiation_->stalled(stallWarnSeconds_)) warn(me, w);
+  if (me == 0 && negotiation_->pending()) {
+    Clock::time_point next;
+    negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
+    nextStallCheck_ = next;
+  } else if (me == 0) {
+    nextStallCheck_ = Clock::time_point::max();
+  }
   return true;
 }
 
+void Engine::finishJoin(ReadyOp& op) {
+  std::string err;
+  void* out = op.entry.allocate(0, {}, &err);
+  if (out) {
+    const int32_t last = op.agreed.lastJoined;
+    std::memcpy(out, &last, sizeof(last));
+  }
+  op.entry.done(out ? Status{} : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm join: " + err});
+}
+
 void Engine::execute(std::vector<ReadyOp>& ready) {
-  // Run in the agreed order; consecutive allreduces of one dtype and op are fused.
+  // Run in the agreed order; consecutive allreduces of one op are fused.
   size_t i = 0;
   while (i < ready.size()) {
     if (stopped()) {  // a collective failed: the rest cannot run
@@ -245,7 +439,13 @@ void Engine::execute(std::vector<ReadyOp>& ready) {
       ++i;
       continue;
     }
-    const Request& first = ready[i].agreed.requests[0];
+    negotiation_->remember(ready[i].agreed);
+    const Request& first = ready[i].agreed.requests[rank.load()];
+    if (first.kind == Kind::kJoin) {
+      finishJoin(ready[i]);
+      ++i;
+      continue;
+    }
     if (first.kind != Kind::kAllreduce) {
       st = executor_->runOne(ready[i]);
       if (!st.ok()) failAll(st);
@@ -255,8 +455,8 @@ void Engine::execute(std::vector<ReadyOp>& ready) {
     std::vector<ReadyOp*> group{&ready[i]};
     size_t j = i + 1;
     while (j < ready.size() && ready[j].agreed.requests[0].kind == Kind::kAllreduce &&
-           ready[j].agreed.requests[0].op == first.op &&
-           negotiation_->check(ready[j].agreed).ok()) {
+           ready[j].agreed.requests[0].op == first.op && negotiation_->check(ready[j].agreed).ok()) {
+      negotiation_->remember(ready[j].agreed);
       group.push_back(&ready[j]);
       ++j;
     }
@@ -304,6 +504,7 @@ int rank() { return engine().rank.load(); }
 int size() { return engine().size.load(); }
 int localRank() { return engine().localRank.load(); }
 int localSize() { return engine().localSize.load(); }
+int cpuShare() { return engine().cpuShare.load(); }
 void enqueue(Entry entry) { engine().enqueue(std::move(entry)); }
 uint64_t collectiveCount() { return engine().collectives(); }
 

@@ -5,27 +5,43 @@
 // (TensorFlow runs independent ops in any order). The engine makes the order agree, as Horovod's
 // controller does (Sergeev & Del Balso, "Horovod: fast and easy distributed deep learning in
 // TensorFlow", 2018), but without a coordinator rank:
-//   1. each cycle every rank allgathers the requests submitted since the last cycle (name, kind,
-//      op, root, dtypes and shapes);
+//   1. a cycle is one exchange (an allgather of a small fixed-size slot per rank) of the
+//      requests each rank submitted since its last cycle; a request the ranks agreed on before
+//      travels as one bit of the response cache (negotiation.h);
 //   2. every rank keeps the same table, name -> per-rank FIFO of requests; the k-th request of a
 //      name on one rank pairs with the k-th of the same name on every other rank;
-//   3. a name whose FIFO head is present on every rank is ready; ready requests run in the order
-//      their last rank submitted them (a global sequence all ranks agree on), after a check
-//      that the ranks agree on kind, op, root, dtypes and shapes (else every rank gets the same
-//      error naming the tensor and the ranks);
-//   4. consecutive ready allreduces with the same dtype and op are packed into one buffer of up
-//      to MTXCOMM_FUSION_BYTES (tensor fusion) and reduced by one collective.
+//   3. a name whose FIFO head is present on every active rank is ready; ready requests run in
+//      the order their last rank submitted them (a global sequence all ranks agree on), after a
+//      check that the ranks agree on kind, op, root, dtypes and shapes (else every rank gets the
+//      same error naming the tensor and the ranks);
+//   4. consecutive ready allreduces with the same op are packed per dtype into one buffer of up
+//      to MTXCOMM_FUSION_BYTES (tensor fusion, executor.h) and reduced by one collective.
+// No idle polling: where the ranks share a node (the shared-memory segment), an engine with
+// nothing to do sleeps on a futex; a rank that submits work asks every rank to join its next
+// cycle (mtxcomm_comm_notify), so a cycle starts promptly everywhere and nobody waits for a
+// peer's next wake-up. Without a segment (ranks on several nodes, MTXCOMM_SHM=off) an idle
+// engine cycles every MTXCOMM_CYCLE_TIME.
+//
+// Stalls end: a name some ranks submitted and others did not fails on the ranks that submitted
+// it after MTXCOMM_STALL_TIMEOUT, naming it and the missing ranks (rank 0 decides, through its
+// next message, so every rank fails the same requests); MTXCOMM_STALL_WARNING warns earlier.
+// Join: a rank out of data submits a join; until every rank has joined, the others' collectives
+// proceed with the joined ranks standing in — zeros for allreduce and reduce-scatter, no rows
+// for allgather, received and dropped for broadcast (a joined root is an error) — and the join
+// returns, on every rank, the last rank to join.
 // A rank that calls shutdown (or exits through it) ends the engine on every rank in the same
 // cycle: requests still waiting fail with an error naming that rank. A communication failure
 // fails every waiting and later request with the library's message.
 //
 // The engine's parts: request.h (what is submitted, its wire format), negotiation.h (the
-// table every rank keeps), executor.h (fusion and the collectives), engine.cc (the thread and
-// its cycle). None includes framework headers: the framework side (bindings/tensorflow/, a
-// future bindings/torch/) provides buffers and callbacks through Entry.
+// table every rank keeps, the response cache), executor.h (fusion and the collectives),
+// timeline.h (MTXCOMM_TIMELINE), engine.cc (the thread and its cycle). None includes framework
+// headers: the framework side (bindings/tensorflow/, a future bindings/torch/) provides
+// buffers and callbacks through Entry.
 #ifndef MTXCOMM_BINDINGS_COMMON_ENGINE_H_
 #define MTXCOMM_BINDINGS_COMMON_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -43,7 +59,11 @@ struct Entry {
   // Returns the output buffer of tensor i with the given shape, or nullptr with *error set.
   std::function<void*(size_t i, const std::vector<int64_t>& shape, std::string* error)> allocate;
   std::function<void(const Status&)> done;
+  // Set by enqueue: when it was submitted (the timeline's NEGOTIATE starts here).
+  std::chrono::steady_clock::time_point submitted;
 };
+// A join (Kind::kJoin, no input tensors) gets one int32 scalar output through allocate(0, {}):
+// the last rank to join.
 
 // The process-wide engine. All functions are thread-safe.
 // Creates the world communicator (mtxcomm_comm_init_from_env) and starts the thread; collective
@@ -57,6 +77,8 @@ int rank();
 int size();
 int localRank();
 int localSize();
+// This rank's share of its node's cores (mtxcomm_comm_cpu_share); -1 when not initialised.
+int cpuShare();
 // Queues an entry. When the engine is not running or has failed, done is called at once with the
 // error.
 void enqueue(Entry entry);

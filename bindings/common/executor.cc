@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <chrono>
 #include <map>
 
 namespace mtxcomm::binding {
@@ -10,6 +11,16 @@ Status OpExecutor::libraryStatus(mtxcomm_result_t rc, const std::string& what) c
   if (rc == MTXCOMM_SUCCESS) return {};
   return {rc, "mtxcomm " + what + " failed on rank " + std::to_string(rank_) + ": " +
                   mtxcomm_get_last_error(comm_)};
+}
+
+void OpExecutor::traceCall(const ReadyOp& op, const char* name,
+                           std::chrono::steady_clock::time_point start,
+                           std::chrono::steady_clock::time_point end, size_t bytes) {
+  if (!timeline_ || !timeline_->enabled()) return;
+  timeline_->complete(op.agreed.name, "QUEUE", op.agreedAt, start);
+  timeline_->complete(op.agreed.name, name, start, end,
+                      "\"algorithm\": \"" + jsonEscape(mtxcomm_comm_last_algorithm(comm_)) +
+                          "\", \"bytes\": " + std::to_string(bytes));
 }
 
 // Allreduces of several entries (each with one or more tensors): tensors are bucketed by dtype
@@ -65,23 +76,43 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
           scratch.resize(pc.bytes);
           out = scratch.data();
         }
+        const auto start = std::chrono::steady_clock::now();
         st = libraryStatus(mtxcomm_allreduce(pc.in, out, pc.count, dtype, op, comm_, nullptr),
                            "allreduce '" + pc.op->agreed.requests[0].name + "'");
+        traceCall(*pc.op, "ALLREDUCE", start, std::chrono::steady_clock::now(), pc.bytes);
       } else {
         if (fusion_.size() < bytes) fusion_.resize(bytes);
+        const auto t0 = std::chrono::steady_clock::now();
         size_t off = 0;
         for (size_t k = p; k < q; ++k) {
           std::memcpy(fusion_.data() + off, pieces[k].in, pieces[k].bytes);
           off += pieces[k].bytes;
         }
+        const auto t1 = std::chrono::steady_clock::now();
         st = libraryStatus(mtxcomm_allreduce(fusion_.data(), fusion_.data(), bytes / esize, dtype,
                                              op, comm_, nullptr),
                            "allreduce of " + std::to_string(q - p) + " fused tensors (first '" +
                                pieces[p].op->agreed.requests[0].name + "')");
+        const auto t2 = std::chrono::steady_clock::now();
         off = 0;
         for (size_t k = p; k < q; ++k) {
           if (pieces[k].out) std::memcpy(pieces[k].out, fusion_.data() + off, pieces[k].bytes);
           off += pieces[k].bytes;
+        }
+        const auto t3 = std::chrono::steady_clock::now();
+        if (timeline_ && timeline_->enabled()) {
+          const std::string fused = std::to_string(q - p);
+          for (size_t k = p; k < q; ++k) {
+            const std::string& track = pieces[k].op->agreed.name;
+            timeline_->complete(track, "QUEUE", pieces[k].op->agreedAt, t0);
+            timeline_->complete(track, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+            timeline_->complete(track, "ALLREDUCE", t1, t2,
+                                "\"algorithm\": \"" +
+                                    jsonEscape(mtxcomm_comm_last_algorithm(comm_)) +
+                                    "\", \"bytes\": " + std::to_string(bytes) +
+                                    ", \"fused_tensors\": " + fused);
+            timeline_->complete(track, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+          }
         }
       }
       collectives_.fetch_add(1);
@@ -119,6 +150,7 @@ Status OpExecutor::runOne(ReadyOp& op) {
     return p || elems == 0 ? p : nullptr;
   };
   Status st;
+  const auto start = std::chrono::steady_clock::now();
   switch (req.kind) {
     case Kind::kBroadcast: {
       void* out = alloc(m.shape);
@@ -195,8 +227,13 @@ Status OpExecutor::runOne(ReadyOp& op) {
       break;
     }
     case Kind::kAllreduce:
-      break;  // runAllreduces
+    case Kind::kJoin:
+      break;  // runAllreduces; the engine
   }
+  traceCall(op, req.kind == Kind::kBroadcast       ? "BROADCAST"
+                : req.kind == Kind::kAllgather     ? "ALLGATHER"
+                                                   : "REDUCESCATTER",
+            start, std::chrono::steady_clock::now(), m.elements() * esize);
   collectives_.fetch_add(1);
   if (!st.ok()) {
     op.entry.done(st);

@@ -12,19 +12,26 @@
 
 #include "bindings/common/engine.h"
 #include "bindings/common/negotiation.h"
+#include "bindings/common/timeline.h"
 
 namespace mtxcomm::binding {
 
-// One agreed operation and this rank's entry for it.
+// One agreed operation and this rank's entry for it (for a rank that had joined, a stand-in
+// entry: zero inputs, outputs thrown away).
 struct ReadyOp {
   Agreed agreed;
   Entry entry;
+  std::chrono::steady_clock::time_point agreedAt;
 };
 
 class OpExecutor {
  public:
-  OpExecutor(mtxcomm_comm_t comm, int rank, int nranks, size_t fusionBytes)
-      : comm_(comm), rank_(rank), nranks_(nranks), fusionBytes_(fusionBytes) {}
+  OpExecutor(mtxcomm_comm_t comm, int rank, int nranks, size_t fusionBytes, Timeline* timeline)
+      : comm_(comm),
+        rank_(rank),
+        nranks_(nranks),
+        fusionBytes_(fusionBytes),
+        timeline_(timeline) {}
 
   // Consecutive agreed allreduces with one op (each entry with one or more tensors): tensors
   // are bucketed by dtype in their agreed order, and each bucket is reduced in fusion-buffer
@@ -39,10 +46,14 @@ class OpExecutor {
 
  private:
   Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
+  // Timeline: QUEUE from agreement to start, then the collective (algorithm, bytes).
+  void traceCall(const ReadyOp& op, const char* name, std::chrono::steady_clock::time_point start,
+                 std::chrono::steady_clock::time_point end, size_t bytes);
 
   mtxcomm_comm_t comm_;
   int rank_, nranks_;
   size_t fusionBytes_;
+  Timeline* timeline_;
   std::vector<char> fusion_;
   std::atomic<uint64_t> collectives_{0};
 };

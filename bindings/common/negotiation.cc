@@ -1,58 +1,230 @@
 #include "bindings/common/negotiation.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
+#include <stdexcept>
 
 namespace mtxcomm::binding {
 
 namespace {
 
+constexpr uint32_t kMagic = 0x6d74786e;  // "mtxn"
 constexpr uint8_t kFlagShutdown = 1;
+constexpr uint32_t kMaxCount = 1 << 24;  // requests or names in one message
 
-}  // namespace
+size_t bitWords(size_t bits) { return (bits + 63) / 64; }
 
-std::vector<char> encodeCycle(bool shutdown, const std::vector<const Request*>& requests) {
+std::vector<char> encodeExtras(const CycleMessage& msg) {
   Writer w;
-  w.put<uint8_t>(shutdown ? kFlagShutdown : 0);
-  w.put<uint32_t>(static_cast<uint32_t>(requests.size()));
-  for (const Request* r : requests) writeRequest(w, *r);
+  w.put<uint32_t>(static_cast<uint32_t>(msg.requests.size()));
+  for (const Request& r : msg.requests) writeRequest(w, r);
+  w.put<uint32_t>(static_cast<uint32_t>(msg.cancelled.size()));
+  for (const std::string& n : msg.cancelled) w.putString(n);
   return std::move(w.bytes());
 }
 
-std::vector<int> Negotiation::ingest(const std::vector<char>& all, size_t stride) {
-  const int n = nranks_;
-  std::vector<int> shutdownRanks;
+}  // namespace
+
+Negotiation::Negotiation(int rank, int nranks, int cacheCapacity)
+    : rank_(rank),
+      nranks_(nranks),
+      capacity_(static_cast<size_t>(std::max(0, cacheCapacity))),
+      joined_(static_cast<size_t>(nranks), false) {}
+
+int Negotiation::cachedId(const Request& r) const {
+  auto it = byName_.find(r.name);
+  if (it == byName_.end()) return -1;
+  for (int id : it->second) {
+    if (cache_[id].requests[rank_] == r) return id;
+  }
+  return -1;
+}
+
+size_t Negotiation::slotBytes() const {
+  return kHeaderBytes + 8 * bitWords(cache_.size()) + kInlineBytes;
+}
+
+std::vector<char> Negotiation::encode(const CycleMessage& msg, char* slot) const {
+  const size_t bytes = slotBytes();
+  std::memset(slot, 0, bytes);
+  std::vector<char> extras = encodeExtras(msg);
+  const uint32_t magic = kMagic, size = static_cast<uint32_t>(cache_.size());
+  const uint32_t extraBytes = static_cast<uint32_t>(extras.size());
+  slot[4] = msg.shutdown ? kFlagShutdown : 0;
+  std::memcpy(slot, &magic, 4);
+  std::memcpy(slot + 8, &extraBytes, 4);
+  std::memcpy(slot + 12, &size, 4);
+  auto* words = reinterpret_cast<uint64_t*>(slot + kHeaderBytes);
+  for (uint32_t id : msg.cached) {
+    if (id >= cache_.size()) throw std::runtime_error("cache id out of range");
+    words[id / 64] |= uint64_t{1} << (id % 64);
+  }
+  if (extras.size() <= kInlineBytes) {
+    std::memcpy(slot + kHeaderBytes + 8 * bitWords(cache_.size()), extras.data(), extras.size());
+    return {};
+  }
+  return extras;
+}
+
+bool Negotiation::needsSecondExchange(const std::vector<char>& all, size_t* longest) const {
+  const size_t stride = slotBytes();
+  *longest = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    uint32_t extraBytes = 0;
+    std::memcpy(&extraBytes, all.data() + r * stride + 8, 4);
+    if (extraBytes > kInlineBytes) *longest = std::max<size_t>(*longest, extraBytes);
+  }
+  return *longest > 0;
+}
+
+void Negotiation::add(int r, Request req, Clock::time_point now) {
+  if (req.kind == Kind::kJoin) joined_[r] = true;
+  NameQueue& q = table_[req.name];
+  if (q.perRank.empty()) q.perRank.resize(nranks_);
+  q.perRank[r].push_back({std::move(req), nextOrder_++, now});
+}
+
+std::vector<int> Negotiation::ingest(const std::vector<char>& all, const std::vector<char>& extras,
+                                     size_t stride, std::vector<Cancelled>* cancelled) {
+  const size_t slot = slotBytes();
+  if (all.size() < slot * static_cast<size_t>(nranks_)) {
+    throw std::runtime_error("short negotiation message");
+  }
   const auto now = Clock::now();
-  for (int r = 0; r < n; ++r) {
-    Reader rd(all.data() + r * stride, stride);
-    uint8_t flags = rd.get<uint8_t>();
-    if (flags & kFlagShutdown) shutdownRanks.push_back(r);
-    uint32_t count = rd.get<uint32_t>();
-    for (uint32_t i = 0; i < count; ++i) {
-      Request req = readRequest(rd);
-      NameQueue& q = table_[req.name];
-      if (q.perRank.empty()) q.perRank.resize(n);
-      q.perRank[r].push_back({std::move(req), nextOrder_++, now});
+  std::vector<int> shutdownRanks;
+  const size_t words = bitWords(cache_.size());
+  for (int r = 0; r < nranks_; ++r) {
+    const char* p = all.data() + r * slot;
+    uint32_t magic = 0, extraBytes = 0, size = 0;
+    std::memcpy(&magic, p, 4);
+    std::memcpy(&extraBytes, p + 8, 4);
+    std::memcpy(&size, p + 12, 4);
+    if (magic != kMagic) throw std::runtime_error("bad negotiation message from rank " + std::to_string(r));
+    if (size != cache_.size()) {
+      throw std::runtime_error("rank " + std::to_string(r) + " has a response cache of " +
+                               std::to_string(size) + " entries, this rank " +
+                               std::to_string(cache_.size()));
+    }
+    if (p[4] & kFlagShutdown) shutdownRanks.push_back(r);
+    // Cached requests, by ascending id.
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, p + kHeaderBytes + 8 * w, 8);
+      while (bits) {
+        const int b = __builtin_ctzll(bits);
+        bits &= bits - 1;
+        const size_t id = w * 64 + static_cast<size_t>(b);
+        if (id >= cache_.size()) throw std::runtime_error("cache bit out of range");
+        add(r, cache_[id].requests[r], now);
+      }
+    }
+    const char* ex;
+    size_t exBytes;
+    if (extraBytes <= kInlineBytes) {
+      ex = p + kHeaderBytes + 8 * words;
+      exBytes = kInlineBytes;
+    } else {
+      if (extras.size() < stride * static_cast<size_t>(nranks_) || extraBytes > stride) {
+        throw std::runtime_error("missing second negotiation exchange");
+      }
+      ex = extras.data() + r * stride;
+      exBytes = stride;
+    }
+    Reader rd(ex, std::min<size_t>(exBytes, extraBytes));
+    const uint32_t n = rd.get<uint32_t>();
+    if (n > kMaxCount) throw std::runtime_error("too many requests in one message");
+    for (uint32_t i = 0; i < n; ++i) add(r, readRequest(rd), now);
+    const uint32_t c = rd.get<uint32_t>();
+    if (c > kMaxCount) throw std::runtime_error("too many cancellations in one message");
+    for (uint32_t i = 0; i < c; ++i) {
+      const std::string name = rd.getString();
+      if (r != 0) continue;  // only rank 0 decides stalls
+      auto it = table_.find(name);
+      if (it == table_.end()) continue;
+      NameQueue& q = it->second;
+      Cancelled cx;
+      cx.name = name;
+      std::vector<int> missing;
+      for (int k = 0; k < nranks_; ++k) {
+        if (!q.perRank[k].empty()) {
+          cx.ranks.push_back(k);
+          q.perRank[k].pop_front();
+        } else if (!joined_[k]) {
+          missing.push_back(k);
+        }
+      }
+      cx.message = "mtxcomm: " + name + " was submitted by " + rankList(cx.ranks) +
+                   " but not by " + rankList(missing) +
+                   " within MTXCOMM_STALL_TIMEOUT (a rank stopped early, took another branch, or "
+                   "the ranks run different code)";
+      bool empty = true;
+      for (auto& d : q.perRank) empty = empty && d.empty();
+      if (empty) table_.erase(it);
+      cancelled->push_back(std::move(cx));
     }
   }
   return shutdownRanks;
+}
+
+bool Negotiation::ready(const NameQueue& q) const {
+  bool any = false;
+  for (int r = 0; r < nranks_; ++r) {
+    if (!q.perRank[r].empty()) {
+      any = true;
+    } else if (!joined_[r]) {
+      return false;
+    }
+  }
+  return any;
 }
 
 std::vector<Agreed> Negotiation::takeReady() {
   std::vector<Agreed> ready;
   for (auto it = table_.begin(); it != table_.end();) {
     NameQueue& q = it->second;
-    for (;;) {
-      bool complete = true;
-      for (auto& d : q.perRank) complete = complete && !d.empty();
-      if (!complete) break;
+    while (this->ready(q)) {
+      // A join is ready only when every rank joined (then nobody stands in).
+      int first = -1;
+      for (int r = 0; r < nranks_ && first < 0; ++r) {
+        if (!q.perRank[r].empty()) first = r;
+      }
+      const bool isJoin = q.perRank[first].front().request.kind == Kind::kJoin;
+      bool everyone = true;
+      for (auto& d : q.perRank) everyone = everyone && !d.empty();
+      if (isJoin && !everyone) break;
       Agreed op;
       op.name = it->first;
-      for (auto& d : q.perRank) {
+      op.requests.resize(nranks_);
+      op.joined.assign(nranks_, false);
+      op.arrivalUs.assign(nranks_, 0.0);
+      uint64_t last = 0;
+      for (int r = 0; r < nranks_; ++r) {
+        auto& d = q.perRank[r];
+        if (d.empty()) continue;
         op.order = std::max(op.order, d.front().order);
-        op.requests.push_back(std::move(d.front().request));
+        if (d.front().order >= last) {
+          last = d.front().order;
+          op.lastJoined = r;
+        }
+        op.arrivalUs[r] =
+            std::chrono::duration<double, std::micro>(d.front().arrived - start_).count();
+        op.requests[r] = std::move(d.front().request);
         d.pop_front();
       }
+      for (int r = 0; r < nranks_; ++r) {
+        if (!q.perRank[r].empty() || !op.requests[r].name.empty()) continue;
+        // A joined rank stands in: the first active rank's request, with no rows to gather.
+        op.joined[r] = true;
+        op.requests[r] = op.requests[first];
+        if (op.requests[r].kind == Kind::kAllgather) {
+          for (TensorMeta& t : op.requests[r].tensors) {
+            if (!t.shape.empty()) t.shape[0] = 0;
+          }
+        }
+      }
+      if (!isJoin) op.lastJoined = -1;
+      if (isJoin) joined_.assign(nranks_, false);
       ready.push_back(std::move(op));
       q.stallWarned = false;
     }
@@ -65,19 +237,39 @@ std::vector<Agreed> Negotiation::takeReady() {
   return ready;
 }
 
+void Negotiation::remember(Agreed& op) {
+  if (cache_.size() >= capacity_) return;
+  if (op.requests[0].kind == Kind::kJoin) return;
+  auto& ids = byName_[op.name];
+  for (int id : ids) {
+    if (cache_[id].requests == op.requests) {
+      op.cacheId = id;
+      return;
+    }
+  }
+  op.cacheId = static_cast<int>(cache_.size());
+  ids.push_back(op.cacheId);
+  Agreed entry;
+  entry.name = op.name;
+  entry.requests = op.requests;
+  cache_.push_back(std::move(entry));
+}
+
 Status Negotiation::check(const Agreed& op) const {
-  const Request& r0 = op.requests[0];
+  int first = 0;
+  while (first < nranks_ && op.joined[first]) ++first;
+  const Request& r0 = op.requests[first];
   const Request& mine = op.requests[rank_];
   const std::string head = std::string(kindName(mine.kind)) + " '" + mine.name + "'";
   auto mismatch = [&](const char* what, auto&& same) -> Status {
     std::vector<int> bad;
-    for (size_t r = 1; r < op.requests.size(); ++r) {
-      if (!same(op.requests[r])) bad.push_back(static_cast<int>(r));
+    for (int r = first + 1; r < nranks_; ++r) {
+      if (!op.joined[r] && !same(op.requests[r])) bad.push_back(r);
     }
     if (bad.empty()) return {};
     std::ostringstream s;
-    s << "mtxcomm " << head << ": the ranks disagree on the " << what << ": rank 0 has "
-      << describeRequest(r0);
+    s << "mtxcomm " << head << ": the ranks disagree on the " << what << ": rank " << first
+      << " has " << describeRequest(r0);
     for (int r : bad) s << ", rank " << r << " has " << describeRequest(op.requests[r]);
     return {MTXCOMM_INVALID_ARGUMENT, s.str()};
   };
@@ -94,6 +286,11 @@ Status Negotiation::check(const Agreed& op) const {
       return {MTXCOMM_INVALID_ARGUMENT, "mtxcomm " + head + ": root_rank " +
                                             std::to_string(r0.root) + " is not in [0, " +
                                             std::to_string(nranks_) + ")"};
+    }
+    if (op.joined[r0.root]) {
+      return {MTXCOMM_INVALID_USAGE, "mtxcomm " + head + ": root_rank " + std::to_string(r0.root) +
+                                         " has joined (called join()): it has no tensor to "
+                                         "broadcast"};
     }
   }
   st = mismatch("number of tensors",
@@ -139,13 +336,14 @@ std::vector<std::string> Negotiation::stalled(double seconds) {
     Clock::time_point first = now;
     for (size_t r = 0; r < q.perRank.size(); ++r) {
       if (q.perRank[r].empty()) {
-        missing.push_back(static_cast<int>(r));
+        if (!joined_[r]) missing.push_back(static_cast<int>(r));
       } else {
         have.push_back(static_cast<int>(r));
         first = std::min(first, q.perRank[r].front().arrived);
       }
     }
-    if (missing.empty() || std::chrono::duration<double>(now - first).count() < seconds) {
+    if (missing.empty() || have.empty() ||
+        std::chrono::duration<double>(now - first).count() < seconds) {
       continue;
     }
     q.stallWarned = true;
@@ -156,6 +354,33 @@ std::vector<std::string> Negotiation::stalled(double seconds) {
                        " (a rank stopped early, or the ranks run different code?)");
   }
   return warnings;
+}
+
+std::vector<std::string> Negotiation::stallVerdicts(double seconds, Clock::time_point* next) const {
+  std::vector<std::string> names;
+  *next = Clock::time_point::max();
+  if (seconds <= 0) return names;
+  const auto now = Clock::now();
+  const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (const auto& kv : table_) {
+    const NameQueue& q = kv.second;
+    bool missing = false;
+    Clock::time_point first = Clock::time_point::max();
+    for (int r = 0; r < nranks_; ++r) {
+      if (q.perRank[r].empty()) {
+        missing = missing || !joined_[r];
+      } else {
+        first = std::min(first, q.perRank[r].front().arrived);
+      }
+    }
+    if (!missing || first == Clock::time_point::max()) continue;
+    if (now - first >= limit) {
+      names.push_back(kv.first);
+    } else {
+      *next = std::min(*next, first + limit);
+    }
+  }
+  return names;
 }
 
 }  // namespace mtxcomm::binding

@@ -14,6 +14,8 @@ const char* kindName(Kind k) {
       return "broadcast";
     case Kind::kReduceScatter:
       return "reducescatter";
+    case Kind::kJoin:
+      return "join";
   }
   return "?";
 }
@@ -81,18 +83,29 @@ void writeRequest(Writer& w, const Request& r) {
 }
 
 Request readRequest(Reader& rd) {
+  constexpr uint32_t kMaxTensors = 1 << 20, kMaxDims = 64;
   Request r;
-  r.kind = static_cast<Kind>(rd.get<uint8_t>());
-  r.op = static_cast<mtxcomm_op_t>(rd.get<uint8_t>());
+  const uint8_t kind = rd.get<uint8_t>();
+  const uint8_t op = rd.get<uint8_t>();
+  if (kind >= kNumKinds || op >= MTXCOMM_NUM_OPS) throw std::runtime_error("bad request kind/op");
+  r.kind = static_cast<Kind>(kind);
+  r.op = static_cast<mtxcomm_op_t>(op);
   r.root = rd.get<int32_t>();
   r.name = rd.getString();
   uint32_t nt = rd.get<uint32_t>();
+  if (nt > kMaxTensors) throw std::runtime_error("bad request: too many tensors");
   r.tensors.resize(nt);
   for (TensorMeta& t : r.tensors) {
-    t.dtype = static_cast<mtxcomm_datatype_t>(rd.get<uint8_t>());
+    const uint8_t dt = rd.get<uint8_t>();
+    if (dt >= MTXCOMM_NUM_DATATYPES) throw std::runtime_error("bad request datatype");
+    t.dtype = static_cast<mtxcomm_datatype_t>(dt);
     uint32_t nd = rd.get<uint32_t>();
+    if (nd > kMaxDims) throw std::runtime_error("bad request: too many dimensions");
     t.shape.resize(nd);
-    for (int64_t& d : t.shape) d = rd.get<int64_t>();
+    for (int64_t& d : t.shape) {
+      d = rd.get<int64_t>();
+      if (d < 0) throw std::runtime_error("bad request: negative dimension");
+    }
   }
   return r;
 }

@@ -14,13 +14,22 @@
 
 namespace mtxcomm::binding {
 
-enum class Kind : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kReduceScatter = 3 };
+// kJoin: the rank has run out of work (join()); see negotiation.h.
+enum class Kind : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kReduceScatter = 3,
+  kJoin = 4
+};
+constexpr uint8_t kNumKinds = 5;
 const char* kindName(Kind k);
 
 struct TensorMeta {
   mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
   std::vector<int64_t> shape;
   size_t elements() const;
+  bool operator==(const TensorMeta& o) const { return dtype == o.dtype && shape == o.shape; }
 };
 
 struct Request {
@@ -29,6 +38,10 @@ struct Request {
   mtxcomm_op_t op = MTXCOMM_SUM;    // allreduce, reduce-scatter
   int root = 0;                     // broadcast
   std::vector<TensorMeta> tensors;  // one, or several for a grouped allreduce
+  bool operator==(const Request& o) const {
+    return kind == o.kind && name == o.name && op == o.op && root == o.root &&
+           tensors == o.tensors;
+  }
 };
 
 struct Status {
@@ -79,6 +92,7 @@ class Reader {
     p_ += n;
     return s;
   }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
 
  private:
   void need(size_t n) {
@@ -89,6 +103,8 @@ class Reader {
 };
 
 void writeRequest(Writer& w, const Request& r);
+// Throws std::runtime_error on a malformed request (a kind, dtype or op out of range, more
+// dimensions or tensors than any framework makes).
 Request readRequest(Reader& rd);
 
 }  // namespace mtxcomm::binding

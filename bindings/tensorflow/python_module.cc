@@ -36,6 +36,8 @@ PYBIND11_MODULE(_mtxcomm_tf, m) {
   m.def("size", &eng::size);
   m.def("local_rank", &eng::localRank);
   m.def("local_size", &eng::localSize);
+  m.def("cpu_share", &eng::cpuShare,
+        "This rank's share of its node's cores (threads its work should use); -1 before init.");
   m.def("collective_count", &eng::collectiveCount,
         "Library collectives run for submitted tensors (negotiation not counted).");
   m.def("version", [] {

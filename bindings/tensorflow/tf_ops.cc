@@ -1,7 +1,10 @@
 // TensorFlow custom ops over the binding's engine: asynchronous kernels that hand the tensors'
 // buffers to mtxcomm (no copy for a single allreduce, broadcast or evenly split allgather or
 // reduce-scatter; fused allreduces are packed into one buffer). The ops are stateful so that
-// tf.function keeps them even when their outputs are unused.
+// tf.function keeps them even when their outputs are unused; the Python package registers them
+// as order-insensitive (mtxcomm/tensorflow/_library.py), so that tf.function's automatic
+// control dependencies do not chain them in program order: the collectives of one traced step
+// start as their inputs become ready and the engine agrees on their order and fuses them.
 //
 // Ops (shapes: tensor of shape [d0, d1, ...], n ranks):
 //   MtxcommAllreduce(tensor) -> same shape; reduce_op 0 sum, 1 prod, 2 min, 3 max, 4 avg.
@@ -9,6 +12,8 @@
 //   MtxcommBroadcast(tensor, root_rank) -> root's tensor.
 //   MtxcommAllgather(tensor [d0_r, ...]) -> [sum_r d0_r, ...], rank order.
 //   MtxcommReducescatter(tensor [d0, ...]) -> [d0/n (+1 on the first d0%n ranks), ...].
+//   MtxcommJoin() -> int32 scalar: this rank has no more work; returns, once every rank has
+//     joined, the last rank to join (bindings/common/engine.h).
 // Errors come back as TF statuses: ranks that disagree on a tensor's dtype or shape get
 // InvalidArgument naming the tensor and the ranks; a dead or shut-down peer gets Aborted or
 // DeadlineExceeded (MTXCOMM_TIMEOUT).
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "bindings/common/engine.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -134,11 +140,22 @@ REGISTER_OP("MtxcommReducescatter")
     .SetShapeFn(firstDimUnknown)
     .Doc("Reduction over ranks, then rank r keeps its share of the rows of dimension 0.");
 
+REGISTER_OP("MtxcommJoin")
+    .Output("last_joined: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("Marks this rank as out of work until every rank has joined; returns the last rank to "
+         "join.");
+
 class MtxcommOp : public tf::AsyncOpKernel {
  public:
   MtxcommOp(tf::OpKernelConstruction* c, Kind kind) : AsyncOpKernel(c), kind_(kind) {
     std::string name;
-    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    if (kind == Kind::kJoin) {
+      name = "mtxcomm.join";
+    } else {
+      OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name));
+    }
     name_ = name.empty() ? this->name() : name;
     if (kind == Kind::kAllreduce || kind == Kind::kReduceScatter) {
       int op = 0;
@@ -212,6 +229,7 @@ REGISTER_KERNEL_BUILDER(Name("MtxcommAllgather").Device(tf::DEVICE_CPU),
                         MtxcommKindOp<Kind::kAllgather>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommReducescatter").Device(tf::DEVICE_CPU),
                         MtxcommKindOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_CPU), MtxcommKindOp<Kind::kJoin>);
 
 #if GOOGLE_CUDA
 // A TensorFlow built with CUDA places these ops on the GPU when their inputs live there. The
@@ -235,6 +253,8 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("MtxcommReducescatter").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
     MtxcommKindOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_GPU).HostMemory("last_joined"),
+                        MtxcommKindOp<Kind::kJoin>);
 #endif
 
 }  // namespace

@@ -77,6 +77,7 @@
 #define MTXCOMM_MTXCOMM_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(_WIN32)
 #define MTXCOMM_API __declspec(dllexport)
@@ -170,6 +171,35 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_rank(mtxcomm_comm_t comm, int* local_rank);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size);
 
+/* This rank's share of its node's cores, the number of threads its work should use: the node's
+ * cores divided by the ranks on the node (at least 1), or the cores the launcher bound this
+ * process to. mtxcomm_comm_init_from_env binds an unbound rank to its share unless
+ * MTXCOMM_PLACEMENT=off (README, "Placement"). Local. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_cpu_share(mtxcomm_comm_t comm, int* cores);
+
+/* ---- Notifications, for event-driven progress engines (framework bindings) --------------- *
+ * An engine that runs collectives on behalf of a framework sleeps while it has nothing to do
+ * and must be woken when any rank has work. mtxcomm_comm_notify(comm, cycle) asks every other
+ * rank to join the engine's cycle number `cycle` (the highest asked is kept);
+ * mtxcomm_comm_wait_notify sleeps until the rank's state differs from *seen — a peer's
+ * notify, or mtxcomm_comm_wakeup called by any thread of this process — or timeout_s passes,
+ * and stores the new state in *now. Take *seen with mtxcomm_comm_notify_state before checking
+ * your own work queue, so that no wakeup is lost. notify and wait_notify: the thread that uses
+ * comm; notify_state and wakeup: any thread. Available where the communicator's ranks share a
+ * node and its shared-memory segment; MTXCOMM_UNSUPPORTED otherwise (then poll). */
+typedef struct {
+  uint64_t token; /* changes with every wakeup or notification */
+  uint64_t cycle; /* the highest cycle a peer asked this rank to join */
+} mtxcomm_notify_state_t;
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_notify(mtxcomm_comm_t comm, uint64_t cycle);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_notify_state(mtxcomm_comm_t comm,
+                                                       mtxcomm_notify_state_t* state);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm,
+                                                      const mtxcomm_notify_state_t* seen,
+                                                      double timeout_s,
+                                                      mtxcomm_notify_state_t* now);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm);
+
 /* ---- Collectives (host buffers: blocking, stream NULL; device buffers: stream-ordered) ---- */
 
 /* recvbuf[i] = op over ranks r of sendbuf_r[i], i in [0, count). Buffers: count elements each. */
@@ -213,6 +243,11 @@ MTXCOMM_API const char* mtxcomm_get_error_string(mtxcomm_result_t result);
  * thread that had no communicator to record it (a failed init, a NULL comm argument). "" if
  * none. Valid until the next call on comm. */
 MTXCOMM_API const char* mtxcomm_get_last_error(mtxcomm_comm_t comm);
+
+/* The name of the algorithm (or device path) the last collective on comm used ("shm", "ring",
+ * "local" for one rank or count 0, ...; "" before the first). Valid until the next call on
+ * comm; NULL comm gives "". For timelines and logs. */
+MTXCOMM_API const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm);
 
 /* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);

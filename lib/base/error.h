@@ -1,5 +1,5 @@
 // Internal error handling: library code throws mtxcomm::Error (code + message); the C API
-// boundary (lib/c_api.cc) turns it into a result code and the communicator's last error.
+// boundary (lib/comm/c_api.cc) turns it into a result code and the communicator's last error.
 #ifndef MTXCOMM_LIB_ERROR_H_
 #define MTXCOMM_LIB_ERROR_H_
 

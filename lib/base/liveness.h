@@ -1,5 +1,5 @@
 // Liveness of peers on the same node: each rank publishes "<node identity>|pid" (the node
-// identity of lib/topology.h: host name, network and pid namespaces); a rank
+// identity of lib/base/topology.h: host name, network and pid namespaces); a rank
 // blocked in a wait checks (at most every 100 ms) whether the processes of its node-local peers
 // still exist (kill(pid, 0)), so a SIGKILLed neighbour turns into MTXCOMM_REMOTE_ERROR naming it
 // within a fraction of a second instead of after the full timeout. Peers on other nodes are
@@ -21,7 +21,7 @@ class PeerLiveness {
   PeerLiveness(const std::vector<std::string>& identities, int myRank);
   // "<node identity>|pid" of this process.
   static std::string selfIdentity();
-  // localNodeIdentity(): equal for processes that share a node (lib/topology.h).
+  // localNodeIdentity(): equal for processes that share a node (lib/base/topology.h).
   static std::string nodeIdentity();
   // The lowest rank among node-local peers whose process is gone, or -1. Rate-limited: scans
   // at most once per 100 ms and otherwise returns the last answer.

@@ -2,6 +2,8 @@
 // into a result code plus the communicator's last error. Nothing here throws.
 #include "lib/comm/c_api.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <new>
 
@@ -147,6 +149,72 @@ mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size) {
     if (!local_size) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "local_size (the output) is NULL");
     *local_size = c.localSize();
   });
+}
+
+mtxcomm_result_t mtxcomm_comm_cpu_share(mtxcomm_comm_t comm, int* cores) {
+  return guarded(comm, [&] {
+    Comm& c = checked(comm);
+    if (!cores) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "cores (the output pointer) is NULL");
+    *cores = c.cpuShare();
+  });
+}
+
+namespace {
+mtxcomm::ShmGroup& notifier(mtxcomm_comm_t comm) {
+  mtxcomm::ShmGroup* shm = checked(comm).notifier();
+  if (!shm) {
+    mtxcomm::fail(MTXCOMM_UNSUPPORTED,
+                  "notifications need every rank of the communicator on one node with a "
+                  "shared-memory segment (MTXCOMM_SHM=auto)");
+  }
+  return *shm;
+}
+}  // namespace
+
+mtxcomm_result_t mtxcomm_comm_notify(mtxcomm_comm_t comm, uint64_t cycle) {
+  return guarded(comm, [&] { notifier(comm).notify(cycle); });
+}
+
+mtxcomm_result_t mtxcomm_comm_notify_state(mtxcomm_comm_t comm, mtxcomm_notify_state_t* state) {
+  // Any thread: no last-error record (another thread may be using comm).
+  if (!comm || !comm->impl || !state) return MTXCOMM_INVALID_ARGUMENT;
+  mtxcomm::ShmGroup* shm = comm->impl->notifier();
+  if (!shm) return MTXCOMM_UNSUPPORTED;
+  const auto st = shm->notifyState();
+  state->token = st.token;
+  state->cycle = st.cycle;
+  return MTXCOMM_SUCCESS;
+}
+
+mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm, const mtxcomm_notify_state_t* seen,
+                                          double timeout_s, mtxcomm_notify_state_t* now) {
+  return guarded(comm, [&] {
+    if (!seen || !now) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "seen or now is NULL");
+    if (!(timeout_s >= 0)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "timeout_s is negative or NaN");
+    mtxcomm::ShmGroup::NotifyState s;
+    s.token = seen->token;
+    s.cycle = seen->cycle;
+    const double capped = std::min(timeout_s, 31536000.0);
+    const auto deadline =
+        mtxcomm::Clock::now() +
+        std::chrono::duration_cast<mtxcomm::Clock::duration>(std::chrono::duration<double>(capped));
+    const auto got = notifier(comm).waitNotify(s, deadline);
+    now->token = got.token;
+    now->cycle = got.cycle;
+  });
+}
+
+mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm) {
+  if (!comm || !comm->impl) return MTXCOMM_INVALID_ARGUMENT;
+  mtxcomm::ShmGroup* shm = comm->impl->notifier();
+  if (!shm) return MTXCOMM_UNSUPPORTED;
+  shm->wakeup();
+  return MTXCOMM_SUCCESS;
+}
+
+const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
+  if (!comm || !comm->impl) return "";
+  return comm->impl->lastAlgorithm().c_str();
 }
 
 mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len) {

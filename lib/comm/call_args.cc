@@ -125,8 +125,7 @@ AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
   if (!widen_) return;
   const size_t inCount = args_.coll == Collective::kReduceScatter ? args_.count * n : args_.count;
   wideIn_ = std::make_unique<Buffer>(inCount * sizeof(float));
-  widenToFloat(args_.dtype, static_cast<const uint16_t*>(args_.sendbuf),
-               wideIn_->p, inCount);
+  widenToFloat(args_.dtype, static_cast<const uint16_t*>(args_.sendbuf), wideIn_->p, inCount);
   args_.sendbuf = wideIn_->p;
   if (args_.coll == Collective::kAllreduce) {
     args_.recvbuf = wideIn_->p;  // in place on the widened copy

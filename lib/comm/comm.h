@@ -66,6 +66,13 @@ class Comm {
   const Comm* localLevel() const { return local_.get(); }
   void abort();
 
+  // Notifications between the ranks' progress engines (the C API's mtxcomm_comm_notify and
+  // friends, transports/shm/shm_group.h): over the shared-memory segment; null without one.
+  ShmGroup* notifier() const { return shm_.get(); }
+  // This rank's share of its node's cores (lib/comm/placement.h); set by the bootstrap.
+  int cpuShare() const { return cpuShare_; }
+  void setCpuShare(int share) { cpuShare_ = share; }
+
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
   const std::string& lastAlgorithm() const { return lastAlgorithm_; }
   // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
@@ -105,6 +112,7 @@ class Comm {
   uint64_t seq_ = 0;     // collectives issued on this communicator (same on every rank)
   uint64_t splits_ = 0;  // splits issued (same on every rank)
   std::vector<std::string> routes_;
+  int cpuShare_ = 1;
   std::string lastAlgorithm_;
   double lastPredicted_ = 0.0;
   std::string firstError_;

@@ -118,7 +118,9 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_TCP_HOST",
          "string",
          "",
-         "address other ranks use to reach this one over TCP (default 127.0.0.1)",
+         "address other ranks use to reach this one over TCP (default: MTXCOMM_TCP_IFADDR when "
+         "set, "
+         "else 127.0.0.1)",
          {}},
         {"MTXCOMM_TCP_IFADDR",
          "string",
@@ -150,9 +152,44 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_CYCLE_TIME",
          "seconds",
          "0.001",
-         "framework bindings: how long the background thread sleeps between negotiation "
-         "cycles when it has nothing to do (0..1)",
+         "framework bindings: only where the ranks have no shared-memory segment (across nodes, "
+         "MTXCOMM_SHM=off), how often an idle engine polls the others for work (0..1); on one "
+         "node an idle engine sleeps until a rank submits work",
          {}},
+        {"MTXCOMM_CACHE_CAPACITY",
+         "int",
+         "1024",
+         "framework bindings: requests the engine remembers (response cache): a request seen "
+         "before is sent as one bit of a bit vector instead of its name and shapes (0: no cache; "
+         "0..65536)",
+         {}},
+        {"MTXCOMM_STALL_TIMEOUT",
+         "seconds",
+         "300",
+         "framework bindings: a tensor submitted by some ranks and not by the others fails on "
+         "the ranks that submitted it after this long, naming the tensor and the missing ranks "
+         "(0: wait forever)",
+         {}},
+        {"MTXCOMM_TIMELINE",
+         "string",
+         "",
+         "framework bindings: write a Chrome trace (chrome://tracing, Perfetto) of every "
+         "tensor's negotiation, queue wait, fusion copies and collective to this path; \"{rank}\" "
+         "in it is replaced by the rank, else rank r writes PATH.r (one file per rank)",
+         {}},
+        {"MTXCOMM_TIMELINE_MAX_BYTES",
+         "bytes",
+         "100M",
+         "framework bindings: the timeline stops recording (and says so in the file) at this "
+         "size (4K..64G)",
+         {}},
+        {"MTXCOMM_PLACEMENT",
+         "enum",
+         "auto",
+         "auto: at init each rank of a node gets cores / ranks-per-node of its node's cores and, "
+         "unless the launcher bound it already, is bound to them (framework bindings size their "
+         "thread pools to the share); off: no binding (the share is still reported)",
+         {"auto", "off"}},
         {"MTXCOMM_FUSION_BYTES",
          "bytes",
          "64M",
@@ -239,6 +276,16 @@ Config Config::fromEnvironment() {
       c.transparent = v;
     } else if (var.name == "MTXCOMM_TRANSPARENT_OUTPUT") {
       c.transparentOutput = v;
+    } else if (var.name == "MTXCOMM_CACHE_CAPACITY") {
+      c.cacheCapacity = parseInt(name, v, 0, 65536);
+    } else if (var.name == "MTXCOMM_STALL_TIMEOUT") {
+      c.stallTimeoutSeconds = parseSeconds(name, v, 0.0, 31536000.0);
+    } else if (var.name == "MTXCOMM_TIMELINE") {
+      c.timeline = v;
+    } else if (var.name == "MTXCOMM_TIMELINE_MAX_BYTES") {
+      c.timelineMaxBytes = parseBytes(name, v, 4096, size_t{64} << 30);
+    } else if (var.name == "MTXCOMM_PLACEMENT") {
+      c.placement = v;
     } else if (var.name == "MTXCOMM_STALL_WARNING") {
       c.stallWarningSeconds = parseSeconds(name, v, 0.0, 31536000.0);
     } else if (var.name == "MTXCOMM_LOG_LEVEL") {
@@ -316,6 +363,11 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));
+  out.push_back(strCat("MTXCOMM_CACHE_CAPACITY=", cacheCapacity));
+  out.push_back(strCat("MTXCOMM_STALL_TIMEOUT=", stallTimeoutSeconds));
+  out.push_back(strCat("MTXCOMM_TIMELINE=", timeline.empty() ? "(unset)" : timeline));
+  out.push_back(strCat("MTXCOMM_TIMELINE_MAX_BYTES=", timelineMaxBytes));
+  out.push_back(strCat("MTXCOMM_PLACEMENT=", placement));
   out.push_back(strCat("MTXCOMM_TRANSPARENT=", transparent));
   out.push_back(strCat("MTXCOMM_TRANSPARENT_OUTPUT=", transparentOutput));
   out.push_back(strCat("MTXCOMM_CUDA_PATH=", cudaPath));

@@ -44,9 +44,14 @@ struct Config {
   size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES
   size_t cudaStagingBytes = size_t{4} << 20;  // MTXCOMM_CUDA_STAGING_BYTES
   // Read by framework bindings through mtxcomm_config_get().
-  double cycleTimeSeconds = 0.001;    // MTXCOMM_CYCLE_TIME
-  size_t fusionBytes = 64 << 20;      // MTXCOMM_FUSION_BYTES
-  double stallWarningSeconds = 60.0;  // MTXCOMM_STALL_WARNING
+  double cycleTimeSeconds = 0.001;              // MTXCOMM_CYCLE_TIME
+  size_t fusionBytes = 64 << 20;                // MTXCOMM_FUSION_BYTES
+  double stallWarningSeconds = 60.0;            // MTXCOMM_STALL_WARNING
+  int cacheCapacity = 1024;                     // MTXCOMM_CACHE_CAPACITY
+  double stallTimeoutSeconds = 300.0;           // MTXCOMM_STALL_TIMEOUT
+  std::string timeline;                         // MTXCOMM_TIMELINE
+  size_t timelineMaxBytes = size_t{100} << 20;  // MTXCOMM_TIMELINE_MAX_BYTES
+  std::string placement = "auto";               // MTXCOMM_PLACEMENT
   // Read by the Python package (mtxcomm.transparent).
   std::string transparent = "0";            // MTXCOMM_TRANSPARENT
   std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT

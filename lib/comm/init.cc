@@ -5,6 +5,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/comm/placement.h"
 #include "lib/comm/stores.h"
 #include "transports/inproc/inproc_transport.h"
 #include "transports/route/route.h"
@@ -141,6 +142,7 @@ std::unique_ptr<Comm> initFromEnv() {
     comm = std::make_unique<Comm>(std::move(makeInprocTransports(1)[0]), cfg, 0);
   }
   comm->setup();
+  comm->setCpuShare(applyPlacement(comm->topology(), comm->rank(), cfg.placement).share);
   echoConfig(*comm);
   return comm;
 }

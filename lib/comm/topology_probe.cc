@@ -1,7 +1,11 @@
 // What each rank sees of its node, through hwloc (lib/comm/topology_probe.h).
 #include "lib/comm/topology_probe.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #ifdef MTXCOMM_HAVE_HWLOC
 #include <hwloc.h>
@@ -16,6 +20,7 @@ namespace {
 // is loaded once per process; a topology load with I/O devices costs some milliseconds).
 struct HwlocView {
   int numa = 0, packages = 0, cores = 0, pus = 0, gpus = 0, nics = 0, boundNuma = -1;
+  std::vector<std::vector<int>> coreCpus;
 };
 
 HwlocView loadHwloc() {
@@ -31,6 +36,17 @@ HwlocView loadHwloc() {
   v.packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
   v.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   v.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  for (int k = 0; k < v.cores; ++k) {
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(k));
+    std::vector<int> cpus;
+    if (core && core->cpuset) {
+      for (int c = hwloc_bitmap_first(core->cpuset); c >= 0;
+           c = hwloc_bitmap_next(core->cpuset, c)) {
+        cpus.push_back(c);
+      }
+    }
+    if (!cpus.empty()) v.coreCpus.push_back(std::move(cpus));
+  }
   // PCI devices by class: display controllers and processing accelerators are GPUs, network
   // controllers (Ethernet, InfiniBand ...) are NICs. Counting PCI functions, not OS devices,
   // counts a GPU once although it shows up as several OS devices (cuda0, nvml0, card0).
@@ -82,6 +98,45 @@ RankSummary localRankSummary() {
   s.boundNuma = v.boundNuma;
 #endif
   return s;
+}
+
+namespace {
+
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}.
+std::vector<int> parseCpuList(const std::string& text) {
+  std::vector<int> cpus;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find(',', i);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(i, end - i);
+    const size_t dash = part.find('-');
+    const int lo = std::atoi(part.c_str());
+    const int hi = dash == std::string::npos ? lo : std::atoi(part.c_str() + dash + 1);
+    for (int c = lo; c <= hi && c - lo < 65536; ++c) cpus.push_back(c);
+    i = end + 1;
+  }
+  return cpus;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> localCoreCpus() {
+  std::vector<std::vector<int>> cores;
+#ifdef MTXCOMM_HAVE_HWLOC
+  cores = hwlocView().coreCpus;
+#endif
+  if (!cores.empty()) return cores;
+  if (FILE* f = std::fopen("/sys/devices/system/cpu/online", "r")) {
+    char buf[4096] = {0};
+    if (std::fgets(buf, sizeof(buf) - 1, f)) {
+      std::string text(buf);
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+      for (int c : parseCpuList(text)) cores.push_back({c});
+    }
+    std::fclose(f);
+  }
+  return cores;
 }
 
 }  // namespace mtxcomm

@@ -6,12 +6,18 @@
 #ifndef MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
 #define MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
 
+#include <vector>
+
 #include "lib/base/topology.h"
 
 namespace mtxcomm {
 
 // This rank's summary: hwloc when built with it, otherwise only the node identity.
 RankSummary localRankSummary();
+
+// The node's cores in hwloc's logical order, each with the OS indexes of its hardware threads
+// (CPUs); without hwloc, every online CPU (/sys/devices/system/cpu/online) as one core.
+std::vector<std::vector<int>> localCoreCpus();
 
 }  // namespace mtxcomm
 

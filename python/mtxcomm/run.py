@@ -6,10 +6,19 @@ script data-parallel (--transparent).
     mtxrun -np 8 -H node1:4,node2:4 --transparent python train.py
 
 mtxrun is a thin wrapper: it builds one mpirun command line (shown with --dry-run) and runs it.
-Beyond -np, -H/--host and --hostfile it adds: --bind-to none (TensorFlow uses many threads per
-rank), --oversubscribe when -np exceeds this machine's cores and no host is given,
---allow-run-as-root when run by root, -x for PYTHONPATH and every MTXCOMM_* variable. Options
-for mpirun itself go after --mpi-args.
+Beyond -np, -H/--host and --hostfile it adds:
+  - placement: each rank gets its share of the node's cores, cores // ranks (at least 1, or
+    --threads-per-rank N). On this machine (no -H/--hostfile) the ranks are bound to their cores
+    through Open MPI's own options (--map-by slot:PE=N --bind-to core) and the thread pools are
+    sized before TensorFlow starts (TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS,
+    OMP_NUM_THREADS = N); a variable the user set is passed on as it is. More ranks than cores:
+    the ranks share the cores (--bind-to none --oversubscribe, one thread each; one warning).
+    With -H/--hostfile mpirun binds nothing (--bind-to none): mtxcomm binds every rank to its
+    share at init and the TensorFlow binding sizes its pools from it (MTXCOMM_PLACEMENT).
+  - --allow-run-as-root when run by root, -x for PATH, PYTHONPATH, LD_LIBRARY_PATH, VIRTUAL_ENV
+    and every MTXCOMM_* variable, --timeline PATH (MTXCOMM_TIMELINE).
+--dry-run prints the command, and on stderr the placement and why. Options for mpirun itself go
+after --mpi-args.
 """
 
 import argparse
@@ -35,12 +44,75 @@ def _parser():
     p.add_argument("--all-ranks-output", action="store_true",
                    help="with --transparent: keep the standard output of every rank (default: "
                         "rank 0 only)")
+    p.add_argument("--threads-per-rank", type=int, default=None, metavar="N",
+                   help="threads (and cores) per rank instead of this machine's cores // ranks")
+    p.add_argument("--timeline", metavar="PATH",
+                   help="write a Chrome trace per rank (MTXCOMM_TIMELINE; \"{rank}\" in PATH "
+                        "is replaced by the rank, else rank r writes PATH.r)")
     p.add_argument("--mpi-args", default="",
                    help="extra arguments for mpirun, one string (e.g. \"--mca btl tcp,self\")")
     p.add_argument("--dry-run", action="store_true", help="print the mpirun command, run nothing")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program and its arguments (e.g. python train.py --epochs 3)")
     return p
+
+
+def physical_cores():
+    """This machine's physical cores that this process may use (hardware threads of one core
+    count once), from /sys; os.cpu_count() where /sys has no topology."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in allowed:
+        path = "/sys/devices/system/cpu/cpu%d/topology/core_cpus_list" % cpu
+        if not os.path.exists(path):
+            path = "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list" % cpu
+        try:
+            with open(path) as f:
+                cores.add(f.read().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+_THREAD_VARS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+
+
+def placement(args, env):
+    """(mpirun arguments, {variable: value} to set, [lines saying why])."""
+    if args.threads_per_rank is not None and args.threads_per_rank < 1:
+        raise SystemExit("mtxrun: --threads-per-rank must be >= 1, got %d"
+                         % args.threads_per_rank)
+    why = []
+    if args.hosts or args.hostfile:
+        why.append("hosts given: mpirun binds nothing; mtxcomm binds each rank to its share of "
+                   "its node's cores at init and sizes TensorFlow's pools from it")
+        threads = {}
+        if args.threads_per_rank:
+            threads = {v: str(args.threads_per_rank) for v in _THREAD_VARS}
+        return ["--bind-to", "none"], threads, why
+    cores = physical_cores()
+    if args.np > cores:
+        share = args.threads_per_rank or 1
+        why.append("%d ranks on %d cores: the ranks share the cores (not bound), %d thread(s) "
+                   "each" % (args.np, cores, share))
+        sys.stderr.write("mtxrun: warning: %d ranks on a machine with %d cores: the ranks share "
+                         "the cores (not bound), %d thread(s) each\n" % (args.np, cores, share))
+        mpi = ["--bind-to", "none", "--oversubscribe"]
+    else:
+        share = args.threads_per_rank or max(1, cores // args.np)
+        if args.np * share <= cores:
+            mpi = ["--map-by", "slot:PE=%d" % share, "--bind-to", "core"]
+            why.append("%d rank(s) on %d cores: %d core(s) per rank, bound by mpirun (%s)"
+                       % (args.np, cores, share, " ".join(mpi)))
+        else:
+            mpi = ["--bind-to", "none"]
+            why.append("--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
+                       % (share, args.np, cores))
+    threads = {v: str(share) for v in _THREAD_VARS}
+    return mpi, threads, why
 
 
 def build_command(args, environ=None):
@@ -59,13 +131,21 @@ def build_command(args, environ=None):
                          "apt install openmpi-bin)")
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise SystemExit("mtxrun: --hostfile %s does not exist" % args.hostfile)
-    argv = [mpirun, "-np", str(args.np), "--bind-to", "none"]
+    mpi_placement, threads, why = placement(args, env)
+    argv = [mpirun, "-np", str(args.np)] + mpi_placement
     if args.hosts:
         argv += ["--host", args.hosts]
     if args.hostfile:
         argv += ["--hostfile", args.hostfile]
-    if not args.hosts and not args.hostfile and args.np > (os.cpu_count() or 1):
-        argv.append("--oversubscribe")
+    for var, value in threads.items():
+        if env.get(var):
+            why.append("%s=%s kept as you set it" % (var, env[var]))
+        else:
+            env[var] = value
+    if threads:
+        why.append("thread pools: " + ", ".join("%s=%s" % (v, env[v]) for v in threads))
+    if args.timeline:
+        env["MTXCOMM_TIMELINE"] = os.path.abspath(args.timeline)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     if args.all_ranks_output and not args.transparent:
@@ -78,7 +158,7 @@ def build_command(args, environ=None):
         env["MTXCOMM_TRANSPARENT"] = "1"
         if args.all_ranks_output:
             env["MTXCOMM_TRANSPARENT_OUTPUT"] = "all"
-    exported = ["PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV"]
+    exported = ["PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV"] + list(threads)
     exported += sorted(k for k in env if k.startswith("MTXCOMM_"))
     for k in exported:
         if k in env:
@@ -88,6 +168,7 @@ def build_command(args, environ=None):
     except ValueError as e:
         raise SystemExit("mtxrun: --mpi-args %r: %s" % (args.mpi_args, e))
     argv += command
+    build_command.why = why
     return argv, env
 
 
@@ -95,6 +176,8 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     cmd, env = build_command(args)
     if args.dry_run:
+        for line in getattr(build_command, "why", []):
+            sys.stderr.write("# placement: %s\n" % line)
         print(" ".join(shlex.quote(c) for c in cmd))
         return 0
     try:

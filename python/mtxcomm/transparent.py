@@ -19,14 +19,23 @@ before the user's script runs. Nothing in the script changes. What is hooked:
   XLA compilation of the train step is turned off (the collective ops have no XLA kernel);
   on ranks other than 0, ``verbose`` is 0 and ModelCheckpoint, BackupAndRestore, TensorBoard
   and CSVLogger callbacks are dropped;
-- ``keras.Model.evaluate`` / ``predict``: ``verbose=0`` on ranks other than 0 (each rank
-  evaluates the whole data: the results are the same everywhere);
+- input: a NumPy input (arrays, or lists/dicts of arrays) goes to Keras as an array of row
+  indices, so Keras' own batching and shuffling (the 1-process run's order, same seed) pick the
+  rows of every global batch and each rank gathers only its own share of them; a ``tf.data``
+  dataset is mapped so that each rank keeps only its rows of every global batch (the rebatch of
+  Keras' distribution code; what the pipeline computes before batching still runs on every
+  rank, as with TensorFlow's own DATA sharding); other inputs (generators, PyDataset) are cut
+  in the train step;
+- ``keras.Model.evaluate`` / ``predict`` are distributed too: each rank computes on its rows
+  of every batch; evaluate sums the metrics' state over the ranks (as tf.distribute does) so
+  the results are the 1-process ones; predict gathers every batch's outputs in rank order, so
+  they come back in the input's order on every rank; ``verbose=0`` on ranks other than 0;
 - ``keras.Model.save``, ``save_weights`` and ``keras.saving.save_model``: write on rank 0 only.
 
-Limits: only Keras 3 ``Model.fit`` training is made distributed (a custom training loop with
-``tf.GradientTape`` needs ``mtxcomm.tensorflow`` explicitly); every rank reads the whole input
-pipeline (data loading is replicated, compute is split); the batch size stays the global batch;
-SparseTensor inputs are not split.
+Limits: a custom training loop with ``tf.GradientTape`` needs ``mtxcomm.tensorflow``
+explicitly; the batch size stays the global batch; SparseTensor inputs are not split; with
+``class_weight`` a NumPy input is cut in the train step (Keras needs the labels in its
+pipeline).
 """
 
 import functools
@@ -120,6 +129,7 @@ def _patch_keras(keras):
                      if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback()]
         callbacks = callbacks + user_callbacks
         arguments["callbacks"] = callbacks
+        _shard_input(self, arguments, tf_module())
         return original_fit(*bound.args, **bound.kwargs)
 
     model_cls.fit = fit
@@ -128,16 +138,23 @@ def _patch_keras(keras):
         original = getattr(model_cls, name)
         sig = inspect.signature(original)
 
-        def quiet(original=original, sig=sig):
+        def distributed(original=original, sig=sig, name=name):
             @functools.wraps(original)
             def method(self, *args, **kwargs):
                 bound = sig.bind(self, *args, **kwargs)
                 if rank != 0:
                     bound.arguments["verbose"] = 0
-                return original(*bound.args, **bound.kwargs)
+                _make_data_parallel(self, keras, hvd)
+                if name == "evaluate":
+                    self._mtx_evaluating = getattr(self, "_mtx_evaluating", 0) + 1
+                try:
+                    return original(*bound.args, **bound.kwargs)
+                finally:
+                    if name == "evaluate":
+                        self._mtx_evaluating -= 1
             return method
 
-        setattr(model_cls, name, quiet())
+        setattr(model_cls, name, distributed())
 
     if rank != 0:
         def skip(*args, **kwargs):
@@ -148,52 +165,165 @@ def _patch_keras(keras):
         keras.models.save_model = skip
 
 
-def _make_data_parallel(model, keras, hvd):
+def tf_module():
     import tensorflow as tf
+    return tf
 
-    if model.optimizer is None:
-        return  # Keras raises its own error: the model is not compiled
-    hvd.DistributedOptimizer(model.optimizer)
+
+def _share(batch, n, r):
+    """This rank's rows [B*r/N, B*(r+1)/N) of a global batch of B rows, as (start, end, count);
+    a share of no rows (a last batch smaller than the ranks) becomes one row, weighted 0."""
+    tf = tf_module()
+    start = batch * r // n
+    end = batch * (r + 1) // n
+    count = end - start
+    start = tf.where(count > 0, start, tf.zeros_like(start))
+    end = tf.where(count > 0, end, tf.minimum(tf.ones_like(end), batch))
+    return start, end, count
+
+
+def _take(data, start, end):
+    tf = tf_module()
+    flat = tf.nest.flatten(data)
+
+    def cut(t):
+        if t is None:
+            return None
+        if isinstance(t, tf.SparseTensor):
+            raise ValueError("mtxrun --transparent cannot split SparseTensor inputs")
+        return t[start:end]
+
+    return tf.nest.pack_sequence_as(data, [cut(t) for t in flat])
+
+
+def _rows(data):
+    tf = tf_module()
+    first = next(t for t in tf.nest.flatten(data) if t is not None)
+    return tf.shape(first, out_type=tf.int64)[0]
+
+
+def _numpy_structure(x):
+    """x as a structure of NumPy arrays of one length, or None when it is not one."""
+    import numpy as np
+    tf = tf_module()
+    if x is None:
+        return None
+    flat = tf.nest.flatten(x)
+    if not flat or not all(isinstance(a, np.ndarray) and a.ndim >= 1 for a in flat):
+        return None
+    n = len(flat[0])
+    return x if all(len(a) == n for a in flat) else None
+
+
+def _shard_input(model, arguments, tf):
+    """Each rank produces only its rows of every global batch (see the module docstring)."""
+    previous = getattr(model, "_mtx_input", None)
+    _choose_input(model, arguments, tf)
+    if model._mtx_input != previous:
+        model.train_function = None  # traced for the other kind of input
+
+
+def _choose_input(model, arguments, tf):
+    import math
+    import numpy as np
+    x, y = arguments.get("x"), arguments.get("y")
+    sw = arguments.get("sample_weight")
+    if isinstance(x, tf.data.Dataset) and getattr(model, "built", False):
+        # (Keras inspects the first element to build a model that is not built yet: such a
+        # model's data is cut in the train step instead.)
+        n, r = model._mtx_size, model._mtx_rank
+
+        def mine(*element):
+            data = element[0] if len(element) == 1 else element
+            start, end, _ = _share(_rows(data), n, r)
+            return _take(data, start, end), _rows(data)
+
+        arguments["x"] = x.map(mine, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=True)
+        model._mtx_input = "dataset"
+        return
+    if arguments.get("class_weight") is not None or _numpy_structure(x) is None:
+        model._mtx_input = "step"
+        return
+    for other in (y, sw):
+        if other is not None and _numpy_structure(other) is None:
+            model._mtx_input = "step"
+            return
+    rows = len(tf.nest.flatten(x)[0])
+    if any(len(a) != rows for a in tf.nest.flatten((y, sw)) if a is not None):
+        model._mtx_input = "step"  # Keras reports the mismatch itself
+        return
+    split = arguments.get("validation_split") or 0.0
+    if split and arguments.get("validation_data") is None:
+        # Keras' own split (the last fraction of the rows), done here so that validation sees
+        # the rows themselves.
+        at = int(math.floor(rows * (1.0 - split)))
+        arguments["validation_data"] = tf.nest.map_structure(
+            lambda a: None if a is None else a[at:], (x, y, sw))
+        if sw is None:
+            arguments["validation_data"] = arguments["validation_data"][:2]
+        x, y, sw = tf.nest.map_structure(lambda a: None if a is None else a[:at], (x, y, sw))
+        arguments["validation_split"] = 0.0
+        rows = at
+    # The arrays stay here; Keras batches and shuffles their row indices exactly as it would
+    # batch and shuffle the rows (the permutation does not depend on the data).
+    model._mtx_arrays = tf.nest.map_structure(
+        lambda a: None if a is None else tf.constant(a), (x, y, sw))
+    arguments["x"] = np.arange(rows, dtype=np.int64)
+    arguments["y"] = None
+    arguments["sample_weight"] = None
+    model._mtx_input = "indices"
+
+
+def _make_data_parallel(model, keras, hvd):
+    tf = tf_module()
+
+    if model.optimizer is not None:
+        hvd.DistributedOptimizer(model.optimizer)
     if getattr(model, "_mtx_sharded", False):
         return
     if getattr(model, "jit_compile", False):
         model.jit_compile = False
     original_step = model.train_step
+    original_test = model.test_step
+    original_predict = model.predict_step
     n, r = hvd.size(), hvd.rank()
+    object.__setattr__(model, "_mtx_size", n)
+    object.__setattr__(model, "_mtx_rank", r)
+    object.__setattr__(model, "_mtx_input", "step")
     # Rows this rank trained on in the epoch: the weight of its logs (its share of each batch
     # can be uneven). A plain attribute, not a Keras-tracked variable: never saved with the model.
     rows = tf.Variable(0.0, dtype=tf.float64, trainable=False)
     object.__setattr__(model, "_mtx_rows", rows)
 
-    def train_step(data):
-        flat = tf.nest.flatten(data)
-        first = next(t for t in flat if t is not None)
-        batch = tf.shape(first, out_type=tf.int64)[0]
-        start = batch * r // n
-        end = batch * (r + 1) // n
-        count = end - start
-        # A share of no rows (a last batch smaller than the ranks): one row, weighted 0.
-        start = tf.where(count > 0, start, tf.zeros_like(start))
-        end = tf.where(count > 0, end, tf.ones_like(end))
+    def local_batch(data):
+        """(this rank's rows of the global batch, its row count, the global batch's rows)."""
+        mode = getattr(model, "_mtx_input", "step")
+        if mode == "dataset":
+            # The pipeline kept this rank's rows (an empty share: one row, weighted 0).
+            local, batch = data
+            _, _, count = _share(batch, n, r)
+            return local, count, batch
+        if mode == "indices":
+            index = tf.nest.flatten(data)[0]
+            batch = tf.shape(index, out_type=tf.int64)[0]
+            start, end, count = _share(batch, n, r)
+            mine = index[start:end]
+            local = tf.nest.map_structure(
+                lambda a: None if a is None else tf.gather(a, mine), model._mtx_arrays)
+            x, y, sw = local
+            return (x, y, sw) if sw is not None else ((x, y) if y is not None else (x,)), \
+                count, batch
+        batch = _rows(data)
+        start, end, count = _share(batch, n, r)
+        return _take(data, start, end), count, batch
 
-        def take(t):
-            if t is None:
-                return None
-            if isinstance(t, tf.SparseTensor):
-                raise ValueError("mtxrun --transparent cannot split SparseTensor inputs")
-            return t[start:end]
-
-        local = tf.nest.pack_sequence_as(data, [take(t) for t in flat])
-        rows.assign_add(tf.cast(count, tf.float64))
-        hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
-        # A rank with no rows of this batch trains on one row weighted 0; its metrics (loss
-        # tracker included) must not count that row: they are put back after the step.
+    def unchanged_metrics(count, step):
+        """Runs step; a rank with no rows of this batch trained on one row weighted 0: its
+        metrics (loss tracker included) must not count that row, they are put back after."""
         metric_vars = [v for m in model.metrics for v in m.variables]
         before = [tf.identity(v.value if hasattr(v, "value") else v) for v in metric_vars]
-        try:
-            logs = original_step(local)
-        finally:
-            hvd._step_state.grad_scale = None
+        logs = step()
 
         def restore():
             for v, b in zip(metric_vars, before):
@@ -203,9 +333,52 @@ def _make_data_parallel(model, keras, hvd):
         tf.cond(count > 0, lambda: tf.constant(False), restore)
         return logs
 
+    def train_step(data):
+        local, count, batch = local_batch(data)
+        rows.assign_add(tf.cast(count, tf.float64))
+        hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
+        try:
+            return unchanged_metrics(count, lambda: original_step(local))
+        finally:
+            hvd._step_state.grad_scale = None
+
+    def test_step(data):
+        batch = _rows(data)
+        start, end, count = _share(batch, n, r)
+        return unchanged_metrics(count, lambda: original_test(_take(data, start, end)))
+
+    def predict_step(data):
+        batch = _rows(data)
+        start, end, count = _share(batch, n, r)
+        out = original_predict(_take(data, start, end))
+        # Every rank gets the whole batch's outputs, in rank order: the input's order.
+        flat = tf.nest.flatten(out)
+        gathered = [hvd.allgather(t[:count], name="mtxcomm.transparent.predict/%d" % i)
+                    for i, t in enumerate(flat)]
+        return tf.nest.pack_sequence_as(out, gathered)
+
     model.train_step = train_step
+    model.test_step = test_step
+    model.predict_step = predict_step
+    original_results = model._get_metrics_result_or_logs
+
+    def summed_results(logs):
+        # evaluate: each rank's metric state covers its rows; their sum is the state of the
+        # whole data (tf.distribute's SUM aggregation of metric variables).
+        if getattr(model, "_mtx_evaluating", 0):
+            variables = [v for m in model.metrics for v in m.variables]
+            if variables:
+                totals = hvd.grouped_allreduce([tf.convert_to_tensor(v) for v in variables],
+                                               op=hvd.Sum, name="mtxcomm.transparent.metrics")
+                for v, t in zip(variables, totals):
+                    v.assign(t)
+        return original_results(logs)
+
+    object.__setattr__(model, "_get_metrics_result_or_logs", summed_results)
     model._mtx_sharded = True
     model.train_function = None
+    model.test_function = None
+    model.predict_function = None
 
 
 def _RowWeightedLogs(rows, keras, hvd):

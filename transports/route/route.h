@@ -7,7 +7,7 @@
 // none). Every rank then holds the same table and computes the same choice for each pair, in
 // priority order:
 //   1. shm   peers on this node: the communicator's shared-memory segment carries the node-local
-//            collectives (Comm::setupShm when the whole communicator is on one node; the
+//            collectives (Comm::setup when the whole communicator is on one node; the
 //            node-local communicators of hierarchical algorithms otherwise);
 //   2. ucx   peers on other nodes, when every rank has UCX (built with it and a working worker);
 //            point-to-point messages to node-local peers then also go through UCX, which moves

@@ -1,11 +1,13 @@
 #include "transports/shm/shm_group.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,6 +150,8 @@ struct alignas(128) ShmGroup::Control {
   SharedSignature postCall[2];     // the call of posted chunk g, at g % 2
   std::atomic<uint64_t> smallPosted, smallConsumed;
   SharedSignature smallCall[ShmGroup::kSmallSlots];  // the call of small message i
+  std::atomic<uint32_t> wakeSeq;      // futex word: bumped to wake this rank's notify waiter
+  std::atomic<uint64_t> notifyCycle;  // the highest cycle a peer asked this rank to join
   char reason[1024];
 };
 
@@ -243,6 +247,59 @@ ShmGroup::Control& ShmGroup::control(int r) const {
 char* ShmGroup::slot(int set, int r) const {
   char* data = base_ + kHeaderBytes + roundUp(sizeof(Control) * size_, kAlign);
   return data + (static_cast<size_t>(set) * size_ + r) * roundUp(slotBytes_, kAlign);
+}
+
+namespace {
+
+// The futex word is in memory shared between processes: no FUTEX_PRIVATE_FLAG.
+void futexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, Clock::duration left) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+}  // namespace
+
+void ShmGroup::notify(uint64_t cycle) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    Control& c = control(q);
+    uint64_t old = c.notifyCycle.load(std::memory_order_relaxed);
+    while (old < cycle &&
+           !c.notifyCycle.compare_exchange_weak(old, cycle, std::memory_order_release)) {
+    }
+    c.wakeSeq.fetch_add(1, std::memory_order_release);
+    futexWake(&c.wakeSeq);
+  }
+}
+
+ShmGroup::NotifyState ShmGroup::notifyState() const {
+  Control& c = control(rank_);
+  NotifyState st;
+  st.token = c.wakeSeq.load(std::memory_order_acquire);
+  st.cycle = c.notifyCycle.load(std::memory_order_acquire);
+  return st;
+}
+
+ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_point deadline) {
+  Control& c = control(rank_);
+  for (;;) {
+    const NotifyState now = notifyState();
+    if (now.token != seen.token || now.cycle != seen.cycle) return now;
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return now;
+    futexWait(&c.wakeSeq, static_cast<uint32_t>(seen.token), left);
+  }
+}
+
+void ShmGroup::wakeup() {
+  Control& c = control(rank_);
+  c.wakeSeq.fetch_add(1, std::memory_order_release);
+  futexWake(&c.wakeSeq);
 }
 
 void ShmGroup::abort(const std::string& reason) {

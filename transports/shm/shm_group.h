@@ -11,7 +11,7 @@
 // and rank 0 unlinks it as soon as all have mapped it — a job killed at any later point leaves
 // nothing in /dev/shm.
 //
-// Waiting: spin briefly, then yield, then sleep (lib/backoff.h); while sleeping, check the
+// Waiting: spin briefly, then yield, then sleep (lib/base/backoff.h); while sleeping, check the
 // deadline, the peers' abort flags and whether their processes still exist, so a SIGKILLed
 // peer becomes MTXCOMM_REMOTE_ERROR naming it within ~0.1 s.
 #ifndef MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
@@ -83,6 +83,22 @@ class ShmGroup {
   // with MTXCOMM_INVALID_USAGE when a peer arrives with a different call — the ranks disagree on
   // the collective, count, datatype, op or root — naming both.
   void setCall(const CallSignature& call) { call_ = call; }
+  // Notifications, for event-driven engines over the group (lib/comm, the C API's
+  // mtxcomm_comm_notify): notify(cycle) asks every other rank to join cycle `cycle` (the
+  // highest asked is kept) and wakes its waiter; wakeup() wakes this rank's waiter (any thread
+  // of this process). waitNotify sleeps on a futex until the state differs from seen (taken
+  // with notifyState() before the caller checked its own work, so no wakeup is lost) or the
+  // deadline, and returns the new state. notify and waitNotify: the thread that uses the
+  // group; notifyState and wakeup: any thread.
+  struct NotifyState {
+    uint64_t token = 0;  // changes with every wakeup or notification
+    uint64_t cycle = 0;  // the highest cycle a peer asked this rank to join
+  };
+  void notify(uint64_t cycle);
+  NotifyState notifyState() const;
+  NotifyState waitNotify(const NotifyState& seen, Clock::time_point deadline);
+  void wakeup();
+
   // Marks this rank aborted with a reason, for the peers' waits.
   void abort(const std::string& reason);
   // Sets the deadline budget per wait.

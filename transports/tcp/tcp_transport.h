@@ -7,7 +7,7 @@
 // from every higher one; the handshake carries the job id and both ranks, so a stray connection
 // (another job, a port scanner) is dropped, not taken for a peer.
 //
-// Environment (read in one place, tcp_transport.cc readTcpEnv()):
+// Environment (read in one place, tcp_bootstrap.cc readTcpEnv()):
 //   MTXCOMM_TCP_IFADDR  IPv4 address to listen on (default 0.0.0.0, every interface).
 //   MTXCOMM_TCP_HOST    host name or IPv4 address the other ranks use to reach this rank
 //                       (default: MTXCOMM_TCP_IFADDR when set, else 127.0.0.1 — one node).

@@ -51,6 +51,57 @@ def init(comm=None, process_sets=None):
         raise NotImplementedError("mtxcomm.tensorflow.init: comm and process_sets are not "
                                   "supported; every rank of the job is one communicator")
     _engine.init()
+    _size_thread_pools()
+
+
+def _log_info(msg):
+    import os
+    if os.environ.get("MTXCOMM_LOG_LEVEL", "").upper() in ("INFO", "DEBUG", "TRACE"):
+        import sys
+        sys.stderr.write("[mtxcomm rank %d] INFO %s\n" % (_engine.rank(), msg))
+
+
+_pools_sized = False
+
+
+def _size_thread_pools():
+    """TensorFlow's intra-op and inter-op pools sized to this rank's share of its node's cores
+    (mtxcomm_comm_cpu_share; the README's "Placement"), so that the ranks of a node do not run
+    more busy threads than it has cores. A value the user set wins: TF_NUM_INTRAOP_THREADS /
+    TF_NUM_INTEROP_THREADS in the environment, or tf.config.threading called before init().
+    TensorFlow fixes its pools when it runs its first op: after that they stay as they are (one
+    warning says so; mtxrun sets the variables before TensorFlow starts)."""
+    global _pools_sized
+    import os
+    if _pools_sized:
+        return
+    _pools_sized = True
+    share = int(_engine.cpu_share())
+    if share < 1:
+        return
+    threading = tf.config.threading
+    done = []
+    for env, getter, setter, value in (
+            ("TF_NUM_INTRAOP_THREADS", threading.get_intra_op_parallelism_threads,
+             threading.set_intra_op_parallelism_threads, share),
+            ("TF_NUM_INTEROP_THREADS", threading.get_inter_op_parallelism_threads,
+             threading.set_inter_op_parallelism_threads, share)):
+        if os.environ.get(env) or getter() != 0:
+            _log_info("placement: %s kept as the user set it (%s)"
+                      % (env, os.environ.get(env) or getter()))
+            continue
+        try:
+            setter(value)
+            done.append("%s=%d" % (env, value))
+        except RuntimeError:
+            import warnings
+            warnings.warn("mtxcomm.tensorflow: TensorFlow's thread pools were created before "
+                          "init(), so they keep their size (every core of the node on every "
+                          "rank); call init() before running any TensorFlow op, or launch with "
+                          "mtxrun, which sets %s=%d" % (env, value))
+            return
+    if done:
+        _log_info("placement: this rank's share is %d core(s): %s" % (share, ", ".join(done)))
 
 
 def shutdown():
@@ -109,6 +160,25 @@ def cross_size():
 
 def mpi_threads_supported():
     return True
+
+
+def cpu_share():
+    """This rank's share of its node's cores: the threads its work should use."""
+    _check_init("cpu_share")
+    return int(_engine.cpu_share())
+
+
+def join():
+    """Tells the other ranks that this rank has no more data (Horovod's join): until every rank
+    has joined, the allreduces the others submit proceed with this rank contributing zeros
+    (reducescatter: zeros; allgather: no rows; broadcast: received and dropped, a joined root
+    is an error). Average still divides by size(): to average over the ranks that contributed,
+    use op=Sum and divide by their number (for instance an allreduce of 1.0 per active rank).
+    Returns, on every rank, the last rank to join (an int eagerly, an int32 tensor in a graph).
+    Collective: every rank must call it."""
+    _check_init("join")
+    last = _ops.mtxcomm_join()
+    return int(last.numpy()) if tf.executing_eagerly() else last
 
 
 def _collective_count():
@@ -383,7 +453,16 @@ def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
         dense_idx.append(i)
         dense.append(g)
     if dense:
-        reduced = grouped_allreduce(dense, op=op, compression=compression, name=name)
+        if tf.executing_eagerly():
+            # Eagerly every op waits for its result: one request for all of them.
+            reduced = grouped_allreduce(dense, op=op, compression=compression, name=name)
+        else:
+            # In a graph (tf.function, Keras' train_step) one op per gradient, not chained: each
+            # starts as soon as its gradient exists, so the allreduce of a late layer overlaps
+            # the backward pass of the earlier ones; the engine fuses those ready together.
+            reduced = [allreduce(g, op=op, compression=compression,
+                                 name=None if name is None else "%s/%d" % (name, k))
+                       for k, g in enumerate(dense)]
         for i, r in zip(dense_idx, reduced):
             out[i] = r
     return out
@@ -431,5 +510,5 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "Sum", "Average", "Min", "Max", "Product", "Compression",
     "allreduce", "grouped_allreduce", "broadcast", "allgather", "reducescatter",
-    "broadcast_variables", "broadcast_object", "DistributedGradientTape",
+    "broadcast_variables", "broadcast_object", "DistributedGradientTape", "join", "cpu_share",
 ]

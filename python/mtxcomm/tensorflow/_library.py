@@ -30,3 +30,28 @@ except tf.errors.NotFoundError as e:
         "environment. Cause: %s" % (_PATH, tf.__version__, e)) from e
 # ... and the same file, already open, is the engine's Python module.
 engine = importlib.import_module("mtxcomm.tensorflow._mtxcomm_tf")
+
+
+# The ops run collectives: tf.function must keep them (they are stateful) but must not chain them
+# in program order as it does other stateful ops (automatic control dependencies), or the
+# collectives of one step would run one at a time, unfused, and two ranks whose traced graphs
+# order two independent collectives differently would deadlock. TensorFlow's own list of such
+# ops (run, in any order) takes them.
+OP_TYPES = frozenset(("MtxcommAllreduce", "MtxcommGroupedAllreduce", "MtxcommBroadcast",
+                      "MtxcommAllgather", "MtxcommReducescatter", "MtxcommJoin"))
+
+
+def _register_order_insensitive():
+    from tensorflow.python.framework import auto_control_deps as acd
+    current = getattr(acd, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS", None)
+    if current is None:
+        import warnings
+        warnings.warn("mtxcomm.tensorflow: this TensorFlow has no "
+                      "auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS; collectives "
+                      "inside tf.function run in program order (no fusion across them)")
+        return
+    if not OP_TYPES <= current:
+        acd.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(current | OP_TYPES)
+
+
+_register_order_insensitive()

@@ -18,7 +18,8 @@ import tensorflow as tf
 from mtxcomm.tensorflow import (  # noqa: F401  (re-exported, as Horovod's keras module does)
     Adasum, Average, Compression, Max, Min, Product, Sum, allgather, allreduce,
     broadcast, broadcast_object, broadcast_variables, cross_rank, cross_size,
-    grouped_allreduce, init, is_initialized, local_rank, local_size, rank, reducescatter,
+    grouped_allreduce, init, is_initialized, join, cpu_share, local_rank, local_size, rank,
+    reducescatter,
     shutdown, size, DistributedGradientTape, _allreduce_gradients, _collective_count,
     _resolve_op)
 from mtxcomm.tensorflow.keras import callbacks  # noqa: F401
