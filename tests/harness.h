@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "lib/base/topology.h"
 #include "lib/comm/c_api.h"
 #include "lib/comm/comm.h"
-#include "lib/base/topology.h"
 #include "transports/inproc/inproc_transport.h"
 
 namespace mtxcomm {

@@ -1,7 +1,7 @@
-// Tests for the CPU reduction kernels and the datatype tables (lib/reduce.h, lib/dtype.h).
-// Every expectation is computed here by a straightforward scalar reference that does not share
-// code with the kernels: integer results in 128-bit arithmetic reduced mod 2^bits, 16-bit float
-// conversions by searching the sorted table of representable values.
+// Tests for the CPU reduction kernels and the datatype tables (lib/base/reduce.h,
+// lib/base/dtype.h). Every expectation is computed here by a straightforward scalar reference that
+// does not share code with the kernels: integer results in 128-bit arithmetic reduced mod 2^bits,
+// 16-bit float conversions by searching the sorted table of representable values.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "harness.h"
-#include "lib/comm/cost_model.h"
 #include "lib/base/liveness.h"
+#include "lib/comm/cost_model.h"
 #include "lib/comm/select.h"
 #include "lib/comm/topology_probe.h"
 

@@ -1,8 +1,9 @@
 // The UCX transport in one process: each rank is a thread with its own UCX worker, bootstrapped
 // over the in-process transport by the same route (transports/route) init_from_env uses, forced
-// to UCX. Collectives through the public C API against the closed-form data of tests/common,
-// the per-peer route table, and the transport contract: size mismatch, timeout naming the peer,
-// abort frames, split views that never match each other's messages.
+// to UCX (tests/common/ucx_transports.h). Collectives through the public C API against the
+// closed-form data of tests/common, the per-peer route table, the eager limit and messages above
+// 1 GiB. The transport contract (size mismatch, timeout naming the peer, abort frames, split
+// views, ...) runs over UCX in tests/test_transport_contract.cc.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,11 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/test_util.h"
+#include "common/ucx_transports.h"
+#include "lib/base/error.h"
 #include "lib/comm/c_api.h"
 #include "lib/comm/comm.h"
-#include "lib/base/error.h"
 #include "mp/mp_check.h"
-#include "transports/inproc/inproc_transport.h"
 #include "transports/route/route.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -26,29 +28,9 @@ namespace {
 
 using testdata::Case;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// n UCX transports (with their route tables), made collectively on n threads.
-std::vector<RoutedTransport> makeUcxTransports(int n) {
-  auto inproc = makeInprocTransports(n);
-  std::vector<RoutedTransport> out(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back(
-        [&, r] { out[r] = routeTransport(std::move(inproc[r]), "ucx", 30.0, size_t{4} << 20); });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
-
-// Runs fn(rank) on n threads.
-void onRanks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { fn(r); });
-  for (auto& t : threads) t.join();
-}
+using testutil::contains;
+using testutil::makeUcxTransports;
+using testutil::runThreads;
 
 Clock::time_point in(double seconds) {
   return Clock::now() + std::chrono::microseconds(static_cast<long>(seconds * 1e6));
@@ -89,7 +71,7 @@ TEST(Ucx, CollectivesMatchTheFormula) {
         std::vector<Case> cases;
         mp::appendCases(cases, coll, algo, n, {MTXCOMM_INT32, MTXCOMM_BFLOAT16, MTXCOMM_FLOAT32},
                         {MTXCOMM_SUM, MTXCOMM_MAX}, {0, 1, static_cast<size_t>(n) + 1, 70001});
-        onRanks(n, [&](int r) {
+        runThreads(n, [&](int r) {
           mtxcomm_comm_t comm =
               wrapComm(std::make_unique<Comm>(std::move(ts[r].transport), cfg, 0));
           for (const Case& c : cases) {
@@ -102,33 +84,6 @@ TEST(Ucx, CollectivesMatchTheFormula) {
       }
     }
   }
-}
-
-TEST(Ucx, SizeMismatchIsAnInternalErrorNamingThePeer) {
-  auto ts = makeUcxTransports(2);
-  onRanks(2, [&](int r) {
-    Transport& t = *ts[r].transport;
-    char buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    std::vector<RequestPtr> reqs;
-    if (r == 0) {
-      reqs.push_back(t.isend(1, 5, buf, 8));
-      try {
-        t.waitAll(reqs, in(2));
-      } catch (const Error&) {
-        // The send may or may not complete, depending on whether the receiver failed first.
-      }
-    } else {
-      reqs.push_back(t.irecv(0, 5, buf, 4));
-      try {
-        t.waitAll(reqs, in(10));
-        ADD_FAILURE() << "a 4-byte receive matched an 8-byte send without an error";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), MTXCOMM_INTERNAL_ERROR) << e.what();
-        EXPECT_TRUE(contains(e.what(), "size mismatch")) << e.what();
-        EXPECT_TRUE(contains(e.what(), "peer rank 0")) << e.what();
-      }
-    }
-  });
 }
 
 // MTXCOMM_UCX_EAGER_LIMIT sets UCX's rendezvous threshold only where UCX has no RDMA device,
@@ -169,7 +124,7 @@ TEST(Ucx, MessagesOnBothSidesOfTheEagerLimitArriveIntact) {
   auto ts = makeUcxTransports(2);
   unsetenv("UCX_RNDV_THRESH");
   for (size_t bytes : {limit / 2, limit, limit + 1, size_t{8} << 20}) {
-    onRanks(2, [&](int r) {
+    runThreads(2, [&](int r) {
       Transport& t = *ts[r].transport;
       std::vector<unsigned char> out(bytes), got(bytes, 0);
       for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(i * 7 + r * 13);
@@ -191,7 +146,7 @@ TEST(Ucx, MessagesOnBothSidesOfTheEagerLimitArriveIntact) {
 TEST(Ucx, MessageAboveOneGibArrivesIntact) {
   const size_t bytes = (size_t{1} << 30) + 13;
   auto ts = makeUcxTransports(2);
-  onRanks(2, [&](int r) {
+  runThreads(2, [&](int r) {
     Transport& t = *ts[r].transport;
     std::vector<unsigned char> buf(bytes, 0);
     std::vector<RequestPtr> reqs;
@@ -207,93 +162,6 @@ TEST(Ucx, MessageAboveOneGibArrivesIntact) {
       for (size_t i = 0; i < bytes; ++i) wrong += buf[i] != static_cast<unsigned char>(i % 251);
       EXPECT_EQ(wrong, 0u);
     }
-  });
-}
-
-TEST(Ucx, TimeoutNamesTheAwaitedPeer) {
-  auto ts = makeUcxTransports(3);
-  onRanks(3, [&](int r) {
-    if (r != 1) return;  // ranks 0 and 2 never send
-    Transport& t = *ts[r].transport;
-    int a = 0, b = 0;
-    std::vector<RequestPtr> reqs;
-    reqs.push_back(t.irecv(2, 7, &a, sizeof(a)));
-    reqs.push_back(t.irecv(0, 7, &b, sizeof(b)));
-    const auto t0 = Clock::now();
-    try {
-      t.waitAll(reqs, in(0.3));
-      ADD_FAILURE() << "waitAll returned without messages";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), MTXCOMM_TIMEOUT) << e.what();
-      EXPECT_TRUE(contains(e.what(), "from peer rank 2")) << e.what();
-      EXPECT_TRUE(contains(e.what(), "over ucx")) << e.what();
-    }
-    EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(300));
-    // The transport is failed now: later calls say so and quote the first error.
-    try {
-      t.waitAll(reqs, in(0.1));
-      ADD_FAILURE() << "a failed transport accepted another wait";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), MTXCOMM_INVALID_USAGE) << e.what();
-      EXPECT_TRUE(contains(e.what(), "peer rank 2")) << e.what();
-    }
-  });
-}
-
-TEST(Ucx, AbortReachesEveryPeerWithItsReason) {
-  const int n = 3;
-  auto ts = makeUcxTransports(n);
-  onRanks(n, [&](int r) {
-    Transport& t = *ts[r].transport;
-    if (r == 0) {
-      t.abort("rank 0 ran out of patience");
-      return;
-    }
-    // Waits on the other survivor, which never sends: the abort ends the wait, not the timeout.
-    int x = 0;
-    std::vector<RequestPtr> reqs;
-    reqs.push_back(t.irecv(r == 1 ? 2 : 1, 3, &x, sizeof(x)));
-    const auto t0 = Clock::now();
-    try {
-      t.waitAll(reqs, in(20));
-      ADD_FAILURE() << "rank " << r << ": waitAll returned";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), MTXCOMM_REMOTE_ERROR) << e.what();
-      EXPECT_TRUE(contains(e.what(), "peer rank 0 aborted: rank 0 ran out of patience"))
-          << e.what();
-    }
-    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
-  });
-}
-
-// Two views of the same ranks with the same tags: each receive gets its own view's message.
-TEST(Ucx, SplitViewsKeepTheirMessagesApart) {
-  const int n = 4;
-  auto ts = makeUcxTransports(n);
-  onRanks(n, [&](int r) {
-    Transport& world = *ts[r].transport;
-    // Even and odd ranks, in reverse order: new rank i is members[i].
-    std::vector<int> members = r % 2 == 0 ? std::vector<int>{2, 0} : std::vector<int>{3, 1};
-    auto sub = world.split(members, 1234 + r % 2);
-    ASSERT_EQ(sub->size(), 2);
-    ASSERT_EQ(sub->rank(), r < 2 ? 1 : 0);
-    auto sub2 = world.split(members, 99 + r % 2);
-    const int peer = 1 - sub->rank();
-    int a = 100 + r, b = 200 + r, gotA = -1, gotB = -1;
-    // sub2's message is sent first, so it is the older one when sub's receive is posted.
-    std::vector<RequestPtr> reqs2;
-    reqs2.push_back(sub2->isend(peer, 1, &b, sizeof(b)));
-    std::vector<RequestPtr> reqs;
-    reqs.push_back(sub->isend(peer, 1, &a, sizeof(a)));
-    reqs.push_back(sub->irecv(peer, 1, &gotA, sizeof(gotA)));
-    sub->waitAll(reqs, in(10));
-    reqs2.push_back(sub2->irecv(peer, 1, &gotB, sizeof(gotB)));
-    sub2->waitAll(reqs2, in(10));
-    const int partner = members[peer];
-    EXPECT_EQ(gotA, 100 + partner);
-    EXPECT_EQ(gotB, 200 + partner);
-    // A context id already in use on this rank is refused.
-    EXPECT_THROW(world.split(members, 1234 + r % 2), Error);
   });
 }
 

@@ -1,0 +1,178 @@
+// The C API's argument checks: invalid arguments are rejected before any byte moves, naming the
+// rank and what was wrong, and leave the communicator usable; null handles and output pointers;
+// count 0; ranks that disagree on a call get an error, never wrong data.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/api_checks.h"
+#include "common/test_util.h"
+#include "harness.h"
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+namespace {
+
+using testing::runRanks;
+using testutil::contains;
+using testutil::expectUsable;
+
+TEST(Api, InvalidArgumentsAreRejectedLocallyAndLeaveTheCommUsable) {
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    float buf[64] = {0};
+    float out[64] = {0};
+    struct Bad {
+      std::function<mtxcomm_result_t()> call;
+      const char* mustMention;
+    };
+    std::vector<Bad> bad = {
+        {[&] {
+           return mtxcomm_allreduce(nullptr, out, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+         },
+         "sendbuf is NULL"},
+        {[&] {
+           return mtxcomm_allreduce(buf, nullptr, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+         },
+         "recvbuf is NULL"},
+        {[&] {
+           return mtxcomm_allreduce(buf, out, 4, static_cast<mtxcomm_datatype_t>(42), MTXCOMM_SUM,
+                                    comm, nullptr);
+         },
+         "invalid datatype 42"},
+        {[&] {
+           return mtxcomm_allreduce(buf, out, 4, MTXCOMM_FLOAT32, static_cast<mtxcomm_op_t>(-1),
+                                    comm, nullptr);
+         },
+         "invalid op -1"},
+        {[&] { return mtxcomm_broadcast(buf, out, 4, MTXCOMM_FLOAT32, 3, comm, nullptr); },
+         "root 3 is out of range"},
+        {[&] {
+           return mtxcomm_reduce(buf, out, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, -1, comm, nullptr);
+         },
+         "root -1 is out of range"},
+        {[&] {
+           return mtxcomm_allreduce(buf, buf + 1, 8, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+         },
+         "partially overlap"},
+        {[&] { return mtxcomm_allgather(buf + 1, buf, 4, MTXCOMM_FLOAT32, comm, nullptr); },
+         "partially overlap"},
+        {[&] {
+           return mtxcomm_reduce_scatter(buf, buf + 1, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm,
+                                         nullptr);
+         },
+         "partially overlap"},
+        {[&] {
+           return mtxcomm_allreduce(buf, out, std::numeric_limits<size_t>::max() / 2,
+                                    MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+         },
+         "overflows size_t"},
+        {[&] {
+           return mtxcomm_allgather(buf, out, std::numeric_limits<size_t>::max() / 8,
+                                    MTXCOMM_FLOAT32, comm, nullptr);
+         },
+         "overflows size_t"},
+    };
+    for (size_t i = 0; i < bad.size(); ++i) {
+      EXPECT_EQ(bad[i].call(), MTXCOMM_INVALID_ARGUMENT) << "case " << i;
+      std::string msg = mtxcomm_get_last_error(comm);
+      EXPECT_TRUE(contains(msg, bad[i].mustMention)) << "case " << i << ": " << msg;
+      EXPECT_TRUE(contains(msg, "rank " + std::to_string(rank))) << msg;
+    }
+    // The message names the rank and what was wrong (checked for the last error).
+    EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "rank " + std::to_string(rank)))
+        << mtxcomm_get_last_error(comm);
+    EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "allgather"))
+        << mtxcomm_get_last_error(comm);
+    EXPECT_EQ(mtxcomm_allreduce(buf, out, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, &rank),
+              MTXCOMM_UNSUPPORTED);
+    expectUsable(comm, 3);
+  });
+}
+
+TEST(Api, InPlaceAllgatherOnRankZeroIsValid) {
+  // rank 0 passing sendbuf == recvbuf is in place for allgather (recvbuf + 0 * sendcount).
+  runRanks(2, [](mtxcomm_comm_t comm, int rank) {
+    int v[4] = {0, 0, 0, 0};
+    v[rank * 2] = 10 + rank;
+    v[rank * 2 + 1] = 20 + rank;
+    ASSERT_EQ(mtxcomm_allgather(v + rank * 2, v, 2, MTXCOMM_INT32, comm, nullptr), MTXCOMM_SUCCESS);
+    EXPECT_EQ(v[0], 10);
+    EXPECT_EQ(v[1], 20);
+    EXPECT_EQ(v[2], 11);
+    EXPECT_EQ(v[3], 21);
+  });
+}
+
+TEST(Api, NullHandlesAndOutputPointers) {
+  float x = 1;
+  EXPECT_EQ(mtxcomm_allreduce(&x, &x, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, nullptr, nullptr),
+            MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_barrier(nullptr), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(mtxcomm_get_last_error(nullptr), "comm is NULL"));
+  int r = 0;
+  EXPECT_EQ(mtxcomm_comm_rank(nullptr, &r), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_comm_init_from_env(nullptr), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_get_version(nullptr), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_comm_destroy(nullptr), MTXCOMM_SUCCESS);
+  int v = 0;
+  EXPECT_EQ(mtxcomm_get_version(&v), MTXCOMM_SUCCESS);
+  EXPECT_EQ(v, MTXCOMM_VERSION_CODE);
+  for (int code = 0; code <= MTXCOMM_UNSUPPORTED; ++code) {
+    std::string s = mtxcomm_get_error_string(static_cast<mtxcomm_result_t>(code));
+    EXPECT_FALSE(s.empty());
+    EXPECT_NE(s, "unknown result code");
+  }
+  EXPECT_STREQ(mtxcomm_get_error_string(static_cast<mtxcomm_result_t>(99)), "unknown result code");
+  EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_BFLOAT16), 2u);
+  EXPECT_EQ(mtxcomm_datatype_size(static_cast<mtxcomm_datatype_t>(10)), 0u);
+}
+
+TEST(Api, ZeroCountSucceedsWithNullBuffersAndKeepsRanksInStep) {
+  runRanks(4, [](mtxcomm_comm_t comm, int rank) {
+    EXPECT_EQ(mtxcomm_allreduce(nullptr, nullptr, 0, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr),
+              MTXCOMM_SUCCESS);
+    EXPECT_EQ(mtxcomm_broadcast(nullptr, nullptr, 0, MTXCOMM_INT8, 1, comm, nullptr),
+              MTXCOMM_SUCCESS);
+    EXPECT_EQ(mtxcomm_allgather(nullptr, nullptr, 0, MTXCOMM_INT8, comm, nullptr), MTXCOMM_SUCCESS);
+    expectUsable(comm, 4);
+  });
+}
+
+TEST(Api, RanksThatDisagreeGetAnErrorNotWrongData) {
+  // Over shared memory every barrier carries the call: a mismatch is an error naming both.
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    std::vector<float> x(rank == 2 ? 20 : 10, 1.0f);
+    mtxcomm_result_t rc = mtxcomm_allreduce(x.data(), x.data(), x.size(), MTXCOMM_FLOAT32,
+                                            MTXCOMM_SUM, comm, nullptr);
+    EXPECT_NE(rc, MTXCOMM_SUCCESS);
+    std::string msg = mtxcomm_get_last_error(comm);
+    if (rc == MTXCOMM_INVALID_USAGE) {
+      EXPECT_TRUE(contains(msg, "disagree")) << msg;
+      EXPECT_TRUE(contains(msg, "allreduce(count 20, float32, sum) as call #")) << msg;
+    } else {
+      EXPECT_EQ(rc, MTXCOMM_REMOTE_ERROR) << msg;  // a peer that saw it first aborted
+    }
+  });
+  // A call rejected on one rank only: the others must not pair it with that rank's next call.
+  runRanks(2, [](mtxcomm_comm_t comm, int rank) {
+    float x = 1.0f + rank, y = 10.0f * (rank + 1);
+    mtxcomm_op_t op = rank == 0 ? static_cast<mtxcomm_op_t>(9) : MTXCOMM_SUM;
+    mtxcomm_result_t first = mtxcomm_allreduce(&x, &x, 1, MTXCOMM_FLOAT32, op, comm, nullptr);
+    EXPECT_NE(first, MTXCOMM_SUCCESS);
+    mtxcomm_result_t second =
+        mtxcomm_allreduce(&y, &y, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+    if (rank == 0) {
+      EXPECT_EQ(first, MTXCOMM_INVALID_ARGUMENT);
+      // Its second call meets rank 1's first: a disagreement (or rank 1's abort), never 12.
+      EXPECT_NE(second, MTXCOMM_SUCCESS) << "y = " << y;
+    } else {
+      EXPECT_NE(first, MTXCOMM_SUCCESS) << "x = " << x;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace mtxcomm

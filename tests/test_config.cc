@@ -1,0 +1,108 @@
+// The configuration registry: a bad value fails naming the variable and the value, values are
+// parsed and normalised, unknown MTXCOMM_* names are reported, every variable has help text, and
+// bindings read the normalised values through the C API.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "common/test_util.h"
+#include "lib/base/error.h"
+#include "lib/comm/config.h"
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+namespace {
+
+using testutil::contains;
+
+TEST(Config, BadValuesNameTheVariable) {
+  struct Case {
+    const char* var;
+    const char* value;
+  } cases[] = {{"MTXCOMM_TIMEOUT", "abc"},
+               {"MTXCOMM_TIMEOUT", "-1"},
+               {"MTXCOMM_LOG_LEVEL", "LOUD"},
+               {"MTXCOMM_SEGMENT_BYTES", "12Q"},
+               {"MTXCOMM_SEGMENT_BYTES", "1"},
+               {"MTXCOMM_ALLREDUCE_ALGO", "nonsense"},
+               {"MTXCOMM_TRANSPORT", "carrier_pigeon"},
+               {"MTXCOMM_STORE", "http://x"},
+               {"MTXCOMM_RANK", "-3"},
+               {"MTXCOMM_UCX_EAGER_LIMIT", "2G"},
+               {"MTXCOMM_UCX_EAGER_LIMIT", "lots"}};
+  for (const Case& c : cases) {
+    setenv(c.var, c.value, 1);
+    try {
+      Config::fromEnvironment();
+      ADD_FAILURE() << c.var << "=" << c.value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), MTXCOMM_INVALID_USAGE);
+      EXPECT_TRUE(contains(e.what(), c.var)) << e.what();
+      EXPECT_TRUE(contains(e.what(), c.value)) << e.what();
+    }
+    unsetenv(c.var);
+  }
+  setenv("MTXCOMM_ALLREDUCE_ALGO", "nonsense", 1);
+  try {
+    Config::fromEnvironment();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "ring|recursive_doubling|rabenseifner")) << e.what();
+  }
+  unsetenv("MTXCOMM_ALLREDUCE_ALGO");
+}
+
+TEST(Config, ValuesAreParsedAndUnknownNamesReported) {
+  setenv("MTXCOMM_TIMEOUT", "2.5", 1);
+  setenv("MTXCOMM_SEGMENT_BYTES", "64K", 1);
+  setenv("MTXCOMM_BROADCAST_ALGO", "scatter_allgather", 1);
+  setenv("MTXCOMM_TIMEOUTT", "1", 1);
+  setenv("MTXCOMM_UCX_EAGER_LIMIT", "256K", 1);
+  setenv("MTXCOMM_TCP_IFADDR", "127.0.0.1", 1);
+  Config c = Config::fromEnvironment();
+  EXPECT_EQ(c.timeoutSeconds, 2.5);
+  EXPECT_EQ(c.segmentBytes, 65536u);
+  EXPECT_EQ(c.ucxEagerLimit, 262144u);
+  EXPECT_EQ(c.tcpIfaddr, "127.0.0.1");
+  EXPECT_EQ(c.algorithmFor(Collective::kBroadcast), "scatter_allgather");
+  auto unknown = Config::unknownVariables();
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), "MTXCOMM_TIMEOUTT"), unknown.end());
+  bool echoed = false;
+  for (const auto& line : c.describe()) echoed = echoed || line == "MTXCOMM_SEGMENT_BYTES=65536";
+  EXPECT_TRUE(echoed);
+  EXPECT_EQ(std::find(unknown.begin(), unknown.end(), "MTXCOMM_TCP_IFADDR"), unknown.end());
+  for (const char* v : {"MTXCOMM_TIMEOUT", "MTXCOMM_SEGMENT_BYTES", "MTXCOMM_BROADCAST_ALGO",
+                        "MTXCOMM_TIMEOUTT", "MTXCOMM_UCX_EAGER_LIMIT", "MTXCOMM_TCP_IFADDR"})
+    unsetenv(v);
+  // Every variable in the registry has help text and a type.
+  for (const ConfigVar& v : configVars()) {
+    EXPECT_FALSE(v.help.empty()) << v.name;
+    EXPECT_FALSE(v.type.empty()) << v.name;
+  }
+}
+
+TEST(Config, BindingsReadNormalisedValuesThroughTheCApi) {
+  char buf[64];
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_FUSION_BYTES", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "67108864");  // the default, 64M
+  setenv("MTXCOMM_FUSION_BYTES", "2K", 1);
+  setenv("MTXCOMM_CYCLE_TIME", "0.005", 1);
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_FUSION_BYTES", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "2048");
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_STREQ(buf, "0.005");
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, 3), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_NO_SUCH", buf, sizeof(buf)), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mtxcomm_get_last_error(nullptr)).find("MTXCOMM_NO_SUCH"),
+            std::string::npos);
+  setenv("MTXCOMM_CYCLE_TIME", "2", 1);  // above the 1 s limit
+  EXPECT_EQ(mtxcomm_config_get("MTXCOMM_CYCLE_TIME", buf, sizeof(buf)), MTXCOMM_INVALID_USAGE);
+  EXPECT_NE(std::string(mtxcomm_get_last_error(nullptr)).find("MTXCOMM_CYCLE_TIME"),
+            std::string::npos);
+  unsetenv("MTXCOMM_FUSION_BYTES");
+  unsetenv("MTXCOMM_CYCLE_TIME");
+}
+
+}  // namespace
+}  // namespace mtxcomm
