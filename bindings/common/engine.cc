@@ -112,8 +112,8 @@ class Engine {
   bool stopped_ = false;
   Status failure_;  // guarded by mu_: set when the engine stopped for good
   std::thread thread_;
-  std::unique_ptr<OpExecutor> executor_;  // guarded by mu_ (made and replaced by init)
-  uint64_t collectivesBefore_ = 0;        // run by the executors of earlier inits
+  std::unique_ptr<OpExecutor> executor_;           // guarded by mu_ (made and replaced by init)
+  uint64_t collectivesBefore_ = 0;                 // run by the executors of earlier inits
   std::atomic<mtxcomm_comm_t> wakeComm_{nullptr};  // for enqueue's wakeup, while running
 
   // Engine-thread state.
@@ -122,8 +122,8 @@ class Engine {
   std::unique_ptr<Negotiation> negotiation_;
   std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
-  uint64_t cycles_ = 0;      // cycles run (the same on every rank)
-  bool progress_ = false;    // polling mode: the last cycle carried something
+  uint64_t cycles_ = 0;                             // cycles run (the same on every rank)
+  bool progress_ = false;  // polling mode: the last cycle carried something
   double cycleSeconds_ = 0.001;
   double stallWarnSeconds_ = 60;
   double stallTimeoutSeconds_ = 300;
@@ -156,8 +156,7 @@ Status Engine::init() {
     auto t = std::make_unique<Timeline>();
     std::string err;
     if (t->open(timelinePath, r,
-                static_cast<size_t>(configNumber("MTXCOMM_TIMELINE_MAX_BYTES", 100 << 20)),
-                &err)) {
+                static_cast<size_t>(configNumber("MTXCOMM_TIMELINE_MAX_BYTES", 100 << 20)), &err)) {
       timeline_ = std::move(t);
     } else {
       warn(r, err);
@@ -277,18 +276,18 @@ bool Engine::exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
   std::vector<char> mine(slot);
   std::vector<char> extras = negotiation_->encode(msg, mine.data());
   std::vector<char> all(slot * n);
-  Status st = libraryStatus(
-      mtxcomm_allgather(mine.data(), all.data(), slot, MTXCOMM_UINT8, comm_, nullptr),
-      "negotiation (allgather of requests)");
+  Status st =
+      libraryStatus(mtxcomm_allgather(mine.data(), all.data(), slot, MTXCOMM_UINT8, comm_, nullptr),
+                    "negotiation (allgather of requests)");
   size_t stride = 0;
   std::vector<char> allExtras;
   if (st.ok() && negotiation_->needsSecondExchange(all, &stride)) {
     stride = (stride + 7) / 8 * 8;
     extras.resize(stride, 0);
     allExtras.resize(stride * n);
-    st = libraryStatus(mtxcomm_allgather(extras.data(), allExtras.data(), stride, MTXCOMM_UINT8,
-                                         comm_, nullptr),
-                       "negotiation (allgather of new requests)");
+    st = libraryStatus(
+        mtxcomm_allgather(extras.data(), allExtras.data(), stride, MTXCOMM_UINT8, comm_, nullptr),
+        "negotiation (allgather of new requests)");
   }
   if (st.ok()) {
     try {
@@ -353,9 +352,9 @@ bool Engine::cycle() {
   ++cycles_;
   const auto agreedAt = Clock::now();
   if (timeline_) {
-    timeline_->complete("engine", "CYCLE", cycleStart, agreedAt,
-                        "\"cycle\": " + std::to_string(cycles_) + ", \"new\": " +
-                            std::to_string(fresh.size()));
+    timeline_->complete(
+        "engine", "CYCLE", cycleStart, agreedAt,
+        "\"cycle\": " + std::to_string(cycles_) + ", \"new\": " + std::to_string(fresh.size()));
   }
   const int me = rank.load();
   for (const Cancelled& cx : cancelled) {
@@ -382,8 +381,8 @@ bool Engine::cycle() {
       if (timeline_ && timeline_->enabled()) {
         std::string args = "\"cycle\": " + std::to_string(cycles_) + ", \"arrival_us\": {";
         for (size_t r = 0; r < a.arrivalUs.size(); ++r) {
-          args += (r ? ", " : "") + std::string("\"") + std::to_string(r) + "\": " +
-                  (a.joined[r] ? std::string("null") : std::to_string(a.arrivalUs[r]));
+          args += (r ? ", " : "") + std::string("\"") + std::to_string(r) +
+                  "\": " + (a.joined[r] ? std::string("null") : std::to_string(a.arrivalUs[r]));
         }
         timeline_->complete(a.name, "NEGOTIATE", op.entry.submitted, agreedAt, args + "}");
       }
@@ -455,7 +454,8 @@ void Engine::execute(std::vector<ReadyOp>& ready) {
     std::vector<ReadyOp*> group{&ready[i]};
     size_t j = i + 1;
     while (j < ready.size() && ready[j].agreed.requests[0].kind == Kind::kAllreduce &&
-           ready[j].agreed.requests[0].op == first.op && negotiation_->check(ready[j].agreed).ok()) {
+           ready[j].agreed.requests[0].op == first.op &&
+           negotiation_->check(ready[j].agreed).ok()) {
       negotiation_->remember(ready[j].agreed);
       group.push_back(&ready[j]);
       ++j;

@@ -47,15 +47,16 @@ int main(int argc, char** argv) {
     eng::enqueue(std::move(e));
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return done; });
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(us.begin(), us.end());
   if (eng::rank() == 0) {
-    std::printf("engine allreduce of %zu floats on %d ranks: median %.1f us, p10 %.1f, p90 %.1f "
-                "(%d calls, %d failed), result %.0f\n",
-                count, eng::size(), us[us.size() / 2], us[us.size() / 10], us[us.size() * 9 / 10],
-                calls, failed, static_cast<double>(out[0]));
+    std::printf(
+        "engine allreduce of %zu floats on %d ranks: median %.1f us, p10 %.1f, p90 %.1f "
+        "(%d calls, %d failed), result %.0f\n",
+        count, eng::size(), us[us.size() / 2], us[us.size() / 10], us[us.size() * 9 / 10], calls,
+        failed, static_cast<double>(out[0]));
   }
   eng::shutdown();
   return failed ? 1 : 0;

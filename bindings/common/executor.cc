@@ -1,8 +1,8 @@
 #include "bindings/common/executor.h"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <map>
 
 namespace mtxcomm::binding {
@@ -106,11 +106,10 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
             const std::string& track = pieces[k].op->agreed.name;
             timeline_->complete(track, "QUEUE", pieces[k].op->agreedAt, t0);
             timeline_->complete(track, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
-            timeline_->complete(track, "ALLREDUCE", t1, t2,
-                                "\"algorithm\": \"" +
-                                    jsonEscape(mtxcomm_comm_last_algorithm(comm_)) +
-                                    "\", \"bytes\": " + std::to_string(bytes) +
-                                    ", \"fused_tensors\": " + fused);
+            timeline_->complete(
+                track, "ALLREDUCE", t1, t2,
+                "\"algorithm\": \"" + jsonEscape(mtxcomm_comm_last_algorithm(comm_)) +
+                    "\", \"bytes\": " + std::to_string(bytes) + ", \"fused_tensors\": " + fused);
             timeline_->complete(track, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
           }
         }
@@ -230,9 +229,10 @@ Status OpExecutor::runOne(ReadyOp& op) {
     case Kind::kJoin:
       break;  // runAllreduces; the engine
   }
-  traceCall(op, req.kind == Kind::kBroadcast       ? "BROADCAST"
-                : req.kind == Kind::kAllgather     ? "ALLGATHER"
-                                                   : "REDUCESCATTER",
+  traceCall(op,
+            req.kind == Kind::kBroadcast   ? "BROADCAST"
+            : req.kind == Kind::kAllgather ? "ALLGATHER"
+                                           : "REDUCESCATTER",
             start, std::chrono::steady_clock::now(), m.elements() * esize);
   collectives_.fetch_add(1);
   if (!st.ok()) {

@@ -27,11 +27,7 @@ struct ReadyOp {
 class OpExecutor {
  public:
   OpExecutor(mtxcomm_comm_t comm, int rank, int nranks, size_t fusionBytes, Timeline* timeline)
-      : comm_(comm),
-        rank_(rank),
-        nranks_(nranks),
-        fusionBytes_(fusionBytes),
-        timeline_(timeline) {}
+      : comm_(comm), rank_(rank), nranks_(nranks), fusionBytes_(fusionBytes), timeline_(timeline) {}
 
   // Consecutive agreed allreduces with one op (each entry with one or more tensors): tensors
   // are bucketed by dtype in their agreed order, and each bucket is reduced in fusion-buffer

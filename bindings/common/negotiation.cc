@@ -100,7 +100,8 @@ std::vector<int> Negotiation::ingest(const std::vector<char>& all, const std::ve
     std::memcpy(&magic, p, 4);
     std::memcpy(&extraBytes, p + 8, 4);
     std::memcpy(&size, p + 12, 4);
-    if (magic != kMagic) throw std::runtime_error("bad negotiation message from rank " + std::to_string(r));
+    if (magic != kMagic)
+      throw std::runtime_error("bad negotiation message from rank " + std::to_string(r));
     if (size != cache_.size()) {
       throw std::runtime_error("rank " + std::to_string(r) + " has a response cache of " +
                                std::to_string(size) + " entries, this rank " +
@@ -154,8 +155,8 @@ std::vector<int> Negotiation::ingest(const std::vector<char>& all, const std::ve
           missing.push_back(k);
         }
       }
-      cx.message = "mtxcomm: " + name + " was submitted by " + rankList(cx.ranks) +
-                   " but not by " + rankList(missing) +
+      cx.message = "mtxcomm: " + name + " was submitted by " + rankList(cx.ranks) + " but not by " +
+                   rankList(missing) +
                    " within MTXCOMM_STALL_TIMEOUT (a rank stopped early, took another branch, or "
                    "the ranks run different code)";
       bool empty = true;
@@ -185,10 +186,8 @@ std::vector<Agreed> Negotiation::takeReady() {
     NameQueue& q = it->second;
     while (this->ready(q)) {
       // A join is ready only when every rank joined (then nobody stands in).
-      int first = -1;
-      for (int r = 0; r < nranks_ && first < 0; ++r) {
-        if (!q.perRank[r].empty()) first = r;
-      }
+      int first = 0;  // ready(q): some rank has a request
+      while (first + 1 < nranks_ && q.perRank[first].empty()) ++first;
       const bool isJoin = q.perRank[first].front().request.kind == Kind::kJoin;
       bool everyone = true;
       for (auto& d : q.perRank) everyone = everyone && !d.empty();
@@ -361,7 +360,8 @@ std::vector<std::string> Negotiation::stallVerdicts(double seconds, Clock::time_
   *next = Clock::time_point::max();
   if (seconds <= 0) return names;
   const auto now = Clock::now();
-  const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto limit =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (const auto& kv : table_) {
     const NameQueue& q = kv.second;
     bool missing = false;

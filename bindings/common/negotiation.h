@@ -39,9 +39,9 @@ namespace mtxcomm::binding {
 // What one rank says in one cycle.
 struct CycleMessage {
   bool shutdown = false;
-  std::vector<uint32_t> cached;         // requests sent as their cache id, ascending
-  std::vector<Request> requests;        // the others, in full, in submission order
-  std::vector<std::string> cancelled;   // rank 0: names failed by the stall timeout
+  std::vector<uint32_t> cached;        // requests sent as their cache id, ascending
+  std::vector<Request> requests;       // the others, in full, in submission order
+  std::vector<std::string> cancelled;  // rank 0: names failed by the stall timeout
 };
 
 // A name whose next request every active rank has submitted: each rank's request (for a rank
@@ -51,10 +51,11 @@ struct Agreed {
   std::string name;
   std::vector<Request> requests;  // indexed by rank
   std::vector<bool> joined;       // indexed by rank: the rank had joined, requests[r] is a stand-in
-  std::vector<double> arrivalUs;  // indexed by rank: when its request was ingested (this rank's clock, us since start)
+  std::vector<double> arrivalUs;  // indexed by rank: when its request was ingested (this rank's
+                                  // clock, us since start)
   uint64_t order = 0;
-  int cacheId = -1;               // its response-cache entry, once remembered
-  int lastJoined = -1;            // join: the last rank to join
+  int cacheId = -1;     // its response-cache entry, once remembered
+  int lastJoined = -1;  // join: the last rank to join
 };
 
 // A request failed by the stall timeout: the ranks that submitted it get the message.

@@ -39,8 +39,7 @@ struct Request {
   int root = 0;                     // broadcast
   std::vector<TensorMeta> tensors;  // one, or several for a grouped allreduce
   bool operator==(const Request& o) const {
-    return kind == o.kind && name == o.name && op == o.op && root == o.root &&
-           tensors == o.tensors;
+    return kind == o.kind && name == o.name && op == o.op && root == o.root && tensors == o.tensors;
   }
 };
 

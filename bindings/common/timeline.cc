@@ -102,13 +102,14 @@ void Timeline::flush() {
   if (fd_ < 0 || pending_.empty() || full_) return;
   if (written_ + pending_.size() + 2 > maxBytes_) {
     // One last event says why the trace ends here.
-    pending_ = (first_ ? "" : ",\n") +
-               std::string("{\"name\": \"timeline stopped at MTXCOMM_TIMELINE_MAX_BYTES\", "
-                           "\"ph\": \"i\", \"s\": \"g\", \"pid\": ") +
-               std::to_string(rank_) + ", \"ts\": " +
-               std::to_string(std::chrono::duration<double, std::micro>(Clock::now() - origin_)
-                                  .count()) +
-               "}";
+    pending_ =
+        (first_ ? "" : ",\n") +
+        std::string(
+            "{\"name\": \"timeline stopped at MTXCOMM_TIMELINE_MAX_BYTES\", "
+            "\"ph\": \"i\", \"s\": \"g\", \"pid\": ") +
+        std::to_string(rank_) + ", \"ts\": " +
+        std::to_string(std::chrono::duration<double, std::micro>(Clock::now() - origin_).count()) +
+        "}";
     full_ = true;
   }
   // The closing "]" of the file is overwritten by the events and a new "]": one write, so the

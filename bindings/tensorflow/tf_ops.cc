@@ -144,8 +144,9 @@ REGISTER_OP("MtxcommJoin")
     .Output("last_joined: int32")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
-    .Doc("Marks this rank as out of work until every rank has joined; returns the last rank to "
-         "join.");
+    .Doc(
+        "Marks this rank as out of work until every rank has joined; returns the last rank to "
+        "join.");
 
 class MtxcommOp : public tf::AsyncOpKernel {
  public:
