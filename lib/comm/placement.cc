@@ -128,7 +128,7 @@ Placement applyPlacement(const Topology& topo, int rank, const std::string& mode
     p.why += " - sched_setaffinity failed, left unbound";
   }
   MTXCOMM_LOG(kInfo, rank, "placement: ", p.why, "; thread share ", p.share);
-  if (p.oversubscribed) {
+  if (p.oversubscribed && localRank == 0) {  // one warning per node
     static std::once_flag once;
     std::call_once(once, [&] { MTXCOMM_LOG(kWarn, rank, "placement: ", p.why); });
   }

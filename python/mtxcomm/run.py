@@ -98,8 +98,7 @@ def placement(args, env):
         share = args.threads_per_rank or 1
         why.append("%d ranks on %d cores: the ranks share the cores (not bound), %d thread(s) "
                    "each" % (args.np, cores, share))
-        sys.stderr.write("mtxrun: warning: %d ranks on a machine with %d cores: the ranks share "
-                         "the cores (not bound), %d thread(s) each\n" % (args.np, cores, share))
+        # (mtxcomm itself warns once, on the node's first rank, at init.)
         mpi = ["--bind-to", "none", "--oversubscribe"]
     else:
         share = args.threads_per_rank or max(1, cores // args.np)

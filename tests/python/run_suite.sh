@@ -2,7 +2,8 @@
 # Runs the Python tests of the TensorFlow binding (tests/python/README.md):
 #   1. test_ops.py + test_keras.py under mpirun at np=1 and np=2, test_ops.py at np=3
 #      (one pytest session per rank count: importing TensorFlow takes seconds per process);
-#   2. test_transparent.py in one plain process (it launches its own mtxrun jobs).
+#   2. test_transparent.py and test_engine_jobs.py, each in one plain process (they launch
+#      their own mtxrun jobs).
 # Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
 # session passed. Usage: tests/python/run_suite.sh [PYTHON]   (default: .venv/bin/python)
 # Environment: MTXCOMM_PYTEST_ARGS adds pytest arguments (e.g. "-x" or "-k allreduce").
@@ -39,6 +40,7 @@ run "np=2 ops+keras" 420 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
 run "np=3 ops" 420 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
   tests/python/test_ops.py
 run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py
+run "engine jobs" 900 "$PY" "${PYTEST[@]}" tests/python/test_engine_jobs.py
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'run_suite: FAILED: %s\n' "${failed[@]}"

@@ -541,6 +541,49 @@ def test_function_mixed_ops_values(hvd):
         np.testing.assert_array_equal(b.numpy(), [SIZE - 1, 1.0])
 
 
+def test_function_2000_small_allreduces_fuse(hvd):
+    # Inside tf.function the collectives are not chained in program order: those ready together
+    # are negotiated together and fused into few collectives.
+    xs = [tf.constant([float(i + hvd.rank())]) for i in range(2000)]
+
+    @tf.function
+    def many(xs):
+        return [hvd.allreduce(x, op=hvd.Sum, name="fuse_%d" % i) for i, x in enumerate(xs)]
+
+    before = hvd._collective_count()
+    out = many(xs)
+    ran = hvd._collective_count() - before
+    for i, o in enumerate(out):
+        assert o.numpy()[0] == sum(i + k for k in range(SIZE)), i
+    if SIZE > 1:
+        assert ran < 200, f"2000 allreduces in one tf.function ran {ran} collectives"
+
+
+def test_function_opposite_orders_on_two_ranks_do_not_deadlock(hvd):
+    a = tf.constant([1.0 + hvd.rank()])
+    b = tf.constant([10.0 * (hvd.rank() + 1)])
+
+    @tf.function
+    def two(a, b):
+        # Even ranks issue A then B, odd ranks B then A; B's input also depends on A's on odd
+        # ranks only as program order, not data.
+        if hvd.rank() % 2 == 0:
+            x = hvd.allreduce(a, op=hvd.Sum, name="order_A")
+            y = hvd.allreduce(b, op=hvd.Sum, name="order_B")
+        else:
+            y = hvd.allreduce(b, op=hvd.Sum, name="order_B")
+            x = hvd.allreduce(a, op=hvd.Sum, name="order_A")
+        return x, y
+
+    x, y = two(a, b)
+    assert x.numpy()[0] == sum(1.0 + k for k in range(SIZE))
+    assert y.numpy()[0] == sum(10.0 * (k + 1) for k in range(SIZE))
+
+
+def test_cpu_share_is_positive(hvd):
+    assert hvd.cpu_share() >= 1
+
+
 # ---------------------------------------------------------------------------------------------
 # mismatched calls between ranks: a clear error naming the tensor and ranks, never a hang.
 # Kept last in the file: a failure here must not leave state that breaks other tests.

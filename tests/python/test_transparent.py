@@ -43,11 +43,13 @@ def mtxrun():
 
 
 class Job:
-    def __init__(self, argv, cwd, timeout):
+    def __init__(self, argv, cwd, timeout, extra_env=None):
         self.argv = argv
         self.timed_out = False
+        env = job_env()
+        env.update(extra_env or {})
         try:
-            p = subprocess.run(argv, cwd=cwd, env=job_env(), capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
             self.returncode, self.stdout, self.stderr = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as e:
             self.timed_out = True

@@ -1,0 +1,163 @@
+"""The engine and the launcher end to end, in jobs of their own (each with its environment and a
+timeout, so a hang fails the test): stalls end, join with uneven data, the timeline survives a
+SIGKILL, placement, and the transparent mode's sharded input and distributed evaluate/predict.
+Runs in ONE plain process (not under mpirun), like test_transparent.py:
+    python -m pytest -q -p no:cacheprovider tests/python/test_engine_jobs.py
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from test_transparent import SCRIPTS, Job, mtxrun
+
+TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("engine_jobs")
+
+
+def run(args, tmp, env=None, timeout=TIMEOUT):
+    job = Job(mtxrun() + args, cwd=str(tmp), timeout=timeout, extra_env=env or {})
+    assert not job.timed_out, "the job hung\n" + job.describe()
+    return job
+
+
+# ---- stalls end ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_):
+    job = run(["-np", str(np_), "python", os.path.join(SCRIPTS, "stall.py")], tmp,
+              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"})
+    job.check_ok()
+    errors = re.findall(r"STALL_ERROR (\d+) after ([0-9.]+) s: (.*)", job.stdout)
+    assert sorted(int(e[0]) for e in errors) == list(range(np_ - 1)), job.describe()
+    for _, seconds, message in errors:
+        assert "lonely" in message, message
+        assert "not by rank %d" % (np_ - 1) in message, message
+        assert 2.5 <= float(seconds) <= 20, f"failed after {seconds} s, the timeout is 3 s"
+    assert "STALL_NO_ERROR" not in job.stdout
+    after = re.findall(r"AFTER (\d+) (\d+)", job.stdout)
+    assert sorted(after) == [(str(r), str(np_)) for r in range(np_)], job.describe()
+
+
+# ---- join ------------------------------------------------------------------------------------
+
+
+def test_join_with_10_10_11_batches_at_np3(tmp):
+    job = run(["-np", "3", "python", os.path.join(SCRIPTS, "join.py")], tmp)
+    job.check_ok()
+    reports = {r["rank"]: r for r in
+               (json.loads(line) for line in re.findall(r"^JOIN (.*)$", job.stdout, re.M))}
+    assert sorted(reports) == [0, 1, 2], job.describe()
+    for r in (0, 1):
+        assert reports[r]["results"] == [6.0] * 10, reports[r]
+    # The 11th allreduce of rank 2 ran with ranks 0 and 1 joined: their zeros and its 3.
+    assert reports[2]["results"] == [6.0] * 10 + [3.0], reports[2]
+    assert reports[2]["broadcast_from_active"] == [7.0, 8.0]
+    assert "has joined" in reports[2]["broadcast_from_joined"], reports[2]
+    assert "FailedPrecondition" in reports[2]["broadcast_from_joined"], reports[2]
+    for r in range(3):
+        assert reports[r]["last_joined"] == 2, reports[r]
+        assert reports[r]["after"] == 3.0, reports[r]
+
+
+# ---- timeline ----------------------------------------------------------------------------------
+
+
+def test_timeline_is_valid_json_after_a_sigkill(tmp):
+    path = tmp / "trace.json"
+    job = run(["-np", "2", "--timeline", str(path), "python",
+               os.path.join(SCRIPTS, "timeline_kill.py")], tmp,
+              env={"MTXCOMM_TIMEOUT": "10"})
+    assert "TIMELINE_NO_ERROR" not in job.stdout, job.describe()
+    for r in (0, 1):
+        f = tmp / ("trace.json.%d" % r)
+        assert f.exists(), f"rank {r} wrote no timeline\n{job.describe()}"
+        events = json.loads(f.read_text())  # valid JSON, also for the killed rank
+        names = {e.get("name") for e in events}
+        for expected in ("NEGOTIATE", "QUEUE", "ALLREDUCE", "CYCLE"):
+            assert expected in names, f"rank {r}: no {expected} event in {sorted(names)}"
+        ar = [e for e in events if e.get("name") == "ALLREDUCE"]
+        assert all("algorithm" in e["args"] and e["args"]["bytes"] > 0 for e in ar), ar[:3]
+
+
+# ---- placement ---------------------------------------------------------------------------------
+
+
+def placements(job):
+    return {p["rank"]: p for p in
+            (json.loads(x) for x in re.findall(r"^PLACEMENT (.*)$", job.stdout, re.M))}
+
+
+def test_mtxrun_gives_each_rank_its_share_of_cores(tmp):
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp)
+    job.check_ok()
+    p = placements(job)
+    cores = len(os.sched_getaffinity(0))
+    share = max(1, cores // 2)
+    assert sorted(p) == [0, 1], job.describe()
+    assert not set(p[0]["cpus"]) & set(p[1]["cpus"]), f"the ranks share CPUs: {p}"
+    for r in (0, 1):
+        assert len(p[r]["cpus"]) >= share, p[r]
+        assert p[r]["share"] == share
+        assert p[r]["intra"] == share and p[r]["inter"] == share, p[r]
+        assert p[r]["env"]["OMP_NUM_THREADS"] == str(share)
+
+
+def test_a_thread_count_the_user_set_wins(tmp):
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp,
+              env={"TF_NUM_INTRAOP_THREADS": "3"})
+    job.check_ok()
+    for r, p in placements(job).items():
+        assert p["intra"] == 3, p
+        assert p["env"]["TF_NUM_INTRAOP_THREADS"] == "3", p
+
+
+def test_plain_mpirun_without_binding_is_placed_at_init(tmp):
+    job = Job(["mpirun", "-np", "2", "--bind-to", "none", "python",
+               os.path.join(SCRIPTS, "placement_probe.py")], cwd=str(tmp), timeout=TIMEOUT)
+    job.check_ok()
+    p = placements(job)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert not set(p[0]["cpus"]) & set(p[1]["cpus"]), f"init left the ranks on shared CPUs: {p}"
+    for r in (0, 1):
+        assert p[r]["intra"] == p[r]["share"], p[r]
+
+
+def test_more_ranks_than_cores_share_them_with_one_warning(tmp):
+    cores = len(os.sched_getaffinity(0))
+    job = run(["-np", str(cores + 2), "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp)
+    job.check_ok()
+    assert job.stderr.count("ranks share the cores") == 1, job.describe()
+    for p in placements(job).values():
+        assert p["share"] == 1 and p["intra"] == 1, p
+
+
+# ---- transparent: sharded input, distributed evaluate and predict ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dataset"])
+def test_transparent_np2_follows_np1_and_evaluates_and_predicts_alike(tmp, kind):
+    script = os.path.join(SCRIPTS, "train_eval.py")
+    one = Job(["python", script, kind, "one.%s.{rank}.json" % kind], cwd=str(tmp), timeout=TIMEOUT)
+    one.check_ok()
+    run(["-np", "2", "--transparent", "python", script, kind, "two.%s.{rank}.json" % kind],
+        tmp).check_ok()
+    a = json.loads((tmp / ("one.%s.0.json" % kind)).read_text())
+    for r in (0, 1):
+        b = json.loads((tmp / ("two.%s.%d.json" % (kind, r))).read_text())
+        for wa, wb in zip(a["weights"], b["weights"]):
+            np.testing.assert_allclose(np.array(wb), np.array(wa), atol=1e-4,
+                                       err_msg=f"rank {r}: weights after 2 epochs")
+        for key in ("loss", "accuracy"):
+            np.testing.assert_allclose(b["evaluate"][key], a["evaluate"][key], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"rank {r}: evaluate {key}")
+        # predict keeps the input order: row i of np=2 is row i of np=1
+        np.testing.assert_allclose(np.array(b["predict"]), np.array(a["predict"]), atol=1e-4,
+                                   err_msg=f"rank {r}: predictions")
