@@ -30,7 +30,9 @@ before the user's script runs. Nothing in the script changes. What is hooked:
   of every batch; evaluate sums the metrics' state over the ranks (as tf.distribute does) so
   the results are the 1-process ones; predict gathers every batch's outputs in rank order, so
   they come back in the input's order on every rank; ``verbose=0`` on ranks other than 0;
-- ``keras.Model.save``, ``save_weights`` and ``keras.saving.save_model``: write on rank 0 only.
+- ``keras.Model.save``, ``save_weights`` and ``keras.saving.save_model``: write on rank 0 only;
+- when training starts, once: a full garbage collection, then ``gc.freeze()`` (the ranks wait for
+  each other every step: a collection walking every imported object on one rank stalls all).
 
 Limits: a custom training loop with ``tf.GradientTape`` needs ``mtxcomm.tensorflow``
 explicitly; the batch size stays the global batch; SparseTensor inputs are not split; with
@@ -130,6 +132,7 @@ def _patch_keras(keras):
         callbacks = callbacks + user_callbacks
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
+        _freeze_garbage_collector()
         return original_fit(*bound.args, **bound.kwargs)
 
     model_cls.fit = fit
@@ -163,6 +166,24 @@ def _patch_keras(keras):
         model_cls.save_weights = skip
         keras.saving.save_model = skip
         keras.models.save_model = skip
+
+
+_gc_frozen = False
+
+
+def _freeze_garbage_collector():
+    """Once, when training starts: what the imports and the model built is moved out of the
+    garbage collector's reach (gc.freeze, after a full collection). The ranks of a job wait for
+    each other every step, so a full collection that walks TensorFlow's and Keras' millions of
+    objects on one rank (100-300 ms) stalls them all; afterwards a collection only walks what
+    training creates."""
+    global _gc_frozen
+    if _gc_frozen:
+        return
+    import gc
+    gc.collect()
+    gc.freeze()
+    _gc_frozen = True
 
 
 def tf_module():

@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "lib/base/backoff.h"
 #include "lib/base/error.h"
 
 namespace mtxcomm {
@@ -150,6 +149,9 @@ struct alignas(128) ShmGroup::Control {
   SharedSignature postCall[2];     // the call of posted chunk g, at g % 2
   std::atomic<uint64_t> smallPosted, smallConsumed;
   SharedSignature smallCall[ShmGroup::kSmallSlots];  // the call of small message i
+  std::atomic<uint32_t> progress;     // futex word: bumped whenever a counter above advances
+  std::atomic<uint32_t> sleepers;     // peers asleep on progress (the waker skips the system
+                                      // call when there are none)
   std::atomic<uint32_t> wakeSeq;      // futex word: bumped to wake this rank's notify waiter
   std::atomic<uint64_t> notifyCycle;  // the highest cycle a peer asked this rank to join
   char reason[1024];
@@ -264,6 +266,13 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t expected, Clock::duration l
 
 }  // namespace
 
+void ShmGroup::published(Control& c) {
+  // seq_cst with the sleeper's increment of sleepers and its load of progress (waitFor): either
+  // this sees the sleeper, or the sleeper sees the new progress value and does not sleep.
+  c.progress.fetch_add(1, std::memory_order_seq_cst);
+  if (c.sleepers.load(std::memory_order_seq_cst) > 0) futexWake(&c.progress);
+}
+
 void ShmGroup::notify(uint64_t cycle) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
@@ -312,6 +321,7 @@ void ShmGroup::abort(const std::string& reason) {
   std::snprintf(c.reason, sizeof(c.reason), "%s",
                 rootCause_.empty() ? reason.c_str() : rootCause_.c_str());
   c.aborted.store(1, std::memory_order_release);
+  published(c);
 }
 
 void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
@@ -358,6 +368,7 @@ void ShmGroup::postSmall() {
   const uint64_t i = smalls_ - 1;
   mine.smallCall[i % kSmallSlots].store(call_);
   mine.smallPosted.store(smalls_, std::memory_order_release);
+  published(mine);
 }
 
 void ShmGroup::waitSmall(int root, const char* what) {
@@ -367,6 +378,7 @@ void ShmGroup::waitSmall(int root, const char* what) {
 
 void ShmGroup::finishSmall() {
   control(rank_).smallConsumed.store(smalls_, std::memory_order_release);
+  published(control(rank_));
 }
 
 int ShmGroup::nextSet() {
@@ -379,13 +391,17 @@ int ShmGroup::nextSet() {
   return static_cast<int>(g & 1);
 }
 
-void ShmGroup::finishChunk() { control(rank_).consumed.store(chunks_, std::memory_order_release); }
+void ShmGroup::finishChunk() {
+  control(rank_).consumed.store(chunks_, std::memory_order_release);
+  published(control(rank_));
+}
 
 void ShmGroup::post() {
   Control& mine = control(rank_);
   const int parity = static_cast<int>((chunks_ - 1) & 1);
   mine.postCall[parity].store(call_);
   mine.posted.store(chunks_, std::memory_order_release);
+  published(mine);
 }
 
 void ShmGroup::waitPosted(int root, const char* what) {
@@ -399,6 +415,7 @@ void ShmGroup::barrier(const char* what) {
   // rank arrived at k+1, so it never overwrites the word this rank is comparing at k.
   mine.call[target & 1].store(call_);
   mine.arrived.store(target, std::memory_order_release);
+  published(mine);
   for (int i = 1; i < size_; ++i) {
     waitFor((rank_ + i) % size_, Counter::kArrived, target, what, static_cast<int>(target & 1));
   }
@@ -428,39 +445,49 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
     // clock is read every 256 polls: well under a millisecond while spinning or yielding).
     Clock::time_point nextCheck = Clock::now() + std::chrono::milliseconds(50);
-    uint32_t polls = 0;
-    // Spin ~60 us (2000 pauses), then poll with sched_yield (~1 us each, and it returns at once
-    // when nothing else wants the core) for a long while, then sleep. A long pure spin starved
-    // processes that share the cores without being counted here (ranks of other nodes in the
-    // emulated cluster, a framework's threads): a hierarchical allreduce of 4 KiB took 3.3 ms
-    // with 50000 pauses, 0.25 ms with these.
-    Backoff backoff(oversubscribed_ ? 50 : 2000, oversubscribed_ ? 1000 : 50000);
+    // Spin ~60 us (2000 pauses; 50 when the ranks outnumber the cores), then sleep on the
+    // peer's progress word (a futex) until it advances a counter: a waiter never holds a core
+    // that the peer — or a framework thread of this rank — needs. Yield-polling instead kept the
+    // core until the scheduler's next tick: a 4 MiB allreduce beside TensorFlow's compute thread
+    // on the same core took 20 ms (16 chunk hand-offs of a time slice each).
+    const int spins = oversubscribed_ ? 50 : 2000;
+    for (int k = 0; k < spins && value(c).load(std::memory_order_acquire) < target; ++k) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
     while (value(c).load(std::memory_order_acquire) < target) {
-      if (backoff.sleeping() || (++polls & 255) == 0) {
-        const auto now = Clock::now();
-        if (now >= nextCheck) {
-          nextCheck = now + std::chrono::milliseconds(50);
-          // Dead processes first (the root cause), then peers that aborted because of one.
-          for (int q = 0; q < size_; ++q) {
-            if (q == rank_) continue;
-            Control& cq = control(q);
-            const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
-            // A peer that already got there may have finished and exited normally.
-            const bool there = value(cq).load(std::memory_order_acquire) >= target;
-            if (!there && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
-                errno == ESRCH) {
-              failPeer(q, what, false);
-            }
+      const auto now = Clock::now();
+      if (now >= nextCheck) {
+        nextCheck = now + std::chrono::milliseconds(50);
+        // Dead processes first (the root cause), then peers that aborted because of one.
+        for (int q = 0; q < size_; ++q) {
+          if (q == rank_) continue;
+          Control& cq = control(q);
+          const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
+          // A peer that already got there may have finished and exited normally.
+          const bool there = value(cq).load(std::memory_order_acquire) >= target;
+          if (!there && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
+              errno == ESRCH) {
+            failPeer(q, what, false);
           }
-          for (int q = 0; q < size_; ++q) {
-            if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
-              failPeer(q, what, false);
-            }
-          }
-          if (now > deadline) failPeer(p, what, true);
         }
+        for (int q = 0; q < size_; ++q) {
+          if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
+            failPeer(q, what, false);
+          }
+        }
+        if (now > deadline) failPeer(p, what, true);
       }
-      backoff.pause();
+      c.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = c.progress.load(std::memory_order_seq_cst);
+      if (value(c).load(std::memory_order_acquire) < target) {
+        futexWait(
+            &c.progress, seen,
+            std::min<Clock::duration>(nextCheck - Clock::now(), std::chrono::milliseconds(50)));
+      }
+      c.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (c.aborted.load(std::memory_order_acquire)) failPeer(p, what, false);
     }
   }
   if (parity < 0) return;

@@ -11,9 +11,10 @@
 // and rank 0 unlinks it as soon as all have mapped it — a job killed at any later point leaves
 // nothing in /dev/shm.
 //
-// Waiting: spin briefly, then yield, then sleep (lib/base/backoff.h); while sleeping, check the
-// deadline, the peers' abort flags and whether their processes still exist, so a SIGKILLed
-// peer becomes MTXCOMM_REMOTE_ERROR naming it within ~0.1 s.
+// Waiting: spin briefly, then sleep on the peer's progress word (a futex, woken when it advances
+// a counter); every 50 ms of waiting, check the deadline, the peers' abort flags and whether
+// their processes still exist, so a SIGKILLed peer becomes MTXCOMM_REMOTE_ERROR naming it
+// within ~0.1 s.
 #ifndef MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 #define MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 
@@ -114,6 +115,8 @@ class ShmGroup {
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
   void checkSameCall(int p, const CallSignature& theirs);
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
+  // After this rank advanced a counter of c: wakes the peers asleep on it.
+  void published(Control& c);
 
   char* base_;
   size_t bytes_;
