@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -27,6 +28,7 @@ constexpr uint64_t kMagic = 0x6d7478636f6d6d31ull;  // "mtxcomm1"
 constexpr size_t kHeaderBytes = 128;
 constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
 constexpr size_t kAlign = 64;
+constexpr int kOversubscribedYields = 20000;  // see waitFor
 
 size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -445,16 +447,24 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
     // clock is read every 256 polls: well under a millisecond while spinning or yielding).
     Clock::time_point nextCheck = Clock::now() + std::chrono::milliseconds(50);
-    // Spin ~60 us (2000 pauses; 50 when the ranks outnumber the cores), then sleep on the
-    // peer's progress word (a futex) until it advances a counter: a waiter never holds a core
-    // that the peer — or a framework thread of this rank — needs. Yield-polling instead kept the
-    // core until the scheduler's next tick: a 4 MiB allreduce beside TensorFlow's compute thread
-    // on the same core took 20 ms (16 chunk hand-offs of a time slice each).
+    // Spin ~60 us (2000 pauses), then sleep on the peer's progress word (a futex) until it
+    // advances a counter: a waiter never holds a core that the peer — or a framework thread of
+    // this rank — needs. Yield-polling there kept the core until the scheduler's next tick: a
+    // 4 MiB allreduce beside TensorFlow's compute thread on the same core took 20 ms (16 chunk
+    // hand-offs of a time slice each), 1.9 ms with the futex. When the group's own ranks
+    // outnumber the cores, the peer needs this very core: spin 50 pauses, then yield it (up to
+    // kOversubscribedYields times: a hand-off costs no system call on either side), then sleep
+    // (small allreduces at 4 ranks on 2 cores: 9 us with yields, 29 us with the futex alone).
     const int spins = oversubscribed_ ? 50 : 2000;
     for (int k = 0; k < spins && value(c).load(std::memory_order_acquire) < target; ++k) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+    }
+    for (int k = 0;
+         oversubscribed_ && k < 1000 && value(c).load(std::memory_order_acquire) < target; ++k) {
+      sched_yield();
+      if ((k & 63) == 63 && Clock::now() >= nextCheck) break;  // liveness below
     }
     while (value(c).load(std::memory_order_acquire) < target) {
       const auto now = Clock::now();
