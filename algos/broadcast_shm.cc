@@ -10,6 +10,9 @@
 //   once — a pipelined two-copy broadcast.
 // Messages of at most 4 KiB go through a ring of 16 small slots per rank instead, so the root
 //   can run up to 16 broadcasts ahead of the slowest reader (more ranks than cores).
+// Before it returns, the root waits until every rank has entered the call (not until it has
+//   read it) and checks that each names the same root, count and datatype: a broadcast in which
+//   the ranks disagree on the root fails on every rank with MTXCOMM_INVALID_USAGE.
 // Example, n = 3, root 2: r2 writes the chunk into slot 2 and posts; r0 and r1 see the post and
 //   copy slot 2 out.
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
@@ -32,6 +35,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     if (me == a.root) {
       std::memcpy(mine, recv, a.count * es);
       g.postSmall();
+      g.awaitArrivals("broadcast (shm)");
     } else {
       g.waitSmall(a.root, "broadcast (shm)");
       std::memcpy(recv, g.smallSlot(a.root), a.count * es);
@@ -51,6 +55,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     }
     g.finishChunk();
   }
+  if (me == a.root) g.awaitArrivals("broadcast (shm)");
 }
 
 }  // namespace mtxcomm

@@ -6,9 +6,9 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config
       openmpi-bin libopenmpi-dev
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-      libhwloc-dev libucx-dev
+      libhwloc-dev libucx-dev libssl-dev
       python3-venv
-      clang-format cppcheck)
+      clang clang-format cppcheck)
 
 missing=()
 for p in "${pkgs[@]}"; do

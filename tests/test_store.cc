@@ -28,6 +28,7 @@ using testutil::freePort;
 using testutil::runThreads;
 using testutil::tcpSpec;
 using testutil::TempDir;
+using testutil::testSecret;
 constexpr milliseconds kTimeout(10000);
 
 TEST(FileStore, SetGetAcrossThreads) {
@@ -35,11 +36,11 @@ TEST(FileStore, SetGetAcrossThreads) {
   const std::string value("bin\0ary\nvalue", 13);
   std::string got;
   std::thread reader([&] {
-    auto store = makeStore(dir.fileSpec(), 1, 2, kTimeout);
+    auto store = makeStore(dir.fileSpec(), 1, 2, kTimeout, testSecret());
     got = store->get("some/key with space", kTimeout);
   });
   std::this_thread::sleep_for(milliseconds(50));
-  auto store = makeStore(dir.fileSpec(), 0, 2, kTimeout);
+  auto store = makeStore(dir.fileSpec(), 0, 2, kTimeout, testSecret());
   store->set("some/key with space", value);
   reader.join();
   EXPECT_EQ(got, value);
@@ -51,13 +52,17 @@ TEST(FileStore, SetGetAcrossThreads) {
 TEST(FileStore, CreatesNestedDirectory) {
   TempDir dir;
   const std::string spec = "file:" + dir.path() + "/a/b/c/";
-  auto store = makeStore(spec, 0, 1, kTimeout);
+  auto store = makeStore(spec, 0, 1, kTimeout, testSecret());
   store->set("k", "v");
   EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/a/b/c"));
   EXPECT_EQ(store->get("k", milliseconds(10)), "v");
+  // A second job while this one runs is refused, naming the directory's lock holder.
+  expectError([&] { makeStore(spec, 0, 1, kTimeout, testSecret()); }, MTXCOMM_INVALID_USAGE,
+              {"another job is using this directory", "pid " + std::to_string(getpid())});
   // A later job in the same directory does not see the keys of this one.
-  expectError([&] { makeStore(spec, 0, 1, kTimeout)->get("k", milliseconds(50)); }, MTXCOMM_TIMEOUT,
-              {"'k'"});
+  store.reset();
+  expectError([&] { makeStore(spec, 0, 1, kTimeout, testSecret())->get("k", milliseconds(50)); },
+              MTXCOMM_TIMEOUT, {"'k'"});
 }
 
 // A second job in a reused directory, whose rank 1 starts before its rank 0, must not read the
@@ -65,7 +70,7 @@ TEST(FileStore, CreatesNestedDirectory) {
 TEST(FileStore, LaterJobNeverReadsStaleKeys) {
   TempDir dir;
   runThreads(2, [&](int rank) {
-    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout);
+    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout, testSecret());
     store->set("tcp/addr/" + std::to_string(rank), "old");
   });
   // A file that is not the store's survives rank 0's clean-up.
@@ -75,7 +80,7 @@ TEST(FileStore, LaterJobNeverReadsStaleKeys) {
   std::fclose(f);
   runThreads(2, [&](int rank) {
     if (rank == 0) std::this_thread::sleep_for(milliseconds(100));
-    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout);
+    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout, testSecret());
     if (rank == 0) store->set("tcp/addr/0", "new");
     EXPECT_EQ(store->get("tcp/addr/0", kTimeout), "new");
   });
@@ -93,14 +98,14 @@ TEST(FileStore, TwoClaimantsOfOneRankAreReported) {
       std::fclose(std::fopen((path + "/mtxcomm.hello.1." + nonce).c_str(), "w"));
     }
   });
-  expectError([&] { makeStore(dir.fileSpec(), 0, 3, milliseconds(3000)); }, MTXCOMM_INVALID_USAGE,
-              {"two processes ask to join as rank 1", "same directory"});
+  expectError([&] { makeStore(dir.fileSpec(), 0, 3, milliseconds(3000), testSecret()); },
+              MTXCOMM_INVALID_USAGE, {"two processes ask to join as rank 1", "same directory"});
   claimants.join();
 }
 
 TEST(FileStore, GetTimesOutNamingKeyAndStore) {
   TempDir dir;
-  auto store = makeStore(dir.fileSpec(), 0, 1, kTimeout);
+  auto store = makeStore(dir.fileSpec(), 0, 1, kTimeout, testSecret());
   auto start = Clock::now();
   expectError([&] { store->get("missing/key", milliseconds(150)); }, MTXCOMM_TIMEOUT,
               {"missing/key", dir.path(), "0.15 s"});
@@ -115,7 +120,7 @@ TEST(TcpStore, FourRanksExchangeKeys) {
   runThreads(kRanks, [&](int rank) {
     // Rank 0 (the server) starts last: the clients must retry connecting.
     if (rank == 0) std::this_thread::sleep_for(milliseconds(150));
-    auto store = makeStore(spec, rank, kRanks, kTimeout);
+    auto store = makeStore(spec, rank, kRanks, kTimeout, testSecret());
     store->set("key/" + std::to_string(rank), "value of rank " + std::to_string(rank));
     for (int r = 0; r < kRanks; ++r) {
       EXPECT_EQ(store->get("key/" + std::to_string(r), kTimeout),
@@ -135,7 +140,7 @@ TEST(TcpStore, FourRanksExchangeKeys) {
 
 TEST(TcpStore, GetTimesOutThenStillWorks) {
   const std::string spec = tcpSpec();
-  auto store = makeStore(spec, 0, 1, kTimeout);
+  auto store = makeStore(spec, 0, 1, kTimeout, testSecret());
   auto start = Clock::now();
   expectError([&] { store->get("never/set", milliseconds(150)); }, MTXCOMM_TIMEOUT,
               {"never/set", spec});
@@ -147,7 +152,7 @@ TEST(TcpStore, GetTimesOutThenStillWorks) {
 
 TEST(TcpStore, LocalhostWorks) {
   const std::string spec = "tcp:localhost:" + std::to_string(freePort());
-  auto store = makeStore(spec, 0, 1, kTimeout);
+  auto store = makeStore(spec, 0, 1, kTimeout, testSecret());
   store->set("a", "1");
   EXPECT_EQ(store->get("a", kTimeout), "1");
 }
@@ -163,7 +168,7 @@ TEST(TcpStore, BindFailureNamesAddress) {
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string port = std::to_string(ntohs(addr.sin_port));
-  expectError([&] { makeStore("tcp:127.0.0.1:" + port, 0, 2, milliseconds(200)); },
+  expectError([&] { makeStore("tcp:127.0.0.1:" + port, 0, 2, milliseconds(200), testSecret()); },
               MTXCOMM_SYSTEM_ERROR, {"127.0.0.1:" + port, "in use"});
   ::close(fd);
 }
@@ -181,7 +186,7 @@ TEST(Store, BadSpecsAreInvalidUsage) {
   };
   for (const auto& c : cases) {
     try {
-      makeStore(c.first, 0, 1, milliseconds(100));
+      makeStore(c.first, 0, 1, milliseconds(100), testSecret());
       ADD_FAILURE() << "no error for '" << c.first << "'";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), MTXCOMM_INVALID_USAGE) << e.what();

@@ -28,6 +28,7 @@ using testutil::expectError;
 using testutil::runThreads;
 using testutil::tcpSpec;
 using testutil::TempDir;
+using testutil::testSecret;
 constexpr milliseconds kTimeout(10000);
 
 struct RankEnd {
@@ -37,7 +38,7 @@ struct RankEnd {
 
 RankEnd join(const std::string& spec, int rank, int size) {
   RankEnd e;
-  e.store = makeStore(spec, rank, size, kTimeout);
+  e.store = makeStore(spec, rank, size, kTimeout, testSecret());
   e.transport = makeTcpTransport(*e.store, rank, size, kTimeout);
   EXPECT_STREQ(e.transport->name(), "tcp");
   EXPECT_EQ(e.transport->rank(), rank);
@@ -104,7 +105,7 @@ void forkedPeerExits(bool crash) {
   if (child == 0) {
     try {
       RankEnd e;
-      e.store = makeStore(spec, 2, 3, kTimeout);
+      e.store = makeStore(spec, 2, 3, kTimeout, testSecret());
       e.transport = makeTcpTransport(*e.store, 2, 3, kTimeout);
       e.store.reset();
       std::this_thread::sleep_for(milliseconds(200));

@@ -44,6 +44,7 @@ using testutil::Barrier;
 using testutil::expectError;
 using testutil::runThreads;
 using testutil::TempDir;
+using testutil::testSecret;
 
 // n transports of one kind, and what must outlive them (stores, a directory).
 struct Made {
@@ -72,7 +73,7 @@ Made makeTcp(int n) {
   Made m;
   m.transports.resize(n);
   runThreads(n, [&](int r) {
-    keep->stores[r] = makeStore(keep->dir.fileSpec(), r, n, kTimeout);
+    keep->stores[r] = makeStore(keep->dir.fileSpec(), r, n, kTimeout, testSecret());
     m.transports[r] = makeTcpTransport(*keep->stores[r], r, n, kTimeout);
   });
   m.keep = keep;

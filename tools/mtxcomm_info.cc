@@ -106,9 +106,9 @@ int main(int argc, char** argv) {
       for (const auto& line : effective) {
         if (line.rfind(v.name + "=", 0) == 0) value = line.substr(v.name.size() + 1);
       }
-      std::printf("  %s=%s\n      [%s, default %s] %s\n", v.name.c_str(), value.c_str(),
+      std::printf("  %s=%s\n      [%s, default %s%s] %s\n", v.name.c_str(), value.c_str(),
                   v.type.c_str(), v.defaultValue.empty() ? "unset" : v.defaultValue.c_str(),
-                  v.help.c_str());
+                  v.mustAgree ? ", must agree" : "", v.help.c_str());
     }
     for (const std::string& u : mtxcomm::Config::unknownVariables()) {
       std::printf("  %s: unknown variable, ignored\n", u.c_str());

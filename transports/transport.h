@@ -19,8 +19,11 @@
 //   whether it was a send or a receive; the caller adds rank, collective and algorithm. After an
 //   error the transport is failed: later calls may throw again; the requests are abandoned and
 //   their buffers are no longer touched once waitAll has thrown.
+// - Cancellation: waitAll checks the transport's CancelToken (setCancelToken) at least every
+//   50 ms and throws its MTXCOMM_INVALID_USAGE once another thread cancelled it.
 // - Thread safety: one thread at a time calls a given Transport object. Distinct transports
-//   (also those made by split()) may be used from distinct threads concurrently.
+//   (also those made by split()) may be used from distinct threads concurrently. The token may
+//   be cancelled from any thread.
 #ifndef MTXCOMM_TRANSPORTS_TRANSPORT_H_
 #define MTXCOMM_TRANSPORTS_TRANSPORT_H_
 
@@ -31,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/cancel.h"
 #include "lib/base/clock.h"
 
 namespace mtxcomm {
@@ -80,6 +84,19 @@ class Transport {
   // MTXCOMM_REMOTE_ERROR naming this rank (and the reason, where the transport can carry it)
   // instead of a timeout. Never blocks for long. Default: nothing to tell.
   virtual void abort(const std::string& reason) {}
+
+  // The token waitAll checks (lib/base/cancel.h); set by the communicator before any call. A
+  // transport over others (route) passes it on.
+  virtual void setCancelToken(CancelTokenPtr token) { cancel_ = std::move(token); }
+
+ protected:
+  // Throws once the token is cancelled; for the wait loops.
+  void checkCancelled() const {
+    if (cancel_) cancel_->check();
+  }
+
+ private:
+  CancelTokenPtr cancel_;
 };
 
 }  // namespace mtxcomm

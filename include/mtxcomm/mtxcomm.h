@@ -71,7 +71,12 @@
  * The library never calls abort() or exit().
  *
  * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
- * be used concurrently from distinct threads.
+ * be used concurrently from distinct threads. Safe from any thread at any time, also while
+ * another thread is inside a collective on the same communicator: mtxcomm_comm_abort and
+ * mtxcomm_comm_destroy (the collective in flight returns promptly with an error naming which;
+ * the watchdog pattern of ncclCommAbort), mtxcomm_comm_notify_state, mtxcomm_comm_wakeup and
+ * mtxcomm_get_last_error. A handle that was destroyed, or never was one, is rejected with
+ * MTXCOMM_INVALID_ARGUMENT (a registry of live communicators), never dereferenced.
  */
 #ifndef MTXCOMM_MTXCOMM_H_
 #define MTXCOMM_MTXCOMM_H_
@@ -156,12 +161,18 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, 
                                                 mtxcomm_comm_t* newcomm);
 
 /* Frees the communicator. Local, not collective: call it on every rank after the last
- * collective. NULL is accepted and ignored. */
+ * collective. NULL is accepted and ignored; a handle that is not live (destroyed already) is
+ * MTXCOMM_INVALID_ARGUMENT. Over shared memory the peers are told: a peer still waiting on this
+ * rank, or entering a later collective, fails at once with MTXCOMM_REMOTE_ERROR naming it.
+ * From another thread while a collective runs on comm: that collective ends with an error
+ * ("destroyed ... during this call"), then the communicator is freed. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm);
 
 /* Marks the communicator failed on this rank and tells the peers it can reach; collectives
  * blocked on this rank elsewhere end with MTXCOMM_REMOTE_ERROR where the transport can tell.
- * Then frees it, like destroy. Never blocks for longer than the transport's close. */
+ * Then frees it, like destroy. Never blocks for longer than the transport's close. Safe from a
+ * watchdog thread while another thread is blocked in a collective on comm: that collective
+ * returns promptly with MTXCOMM_INVALID_USAGE ("aborted ... during this call"). */
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
 
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);

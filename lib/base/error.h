@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mtxcomm/mtxcomm.hpp"
 
@@ -17,6 +18,20 @@ std::string strCat(Args&&... args) {
   std::ostringstream os;
   (os << ... << std::forward<Args>(args));
   return os.str();
+}
+
+// "rank 3", "ranks 0-2,5" for sorted ranks, for messages.
+inline std::string rankRanges(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s << (i ? "," : "") << ranks[i];
+    if (j > i) s << (j == i + 1 ? "," : "-") << ranks[j];
+    i = j + 1;
+  }
+  return s.str();
 }
 
 template <class... Args>

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "lib/base/auth.h"
+
 namespace mtxcomm {
 
 class Store {
@@ -18,6 +20,14 @@ class Store {
   // Waits until key is set, up to timeout; throws mtxcomm::Error(MTXCOMM_TIMEOUT) naming the key
   // after that, MTXCOMM_SYSTEM_ERROR / MTXCOMM_REMOTE_ERROR if the store fails.
   virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // The job's secret (lib/base/auth.h): every connection the job's ranks make to each other
+  // proves it. Known to the store: configured for a tcp: store, made by rank 0 of a file: store.
+  virtual const JobSecret& secret() const = 0;
+  // Throws MTXCOMM_INVALID_USAGE when the store knows the job is faulty (a tcp: store: two
+  // processes claim one rank, a rank has another size), so that a rank in a long bootstrap wait
+  // (the TCP transport's accept loop) fails naming the cause instead of timing out. Cheap:
+  // callers may call it every few hundred milliseconds.
+  virtual void check() {}
 };
 
 }  // namespace mtxcomm

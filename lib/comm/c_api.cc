@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <unordered_set>
 
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
@@ -25,43 +26,132 @@ using mtxcomm::Error;
 namespace {
 
 thread_local std::string t_lastInitError;
+thread_local std::string t_lastErrorCopy;
 
-// Runs fn; on failure records the message where mtxcomm_get_last_error(comm) finds it.
+// The registry of live handles (c_api.h, "Handles").
+std::mutex g_handlesMu;
+std::unordered_set<const mtxcomm_comm*>& liveHandles() {
+  static auto* live = new std::unordered_set<const mtxcomm_comm*>();  // never destroyed: atexit
+  return *live;
+}
+
+const char* notLive(mtxcomm_comm_t comm) {
+  return comm ? "comm is not a live communicator (destroyed already, or not made by "
+                "mtxcomm_comm_init_*/mtxcomm_comm_split)"
+              : "comm is NULL";
+}
+
+// An entry point's hold on a live handle: the Comm stays until the lease ends.
+class Lease {
+ public:
+  // Throws MTXCOMM_INVALID_ARGUMENT for a handle that is not live.
+  explicit Lease(mtxcomm_comm_t comm) : h_(comm) {
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    if (!comm || !liveHandles().count(comm)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, notLive(comm));
+    std::lock_guard<std::mutex> l(comm->mu);
+    ++comm->inFlight;
+  }
+  ~Lease() {
+    std::lock_guard<std::mutex> l(h_->mu);
+    if (--h_->inFlight == 0) h_->idle.notify_all();
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  Comm& comm() const { return *h_->impl; }
+
+ private:
+  mtxcomm_comm_t h_;
+};
+
+// Runs fn; turns an exception into its result code and message.
 template <class Fn>
-mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
-  std::string* sink = comm && comm->impl ? &comm->impl->lastError() : &t_lastInitError;
+mtxcomm_result_t capture(Fn&& fn, std::string* message) {
   try {
     fn();
     return MTXCOMM_SUCCESS;
   } catch (const Error& e) {
-    *sink = e.what();
+    *message = e.what();
     return e.code();
   } catch (const std::bad_alloc&) {
-    *sink = "out of memory";
+    *message = "out of memory";
     return MTXCOMM_SYSTEM_ERROR;
   } catch (const std::exception& e) {
-    *sink = std::string("internal error: ") + e.what();
+    *message = std::string("internal error: ") + e.what();
     return MTXCOMM_INTERNAL_ERROR;
   } catch (...) {
-    *sink = "internal error: unknown exception";
+    *message = "internal error: unknown exception";
     return MTXCOMM_INTERNAL_ERROR;
   }
 }
 
-Comm& checked(mtxcomm_comm_t comm) {
-  if (!comm || !comm->impl) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "comm is NULL");
-  return *comm->impl;
+// Entry points without a communicator (init, configuration): errors go to this thread's
+// record, mtxcomm_get_last_error(NULL).
+template <class Fn>
+mtxcomm_result_t guardedNoComm(Fn&& fn) {
+  std::string message;
+  const mtxcomm_result_t code = capture(fn, &message);
+  if (code != MTXCOMM_SUCCESS) t_lastInitError = message;
+  return code;
+}
+
+// Runs fn(comm's Comm) under a lease of a live handle; on failure records the message where
+// mtxcomm_get_last_error(comm) finds it (this thread's record when comm is not live).
+template <class Fn>
+mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
+  std::string message;
+  bool leased = false;
+  const mtxcomm_result_t code = capture(
+      [&] {
+        Lease lease(comm);
+        leased = true;
+        fn(lease.comm());
+      },
+      &message);
+  if (code == MTXCOMM_SUCCESS) return code;
+  if (leased) {
+    // Live when the call started; it may have been destroyed since, so look again.
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    if (liveHandles().count(comm)) {
+      std::lock_guard<std::mutex> l(comm->mu);
+      comm->lastError = message;
+      return code;
+    }
+  }
+  t_lastInitError = message;
+  return code;
+}
+
+// Removes a live handle from the registry and frees it once no call is running on it; a call
+// in flight (another thread) is cancelled with reason first. NULL and handles that are not live
+// are rejected (false).
+bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
+  {
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    if (!comm || !liveHandles().erase(comm)) return false;
+  }
+  {
+    std::unique_lock<std::mutex> l(comm->mu);
+    if (comm->inFlight > 0) {
+      if (comm->impl) comm->impl->cancel(reason);
+      comm->idle.wait(l, [&] { return comm->inFlight == 0; });
+    }
+  }
+  if (abortPeers && comm->impl) {
+    try {
+      comm->impl->abort();
+    } catch (...) {
+      // Best effort: the communicator is going away regardless.
+    }
+  }
+  delete comm;
+  return true;
 }
 
 mtxcomm_result_t collective(mtxcomm_comm_t comm, const CollArgs& args, void* stream) {
-  if (!comm) {
-    t_lastInitError = "comm is NULL";
-    return MTXCOMM_INVALID_ARGUMENT;
-  }
-  return guarded(comm, [&] {
+  return guarded(comm, [&](Comm& c) {
     CollArgs a = args;
     a.stream = stream;  // device buffers: gpu/device.h
-    checked(comm).run(a);
+    c.run(a);
   });
 }
 
@@ -70,7 +160,7 @@ mtxcomm_result_t collective(mtxcomm_comm_t comm, const CollArgs& args, void* str
 extern "C" {
 
 mtxcomm_result_t mtxcomm_comm_init_from_env(mtxcomm_comm_t* comm) {
-  return guarded(nullptr, [&] {
+  return guardedNoComm([&] {
     if (!comm) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     *comm = nullptr;
     *comm = mtxcomm::wrapComm(mtxcomm::initFromEnv());
@@ -79,7 +169,7 @@ mtxcomm_result_t mtxcomm_comm_init_from_env(mtxcomm_comm_t* comm) {
 
 #ifdef MTXCOMM_HAVE_MPI
 mtxcomm_result_t mtxcomm_comm_init_mpi(MPI_Comm mpiComm, mtxcomm_comm_t* comm) {
-  return guarded(nullptr, [&] {
+  return guardedNoComm([&] {
     if (!comm) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     *comm = nullptr;
     if (mpiComm == MPI_COMM_NULL)
@@ -91,77 +181,78 @@ mtxcomm_result_t mtxcomm_comm_init_mpi(MPI_Comm mpiComm, mtxcomm_comm_t* comm) {
 
 mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, int key,
                                     mtxcomm_comm_t* newcomm) {
-  if (!comm) {
-    t_lastInitError = "comm is NULL";
-    return MTXCOMM_INVALID_ARGUMENT;
-  }
-  return guarded(comm, [&] {
+  return guarded(comm, [&](Comm& c) {
     if (!newcomm) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "newcomm (the output pointer) is NULL");
     *newcomm = nullptr;
-    auto child = checked(comm).split(color, key);
+    auto child = c.split(color, key);
     if (child) *newcomm = mtxcomm::wrapComm(std::move(child));
   });
 }
 
 mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm) {
-  delete comm;
-  return MTXCOMM_SUCCESS;
+  if (!comm) return MTXCOMM_SUCCESS;
+  if (retire(comm,
+             "the communicator was destroyed (mtxcomm_comm_destroy, another thread) "
+             "during this call",
+             /*abortPeers=*/false)) {
+    return MTXCOMM_SUCCESS;
+  }
+  t_lastInitError = std::string("mtxcomm_comm_destroy: ") + notLive(comm);
+  return MTXCOMM_INVALID_ARGUMENT;
 }
 
 mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm) {
   if (!comm) return MTXCOMM_SUCCESS;
-  try {
-    if (comm->impl) comm->impl->abort();
-  } catch (...) {
-    // Best effort: the communicator is going away regardless.
+  if (retire(comm,
+             "the communicator was aborted (mtxcomm_comm_abort, another thread) during "
+             "this call",
+             /*abortPeers=*/true)) {
+    return MTXCOMM_SUCCESS;
   }
-  delete comm;
-  return MTXCOMM_SUCCESS;
+  t_lastInitError = std::string("mtxcomm_comm_abort: ") + notLive(comm);
+  return MTXCOMM_INVALID_ARGUMENT;
 }
 
-mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank) {
-  return guarded(comm, [&] {
-    Comm& c = checked(comm);
-    if (!rank) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "rank (the output pointer) is NULL");
-    *rank = c.rank();
+}  // extern "C"
+
+namespace {
+// An entry point that reads one int of a live communicator.
+template <class Get>
+mtxcomm_result_t getInt(mtxcomm_comm_t comm, int* out, const char* what, Get&& get) {
+  return guarded(comm, [&](Comm& c) {
+    if (!out) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, what, " (the output pointer) is NULL");
+    *out = get(c);
   });
+}
+}  // namespace
+
+extern "C" {
+
+mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank) {
+  return getInt(comm, rank, "rank", [](Comm& c) { return c.rank(); });
 }
 
 mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size) {
-  return guarded(comm, [&] {
-    Comm& c = checked(comm);
-    if (!size) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "size (the output pointer) is NULL");
-    *size = c.size();
-  });
+  return getInt(comm, size, "size", [](Comm& c) { return c.size(); });
 }
 
 mtxcomm_result_t mtxcomm_comm_local_rank(mtxcomm_comm_t comm, int* local_rank) {
-  return guarded(comm, [&] {
-    Comm& c = checked(comm);
-    if (!local_rank) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "local_rank (the output) is NULL");
-    *local_rank = c.localRank();
-  });
+  return getInt(comm, local_rank, "local_rank", [](Comm& c) { return c.localRank(); });
 }
 
 mtxcomm_result_t mtxcomm_comm_local_size(mtxcomm_comm_t comm, int* local_size) {
-  return guarded(comm, [&] {
-    Comm& c = checked(comm);
-    if (!local_size) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "local_size (the output) is NULL");
-    *local_size = c.localSize();
-  });
+  return getInt(comm, local_size, "local_size", [](Comm& c) { return c.localSize(); });
 }
 
 mtxcomm_result_t mtxcomm_comm_cpu_share(mtxcomm_comm_t comm, int* cores) {
-  return guarded(comm, [&] {
-    Comm& c = checked(comm);
-    if (!cores) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "cores (the output pointer) is NULL");
-    *cores = c.cpuShare();
-  });
+  return getInt(comm, cores, "cores", [](Comm& c) { return c.cpuShare(); });
 }
 
+}  // extern "C"
+
 namespace {
-mtxcomm::ShmGroup& notifier(mtxcomm_comm_t comm) {
-  mtxcomm::ShmGroup* shm = checked(comm).notifier();
+mtxcomm::ShmGroup& notifier(Comm& c) {
+  mtxcomm::ShmGroup* shm = c.notifier();
   if (!shm) {
     mtxcomm::fail(MTXCOMM_UNSUPPORTED,
                   "notifications need every rank of the communicator on one node with a "
@@ -169,26 +260,39 @@ mtxcomm::ShmGroup& notifier(mtxcomm_comm_t comm) {
   }
   return *shm;
 }
+
+// For the entry points any thread may call: a result code, no last-error record (another
+// thread may be using comm).
+template <class Fn>
+mtxcomm_result_t anyThread(mtxcomm_comm_t comm, Fn&& fn) {
+  std::string ignored;
+  return capture(
+      [&] {
+        Lease lease(comm);
+        fn(lease.comm());
+      },
+      &ignored);
+}
 }  // namespace
 
+extern "C" {
+
 mtxcomm_result_t mtxcomm_comm_notify(mtxcomm_comm_t comm, uint64_t cycle) {
-  return guarded(comm, [&] { notifier(comm).notify(cycle); });
+  return guarded(comm, [&](Comm& c) { notifier(c).notify(cycle); });
 }
 
 mtxcomm_result_t mtxcomm_comm_notify_state(mtxcomm_comm_t comm, mtxcomm_notify_state_t* state) {
-  // Any thread: no last-error record (another thread may be using comm).
-  if (!comm || !comm->impl || !state) return MTXCOMM_INVALID_ARGUMENT;
-  mtxcomm::ShmGroup* shm = comm->impl->notifier();
-  if (!shm) return MTXCOMM_UNSUPPORTED;
-  const auto st = shm->notifyState();
-  state->token = st.token;
-  state->cycle = st.cycle;
-  return MTXCOMM_SUCCESS;
+  if (!state) return MTXCOMM_INVALID_ARGUMENT;
+  return anyThread(comm, [&](Comm& c) {
+    const auto st = notifier(c).notifyState();
+    state->token = st.token;
+    state->cycle = st.cycle;
+  });
 }
 
 mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm, const mtxcomm_notify_state_t* seen,
                                           double timeout_s, mtxcomm_notify_state_t* now) {
-  return guarded(comm, [&] {
+  return guarded(comm, [&](Comm& c) {
     if (!seen || !now) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "seen or now is NULL");
     if (!(timeout_s >= 0)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "timeout_s is negative or NaN");
     mtxcomm::ShmGroup::NotifyState s;
@@ -198,27 +302,26 @@ mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm, const mtxcomm_not
     const auto deadline =
         mtxcomm::Clock::now() +
         std::chrono::duration_cast<mtxcomm::Clock::duration>(std::chrono::duration<double>(capped));
-    const auto got = notifier(comm).waitNotify(s, deadline);
+    const auto got = notifier(c).waitNotify(s, deadline);
     now->token = got.token;
     now->cycle = got.cycle;
   });
 }
 
 mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm) {
-  if (!comm || !comm->impl) return MTXCOMM_INVALID_ARGUMENT;
-  mtxcomm::ShmGroup* shm = comm->impl->notifier();
-  if (!shm) return MTXCOMM_UNSUPPORTED;
-  shm->wakeup();
-  return MTXCOMM_SUCCESS;
+  return anyThread(comm, [&](Comm& c) { notifier(c).wakeup(); });
 }
 
 const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
-  if (!comm || !comm->impl) return "";
+  {
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    if (!comm || !liveHandles().count(comm)) return "";
+  }
   return comm->impl->lastAlgorithm().c_str();
 }
 
 mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len) {
-  return guarded(nullptr, [&] {
+  return guardedNoComm([&] {
     if (!name || !value) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "name or value is NULL");
     const std::string prefix = std::string(name) + "=";
     for (const std::string& kv : mtxcomm::Config::fromEnvironment().describe()) {
@@ -311,7 +414,15 @@ const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
 }
 
 const char* mtxcomm_get_last_error(mtxcomm_comm_t comm) {
-  if (comm && comm->impl) return comm->impl->lastError().c_str();
+  if (comm) {
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    if (liveHandles().count(comm)) {
+      // A copy of this thread's own: another thread may record a new error meanwhile.
+      std::lock_guard<std::mutex> l(comm->mu);
+      t_lastErrorCopy = comm->lastError;
+      return t_lastErrorCopy.c_str();
+    }
+  }
   return t_lastInitError.c_str();
 }
 
@@ -329,3 +440,20 @@ size_t mtxcomm_datatype_size(mtxcomm_datatype_t datatype) {
 }
 
 }  // extern "C"
+
+namespace mtxcomm {
+
+mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) {
+  auto* h = new mtxcomm_comm();
+  h->impl = std::move(c);
+  std::lock_guard<std::mutex> g(g_handlesMu);
+  liveHandles().insert(h);
+  return h;
+}
+
+Comm* unwrapComm(mtxcomm_comm_t c) {
+  std::lock_guard<std::mutex> g(g_handlesMu);
+  return c && liveHandles().count(c) ? c->impl.get() : nullptr;
+}
+
+}  // namespace mtxcomm

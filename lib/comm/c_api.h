@@ -1,9 +1,18 @@
 // Internal helpers around the C handle: tests and tools wrap Comm objects (e.g. in-process
 // ranks) into mtxcomm_comm_t so they go through the real C API.
+//
+// Handles. Every handle made here is in a registry of live handles; each entry point looks its
+// argument up there before touching it, so a destroyed, never-made or garbage handle is
+// MTXCOMM_INVALID_ARGUMENT, never a crash (a new handle at the address of a destroyed one is
+// indistinguishable from it). A call holds a lease on the Comm for its duration; destroy and
+// abort from another thread cancel the call in flight (lib/base/cancel.h), wait for it to
+// return, and only then free the Comm.
 #ifndef MTXCOMM_LIB_C_API_H_
 #define MTXCOMM_LIB_C_API_H_
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "lib/comm/comm.h"
@@ -11,11 +20,17 @@
 
 struct mtxcomm_comm {
   std::unique_ptr<mtxcomm::Comm> impl;
+  std::mutex mu;                 // guards the fields below
+  std::condition_variable idle;  // signalled when inFlight drops
+  int inFlight = 0;              // entry points running on this handle
+  std::string lastError;
 };
 
 namespace mtxcomm {
-inline mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) { return new mtxcomm_comm{std::move(c)}; }
-inline Comm* unwrapComm(mtxcomm_comm_t c) { return c ? c->impl.get() : nullptr; }
+// Registers a new handle for c.
+mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c);
+// The Comm of a live handle, or nullptr (tests and tools; no lease).
+Comm* unwrapComm(mtxcomm_comm_t c);
 }  // namespace mtxcomm
 
 #endif  // MTXCOMM_LIB_C_API_H_

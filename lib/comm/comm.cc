@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <sstream>
 #include <type_traits>
 #include <vector>
 
@@ -20,7 +22,22 @@
 namespace mtxcomm {
 
 Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId)
-    : transport_(std::move(transport)), config_(config), contextId_(contextId) {}
+    : transport_(std::move(transport)),
+      cancel_(std::make_shared<CancelToken>()),
+      config_(config),
+      contextId_(contextId) {
+  transport_->setCancelToken(cancel_);
+}
+
+void Comm::cancel(const std::string& reason) {
+  cancel_->cancel(strCat("rank ", rank(), ": ", reason));
+}
+
+void Comm::shareCancelToken(CancelTokenPtr token) {
+  cancel_ = std::move(token);
+  transport_->setCancelToken(cancel_);
+  if (shm_) shm_->setCancelToken(cancel_);
+}
 
 Comm::~Comm() = default;
 
@@ -50,8 +67,11 @@ void Comm::run(const CollArgs& user) {
     checkArgs(user, me, n);
     onDevice = gpu::isDeviceCall(user, me);
   } catch (const Error& e) {
+    // Peers waiting for this rank in this call learn at once that it rejected it.
+    if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
+  if (shm_) shm_->enterCall(callSignature(user, seq_));
   currentCall_ = user;
   if (onDevice) {
     runOnDevice(user);
@@ -218,6 +238,9 @@ void Comm::ensureLevels() {
   local->config_.timeoutSeconds = std::min(config_.timeoutSeconds * 1.5, 31536000.0);
   local_ = std::move(local);
   cross_ = std::move(cross);
+  // A cancel of this communicator ends calls blocked in its levels too.
+  local_->shareCancelToken(cancel_);
+  cross_->shareCancelToken(cancel_);
   MTXCOMM_LOG(kDebug, me, "hierarchical levels: node ", node, " (", local_->size(),
               " ranks, local rank ", localRank, "), cross-node communicator of local index ",
               localRank, " (", cross_->size(), " nodes)");
@@ -264,6 +287,99 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
     comm->setup(&sub);
   }
   return comm;
+}
+
+namespace {
+
+// "NAME=value\n" for every variable every rank must agree on.
+std::string agreementRecord(const Config& cfg) {
+  std::string record;
+  for (const std::string& kv : cfg.describe()) {
+    const std::string name = kv.substr(0, kv.find('='));
+    for (const ConfigVar& var : configVars()) {
+      if (var.mustAgree && var.name == name) record += kv.substr(0, 200) + "\n";
+    }
+  }
+  return record;
+}
+
+std::map<std::string, std::string> parseRecord(const char* data, size_t n) {
+  std::map<std::string, std::string> values;
+  std::istringstream in(std::string(data, strnlen(data, n)));
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) values[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return values;
+}
+
+}  // namespace
+
+void Comm::agreeConfig() {
+  constexpr size_t kRecordBytes = 8192, kVerdictBytes = 4096;
+  constexpr int kTag = Transport::kMaxTag;  // before any collective: no other traffic yet
+  const int n = size();
+  if (n == 1) return;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(config_.timeoutSeconds));
+  std::vector<char> mine(kRecordBytes, '\0');
+  const std::string record = agreementRecord(config_);
+  std::memcpy(mine.data(), record.data(), std::min(record.size(), kRecordBytes - 1));
+  std::vector<char> verdict(kVerdictBytes, '\0');
+  try {
+    std::vector<RequestPtr> reqs;
+    if (rank() == 0) {
+      std::vector<std::vector<char>> theirs(n, std::vector<char>(kRecordBytes));
+      for (int r = 1; r < n; ++r) {
+        reqs.push_back(transport_->irecv(r, kTag, theirs[r].data(), kRecordBytes));
+      }
+      transport_->waitAll(reqs, deadline);
+      theirs[0] = mine;
+      // variable -> value -> ranks
+      std::map<std::string, std::map<std::string, std::vector<int>>> seen;
+      for (int r = 0; r < n; ++r) {
+        for (auto& kv : parseRecord(theirs[r].data(), kRecordBytes)) {
+          seen[kv.first][kv.second].push_back(r);
+        }
+      }
+      std::string text;
+      for (auto& var : seen) {
+        size_t holders = 0;
+        for (auto& v : var.second) holders += v.second.size();
+        if (var.second.size() == 1 && holders == static_cast<size_t>(n)) continue;
+        std::string line = var.first + " differs:";
+        const char* sep = " ";
+        for (auto& v : var.second) {
+          line += strCat(sep, v.first, " on ", rankRanges(v.second));
+          sep = ", ";
+        }
+        text += (text.empty() ? "" : "; ") + line;
+      }
+      if (!text.empty()) {
+        text += " (these variables must be the same on every rank)";
+        if (text.size() > kVerdictBytes - 1) text.resize(kVerdictBytes - 1);
+        std::memcpy(verdict.data(), text.data(), text.size());
+      }
+      reqs.clear();
+      for (int r = 1; r < n; ++r) {
+        reqs.push_back(transport_->isend(r, kTag, verdict.data(), kVerdictBytes));
+      }
+      transport_->waitAll(reqs, deadline);
+    } else {
+      reqs.push_back(transport_->isend(0, kTag, mine.data(), kRecordBytes));
+      reqs.push_back(transport_->irecv(0, kTag, verdict.data(), kVerdictBytes));
+      transport_->waitAll(reqs, deadline);
+    }
+  } catch (const Error& e) {
+    throw Error(e.code(),
+                strCat("rank ", rank(), ": comparing the configuration at init: ", e.what()));
+  }
+  if (verdict[0] != '\0') {
+    verdict.back() = '\0';
+    fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), " of ", n,
+         ": the ranks' configurations differ: ", verdict.data());
+  }
 }
 
 void Comm::agreeTopology() {
@@ -325,6 +441,7 @@ void Comm::setup(const Topology* agreed) {
   } catch (const Error& e) {
     throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
   }
+  shm_->setCancelToken(cancel_);
   MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ",
               ShmGroup::segmentBytes(n, config_.shmSlotBytes), " bytes for ", n, " ranks");
 }

@@ -56,6 +56,12 @@ class Comm {
   // not off, maps a shared-memory segment for the shm algorithms. Throws (on every rank) if
   // the segment cannot be made.
   void setup(const Topology* agreed = nullptr);
+  // Collective, once, at init of a world communicator before any other traffic: every rank
+  // sends rank 0 its values of the variables marked "must agree" (ConfigVar::mustAgree: shm,
+  // slot and segment sizes, forced algorithms, ...), and rank 0 answers every rank with the
+  // verdict. Where they differ, throws MTXCOMM_INVALID_USAGE on every rank naming each
+  // variable, its values and the ranks that hold them.
+  void agreeConfig();
   bool hasShm() const { return shm_ != nullptr; }
   // This rank's index among the ranks on its node, and their number (from the agreed
   // topology; 0 and 1 before setup).
@@ -65,6 +71,12 @@ class Comm {
   // The node-local level of the hierarchical algorithms, once built (null before).
   const Comm* localLevel() const { return local_.get(); }
   void abort();
+  // Thread-safe: makes the call another thread is blocked in (and every later one) end
+  // promptly with MTXCOMM_INVALID_USAGE naming reason (lib/base/cancel.h). The C API's abort
+  // and destroy use it on a communicator with a call in flight.
+  void cancel(const std::string& reason);
+  // The levels of a hierarchical communicator share its token.
+  void shareCancelToken(CancelTokenPtr token);
 
   // Notifications between the ranks' progress engines (the C API's mtxcomm_comm_notify and
   // friends, transports/shm/shm_group.h): over the shared-memory segment; null without one.
@@ -100,6 +112,7 @@ class Comm {
   void ensureLevels();
 
   std::unique_ptr<Transport> transport_;
+  CancelTokenPtr cancel_;
   std::unique_ptr<ShmGroup> shm_;
   std::unique_ptr<gpu::HostCollectives> host_;  // this communicator, for the device paths
   std::unique_ptr<gpu::DeviceComm> device_;     // made by the first call on device buffers

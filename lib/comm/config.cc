@@ -97,7 +97,8 @@ const std::vector<ConfigVar>& configVars() {
          "bytes",
          "1M",
          "pipeline segment of the ring algorithms (4K..1G; K/M/G suffixes accepted)",
-         {}},
+         {},
+         true},
         {"MTXCOMM_TRANSPORT",
          "enum",
          "auto",
@@ -105,7 +106,8 @@ const std::vector<ConfigVar>& configVars() {
          "when MTXCOMM_STORE is set, and use UCX when they span several nodes (and UCX works on "
          "every rank); ucx: UCX for every peer (an error where a rank has none); mpi, tcp: the "
          "bootstrap transport only",
-         {"auto", "ucx", "mpi", "tcp"}},
+         {"auto", "ucx", "mpi", "tcp"},
+         true},
         {"MTXCOMM_RANK", "int", "", "this process's rank, for the MTXCOMM_STORE bootstrap", {}},
         {"MTXCOMM_SIZE", "int", "", "the number of ranks, for the MTXCOMM_STORE bootstrap", {}},
         {"MTXCOMM_STORE",
@@ -125,7 +127,23 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_TCP_IFADDR",
          "string",
          "",
-         "IPv4 address the TCP transport listens on (default every interface)",
+         "IPv4 address the TCP transport listens on (default: the address of MTXCOMM_TCP_HOST, "
+         "else 127.0.0.1): it listens only where its peers are told to connect",
+         {}},
+        {"MTXCOMM_JOB_SECRET",
+         "secret",
+         "",
+         "the job's secret (64 hex digits from `openssl rand -hex 32`, or any text of 16 bytes "
+         "or more), the same on every rank: every bootstrap connection (the tcp: store, the TCP "
+         "transport) proves it by HMAC challenge-response; it never travels in the clear. "
+         "Needed with MTXCOMM_STORE=tcp:; mtxrun sets one; a file: store makes one in its "
+         "private job folder; never echoed",
+         {}},
+        {"MTXCOMM_JOB_SECRET_FILE",
+         "string",
+         "",
+         "a file holding the job's secret instead of MTXCOMM_JOB_SECRET (a regular file owned "
+         "by this user, readable by nobody else)",
          {}},
         {"MTXCOMM_UCX_EAGER_LIMIT",
          "bytes",
@@ -142,13 +160,15 @@ const std::vector<ConfigVar>& configVars() {
          "auto",
          "auto: ranks that are all on one node share a /dev/shm segment and use the shm "
          "algorithms; off: point-to-point transports only",
-         {"auto", "off"}},
+         {"auto", "off"},
+         true},
         {"MTXCOMM_SHM_SLOT_BYTES",
          "bytes",
          "256K",
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
          "is about 2 x ranks x this",
-         {}},
+         {},
+         true},
         {"MTXCOMM_CYCLE_TIME",
          "seconds",
          "0.001",
@@ -162,7 +182,8 @@ const std::vector<ConfigVar>& configVars() {
          "framework bindings: requests the engine remembers (response cache): a request seen "
          "before is sent as one bit of a bit vector instead of its name and shapes (0: no cache; "
          "0..65536)",
-         {}},
+         {},
+         true},
         {"MTXCOMM_STALL_TIMEOUT",
          "seconds",
          "300",
@@ -195,7 +216,8 @@ const std::vector<ConfigVar>& configVars() {
          "64M",
          "framework bindings: allreduces ready in the same cycle with the same dtype and op are "
          "packed into one buffer of up to this many bytes (0: no fusion)",
-         {}},
+         {},
+         true},
         {"MTXCOMM_STALL_WARNING",
          "seconds",
          "60",
@@ -206,7 +228,8 @@ const std::vector<ConfigVar>& configVars() {
          "enum",
          "0",
          "1: set by `mtxrun --transparent`, makes an unmodified Keras script data-parallel",
-         {"0", "1"}},
+         {"0", "1"},
+         true},
         {"MTXCOMM_TRANSPARENT_OUTPUT",
          "enum",
          "rank0",
@@ -220,18 +243,21 @@ const std::vector<ConfigVar>& configVars() {
          "else cuda_ipc on one node, else host_staging), nccl, cuda_ipc, host_staging, ucx_cuda "
          "(not built yet); a forced path that cannot take a call fails it with "
          "MTXCOMM_UNSUPPORTED",
-         {"auto", "nccl", "cuda_ipc", "host_staging", "ucx_cuda"}},
+         {"auto", "nccl", "cuda_ipc", "host_staging", "ucx_cuda"},
+         true},
         {"MTXCOMM_CUDA_IPC_BYTES",
          "bytes",
          "64M",
          "device scratch per rank of the cuda_ipc path, mapped by its peers; larger calls run "
          "in chunks of this (1M..16G)",
-         {}},
+         {},
+         true},
         {"MTXCOMM_CUDA_STAGING_BYTES",
          "bytes",
          "4M",
          "pinned host chunk of the host_staging path (two per communicator; 64K..1G)",
-         {}},
+         {},
+         true},
         {"MTXCOMM_TUNING_FILE",
          "string",
          "",
@@ -247,7 +273,7 @@ const std::vector<ConfigVar>& configVars() {
                    strCat("algorithm of ", collectiveName(coll), ": ", joinChoices(choices),
                           " (a forced algorithm that cannot apply falls back to auto with a "
                           "warning)"),
-                   choices});
+                   choices, true});
     }
     return v;
   }();
@@ -307,6 +333,10 @@ Config Config::fromEnvironment() {
       c.tcpHost = v;
     } else if (var.name == "MTXCOMM_TCP_IFADDR") {
       c.tcpIfaddr = v;
+    } else if (var.name == "MTXCOMM_JOB_SECRET") {
+      c.jobSecret = v;
+    } else if (var.name == "MTXCOMM_JOB_SECRET_FILE") {
+      c.jobSecretFile = v;
     } else if (var.name == "MTXCOMM_UCX_EAGER_LIMIT") {
       c.ucxEagerLimit = parseBytes(name, v, 0, size_t{1} << 30);
     } else if (var.name == "MTXCOMM_SHM") {
@@ -357,6 +387,9 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_STORE=", store.empty() ? "(unset)" : store));
   out.push_back(strCat("MTXCOMM_TCP_HOST=", tcpHost.empty() ? "(unset)" : tcpHost));
   out.push_back(strCat("MTXCOMM_TCP_IFADDR=", tcpIfaddr.empty() ? "(unset)" : tcpIfaddr));
+  out.push_back(strCat("MTXCOMM_JOB_SECRET=", jobSecret.empty() ? "(unset)" : "(set)"));
+  out.push_back(
+      strCat("MTXCOMM_JOB_SECRET_FILE=", jobSecretFile.empty() ? "(unset)" : jobSecretFile));
   out.push_back(strCat("MTXCOMM_UCX_EAGER_LIMIT=", ucxEagerLimit));
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
@@ -378,6 +411,18 @@ std::vector<std::string> Config::describe() const {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }
   return out;
+}
+
+JobSecret Config::loadJobSecret() const {
+  if (!jobSecret.empty()) {
+    if (!jobSecretFile.empty()) {
+      fail(MTXCOMM_INVALID_USAGE,
+           "MTXCOMM_JOB_SECRET and MTXCOMM_JOB_SECRET_FILE are both set: set one of them");
+    }
+    return JobSecret::fromText(jobSecret, "MTXCOMM_JOB_SECRET");
+  }
+  if (!jobSecretFile.empty()) return JobSecret::fromFile(jobSecretFile, "MTXCOMM_JOB_SECRET_FILE");
+  return JobSecret();
 }
 
 }  // namespace mtxcomm

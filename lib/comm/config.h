@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/call.h"
 #include "lib/base/log.h"
 #include "lib/comm/cost_model.h"
@@ -21,6 +22,9 @@ struct ConfigVar {
   std::string defaultValue;  // as it would be written in the environment ("" = unset)
   std::string help;
   std::vector<std::string> choices;  // for "enum"
+  // Every rank of a communicator must have the same value: compared at init, where a rank that
+  // differs fails every rank naming the variable and the ranks (Comm::agreeConfig).
+  bool mustAgree = false;
 };
 
 // Every variable, in a fixed order.
@@ -37,6 +41,8 @@ struct Config {
   std::string store;                          // MTXCOMM_STORE
   std::string tcpHost;                        // MTXCOMM_TCP_HOST
   std::string tcpIfaddr;                      // MTXCOMM_TCP_IFADDR (read by the TCP transport)
+  std::string jobSecret;                      // MTXCOMM_JOB_SECRET (never echoed)
+  std::string jobSecretFile;                  // MTXCOMM_JOB_SECRET_FILE
   size_t ucxEagerLimit = size_t{4} << 20;     // MTXCOMM_UCX_EAGER_LIMIT
   std::string shm = "auto";                   // MTXCOMM_SHM
   size_t shmSlotBytes = 256 << 10;            // MTXCOMM_SHM_SLOT_BYTES
@@ -64,8 +70,11 @@ struct Config {
   static Config fromEnvironment();
   // Names of set MTXCOMM_* variables that are not in the registry.
   static std::vector<std::string> unknownVariables();
-  // "NAME=value" for every variable: the effective configuration.
+  // "NAME=value" for every variable: the effective configuration (a secret reads "(set)").
   std::vector<std::string> describe() const;
+  // The configured job secret (MTXCOMM_JOB_SECRET, else MTXCOMM_JOB_SECRET_FILE), or none.
+  // Throws MTXCOMM_INVALID_USAGE naming the variable when it is too short or the file unsafe.
+  JobSecret loadJobSecret() const;
   // Forced algorithm for collective c, or "auto".
   const std::string& algorithmFor(Collective c) const { return algo[static_cast<int>(c)]; }
 };

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -17,11 +18,14 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/base/socket_util.h"
 #include "lib/comm/stores.h"
 
@@ -37,6 +41,8 @@ constexpr char kJobPrefix[] = "mtxcomm.job.";      // + job id: a directory hold
 constexpr char kHelloPrefix[] = "mtxcomm.hello.";  // + rank "." nonce: a rank asks to join
 constexpr char kAckPrefix[] = "mtxcomm.ack.";      // + nonce: rank 0's answer, the job id
 constexpr char kTmpPrefix[] = "mtxcomm.tmp.";      // a file being written, before its rename
+constexpr char kLockName[] = "mtxcomm.lock";       // held (flock) by the running job's rank 0
+constexpr char kSecretName[] = "secret";           // in the job directory: the job's secret
 
 bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -73,6 +79,24 @@ void makeDirs(const std::string& path, const std::string& spec) {
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     fail(MTXCOMM_SYSTEM_ERROR, "MTXCOMM_STORE=", spec, ": '", path, "' is not a directory");
   }
+  // Another user who can write here could plant an answer, a job folder or a join request: a
+  // directory writable by others is refused, unless it is sticky (like /tmp: nobody can then
+  // replace or remove another's files, and this store believes only its own user's files).
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_STORE=", spec, ": '", path,
+         "' is writable by other users and not sticky: another user could take part in the job "
+         "(use a directory of your own, e.g. mkdir -m 700, or a sticky one like /tmp)");
+  }
+  if (st.st_uid != geteuid() && !(st.st_mode & S_ISVTX)) {
+    fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_STORE=", spec, ": '", path, "' belongs to uid ", st.st_uid,
+         ", not to this user (", geteuid(), "), and is not sticky");
+  }
+}
+
+// Whether a file or folder is this user's own and nobody else may write it: only then is what
+// it holds believed.
+bool ownedAndPrivate(const struct stat& st) {
+  return st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH));
 }
 
 // The names in dir (none when it cannot be read).
@@ -87,11 +111,13 @@ std::vector<std::string> listDir(const std::string& dir) {
 
 class FileStore : public Store {
  public:
-  FileStore(std::string spec, std::string path, int rank, int size, Ms timeout)
+  FileStore(std::string spec, std::string path, int rank, int size, Ms timeout,
+            const JobSecret& configured)
       : spec_(std::move(spec)), dir_(std::move(path)) {
     makeDirs(dir_, spec_);
     const auto deadline = Clock::now() + timeout;
     if (rank == 0) {
+      lockDirectory();
       removeStaleEntries();
       job_ = randomHex();
       const std::string job_dir = dir_ + "/" + kJobPrefix + job_;
@@ -99,12 +125,26 @@ class FileStore : public Store {
         fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create directory '", job_dir,
              "': ", errnoText(errno));
       }
+      job_dir_ = job_dir;
+      // The job's secret, for the connections between its ranks: the configured one, else a
+      // new one, in a file only this user can read (the job folder is 0700, the file 0600).
+      secret_ = configured.empty() ? JobSecret::random() : configured;
+      writeAtomically(job_dir_, kSecretName, secret_.hex());
       if (size > 1) admitRanks(size, deadline, timeout);
     } else {
       joinJob(rank, deadline, timeout);
+      job_dir_ = dir_ + "/" + kJobPrefix + job_;
+      checkPrivate(job_dir_, "the job folder");
+      secret_ = JobSecret::fromFile(job_dir_ + "/" + kSecretName,
+                                    ("MTXCOMM_STORE=" + spec_ + ": the job secret").c_str());
     }
-    job_dir_ = dir_ + "/" + kJobPrefix + job_;
   }
+
+  ~FileStore() override {
+    if (lock_ >= 0) ::close(lock_);  // releases the flock
+  }
+
+  const JobSecret& secret() const override { return secret_; }
 
   void set(const std::string& key, const std::string& value) override {
     writeAtomically(job_dir_, escapeKey(key), value);
@@ -132,13 +172,56 @@ class FileStore : public Store {
   // that started earlier are removed too; those ranks make them again.
   void removeStaleEntries() {
     for (const std::string& name : listDir(dir_)) {
-      if (!startsWith(name, kPrefix)) continue;
+      if (!startsWith(name, kPrefix) || name == kLockName) continue;
+      struct stat st {};
+      if (::lstat((dir_ + "/" + name).c_str(), &st) == 0 && st.st_uid != geteuid()) {
+        continue;  // another user's (a sticky directory): not ours to remove, never believed
+      }
       std::error_code ec;
       std::filesystem::remove_all(dir_ + "/" + name, ec);
       if (ec && ec != std::errc::no_such_file_or_directory) {
         fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot remove the stale entry '", dir_, "/",
              name, "' of an earlier job: ", ec.message());
       }
+    }
+  }
+
+  // Rank 0, first: one running job per directory. The lock is flock(2)ed for the store's life;
+  // a second job's rank 0 is told which process holds it.
+  void lockDirectory() {
+    const std::string path = dir_ + "/" + kLockName;
+    lock_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock_ < 0) {
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot open '", path, "': ", errnoText(errno));
+    }
+    struct stat st {};
+    if (::fstat(lock_, &st) != 0 || !ownedAndPrivate(st)) {
+      fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": '", path,
+           "' belongs to another user or is writable by others");
+    }
+    if (::flock(lock_, LOCK_EX | LOCK_NB) != 0) {
+      char pid[32] = {0};
+      const ssize_t n = ::pread(lock_, pid, sizeof(pid) - 1, 0);
+      fail(MTXCOMM_INVALID_USAGE, "store ", spec_,
+           ": another job is using this directory (its "
+           "rank 0, pid ",
+           n > 0 ? std::string(pid, static_cast<size_t>(n)) : std::string("?"), ", holds ", path,
+           "): give each running job its own directory");
+    }
+    const std::string me = std::to_string(::getpid());
+    if (::ftruncate(lock_, 0) == 0) {
+      ssize_t ignored = ::pwrite(lock_, me.data(), me.size(), 0);
+      (void)ignored;
+    }
+  }
+
+  // Throws unless path is this user's own folder, closed to others.
+  void checkPrivate(const std::string& path, const char* what) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !ownedAndPrivate(st) ||
+        (st.st_mode & (S_IRWXG | S_IRWXO))) {
+      fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": ", what, " '", path,
+           "' is not this user's private folder (planted by another user?)");
     }
   }
 
@@ -159,6 +242,15 @@ class FileStore : public Store {
         }
         const int r = std::atoi(rest.c_str());
         const std::string nonce = rest.substr(dot + 1);
+        struct stat st {};
+        if (::lstat((dir_ + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid()) {
+          if (st.st_uid != geteuid() && warnedPlanted_.insert(name).second) {
+            MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": ignored the join request '", name,
+                        "' of uid ", st.st_uid, " (not this job's user)");
+          }
+          continue;
+        }
         if (r < 1 || r >= size) {
           fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": a process asks to join as rank ", r,
                " but the job has ", size,
@@ -196,7 +288,7 @@ class FileStore : public Store {
     const std::string hello = strCat(dir_, "/", kHelloPrefix, rank, ".", nonce);
     const std::string ack = dir_ + "/" + kAckPrefix + nonce;
     Backoff backoff(/*spins=*/0, /*yields=*/16);
-    while (!readIfExists(ack, &job_)) {
+    while (!readIfExists(ack, &job_, /*ignoreForeign=*/true)) {
       struct stat st;
       if (::stat(hello.c_str(), &st) != 0) {
         int fd = ::open(hello.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
@@ -255,12 +347,32 @@ class FileStore : public Store {
     }
   }
 
-  // Reads the file at path into *out; false when it does not exist (yet).
-  bool readIfExists(const std::string& path, std::string* out) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Reads the file at path into *out; false when it does not exist (yet). A file that is not
+  // this user's private regular file is an error, or, with ignoreForeign (an answer in the
+  // shared directory, which another user may have planted under the name), logged once and
+  // treated as absent.
+  bool readIfExists(const std::string& path, std::string* out, bool ignoreForeign = false) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       if (errno == ENOENT) return false;
       fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot open '", path, "': ", errnoText(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !ownedAndPrivate(st) ||
+        st.st_size > static_cast<off_t>(kMaxFileBytes)) {
+      ::close(fd);
+      if (ignoreForeign) {
+        if (warnedPlanted_.insert(path).second) {
+          char mode[8];
+          std::snprintf(mode, sizeof(mode), "%o", static_cast<unsigned>(st.st_mode & 07777));
+          MTXCOMM_LOG(kWarn, -1, "store ", spec_, ": ignored '", path, "' of uid ", st.st_uid,
+                      ", mode ", mode, " (not this user's private file: planted by another user?)");
+        }
+        return false;
+      }
+      fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": '", path,
+           "' is not this user's private regular file of at most ", kMaxFileBytes,
+           " bytes (planted by another user?)");
     }
     out->clear();
     char buf[4096];
@@ -279,8 +391,12 @@ class FileStore : public Store {
     return true;
   }
 
+  static constexpr size_t kMaxFileBytes = size_t{64} << 20;
   const std::string spec_;
   const std::string dir_;
+  int lock_ = -1;
+  JobSecret secret_;
+  std::set<std::string> warnedPlanted_;
   std::string job_;      // this job's id (16 hex digits)
   std::string job_dir_;  // dir_/mtxcomm.job.<job_>: the keys of this job
   std::atomic<uint64_t> counter_{0};
@@ -289,8 +405,8 @@ class FileStore : public Store {
 }  // namespace
 
 std::unique_ptr<Store> makeFileStore(const std::string& spec, const std::string& dir, int rank,
-                                     int size, Ms timeout) {
-  return std::make_unique<FileStore>(spec, dir, rank, size, timeout);
+                                     int size, Ms timeout, const JobSecret& secret) {
+  return std::make_unique<FileStore>(spec, dir, rank, size, timeout, secret);
 }
 
 }  // namespace mtxcomm

@@ -121,6 +121,7 @@ std::unique_ptr<Comm> initFromEnv() {
 #ifdef MTXCOMM_HAVE_MPI
     ensureMpiInitialized();
     comm = makeRoutedComm(makeMpiTransport(MPI_COMM_WORLD), cfg);
+    comm->agreeConfig();
 #else
     fail(MTXCOMM_UNSUPPORTED, "MTXCOMM_TRANSPORT=mpi but this mtxcomm was built without MPI");
 #endif
@@ -131,8 +132,10 @@ std::unique_ptr<Comm> initFromEnv() {
            cfg.rank, ", size ", cfg.size, ", store \"", cfg.store, "\")");
     }
     auto timeout = std::chrono::milliseconds(static_cast<long>(cfg.timeoutSeconds * 1000));
-    std::unique_ptr<Store> store = makeStore(cfg.store, cfg.rank, cfg.size, timeout);
+    std::unique_ptr<Store> store =
+        makeStore(cfg.store, cfg.rank, cfg.size, timeout, cfg.loadJobSecret());
     comm = makeRoutedComm(makeTcpTransport(*store, cfg.rank, cfg.size, timeout), cfg);
+    comm->agreeConfig();
     // Every rank has read what it needs from the store once all have passed a barrier; only
     // then may rank 0 stop serving it.
     CollArgs barrier;
@@ -154,6 +157,7 @@ std::unique_ptr<Comm> initFromMpiComm(void* mpiComm) {
     fail(MTXCOMM_INVALID_USAGE, "mtxcomm_comm_init_mpi: MPI is not initialised (or finalized)");
   }
   auto comm = makeRoutedComm(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg);
+  comm->agreeConfig();
   comm->setup();
   echoConfig(*comm);
   return comm;

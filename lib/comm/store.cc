@@ -26,7 +26,8 @@ std::string randomHex() {
   return buf;
 }
 
-std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms timeout) {
+std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms timeout,
+                                 const JobSecret& secret) {
   if (size < 1 || rank < 0 || rank >= size) {
     fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_STORE=", spec, ": rank ", rank,
          " is not in [0, size) for size ", size);
@@ -35,7 +36,7 @@ std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms
     std::string path = spec.substr(5);
     if (path.empty()) badSpec(spec, "empty path (expected file:PATH)");
     while (path.size() > 1 && path.back() == '/') path.pop_back();
-    return makeFileStore(spec, path, rank, size, timeout);
+    return makeFileStore(spec, path, rank, size, timeout, secret);
   }
   if (spec.rfind("tcp:", 0) == 0) {
     std::string rest = spec.substr(4);
@@ -51,7 +52,13 @@ std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size, Ms
     const int portNumber = std::stoi(port);
     if (portNumber < 1 || portNumber > 65535)
       badSpec(spec, "port " + port + " is not in [1, 65535]");
-    return makeTcpStore(spec, host, portNumber, rank, timeout);
+    if (secret.empty()) {
+      fail(MTXCOMM_INVALID_USAGE, "MTXCOMM_STORE=", spec,
+           ": a tcp: store needs the job's secret, the same on every rank: set "
+           "MTXCOMM_JOB_SECRET (e.g. `export MTXCOMM_JOB_SECRET=$(openssl rand -hex 32)`) or "
+           "MTXCOMM_JOB_SECRET_FILE (mtxrun sets one for its ranks)");
+    }
+    return makeTcpStore(spec, host, portNumber, rank, size, timeout, secret);
   }
   badSpec(spec, "expected file:PATH or tcp:HOST:PORT");
 }

@@ -24,7 +24,13 @@
 // and the nonce routes the answer to that process only: no rank can read another job's keys.
 // Assumptions: rename(2) is atomic and the earlier job is over (no process of it still writes
 // to the directory). Two processes asking to join as the same rank (two jobs sharing the
-// directory at once) are detected and reported as MTXCOMM_INVALID_USAGE.
+// directory at once) are detected and reported as MTXCOMM_INVALID_USAGE; so is a second job
+// started while the first runs (rank 0 holds an flock on mtxcomm.lock).
+//
+// Other users. A directory writable by other users is refused unless it is sticky; there the
+// store believes only files and folders of this user that nobody else can write (join
+// requests, answers, the job folder, keys), and the job folder is 0700 with the job's secret
+// in a 0600 file, which the other ranks read after they join.
 #ifndef MTXCOMM_LIB_COMM_STORES_H_
 #define MTXCOMM_LIB_COMM_STORES_H_
 
@@ -39,14 +45,19 @@ namespace mtxcomm {
 // Parses spec ("file:PATH" or "tcp:HOST:PORT") and connects; rank 0 of a tcp store starts the
 // server. For a file store this is collective over the size ranks (see "Jobs in a file store").
 // Throws mtxcomm::Error(MTXCOMM_INVALID_USAGE) naming MTXCOMM_STORE for a bad spec.
+// secret: the configured job secret (MTXCOMM_JOB_SECRET, MTXCOMM_JOB_SECRET_FILE) or none. A
+// tcp: store needs one (every connection to rank 0's server proves it: lib/base/auth.h); a file:
+// store takes it, or makes one, and keeps it in the job's private folder.
 std::unique_ptr<Store> makeStore(const std::string& spec, int rank, int size,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout, const JobSecret& secret);
 
 // The two kinds, for makeStore: spec is the whole MTXCOMM_STORE value (for messages).
 std::unique_ptr<Store> makeFileStore(const std::string& spec, const std::string& dir, int rank,
-                                     int size, std::chrono::milliseconds timeout);
+                                     int size, std::chrono::milliseconds timeout,
+                                     const JobSecret& secret);
 std::unique_ptr<Store> makeTcpStore(const std::string& spec, const std::string& host, int port,
-                                    int rank, std::chrono::milliseconds timeout);
+                                    int rank, int size, std::chrono::milliseconds timeout,
+                                    const JobSecret& secret);
 
 // 16 random hex digits (a job id, a join nonce, a temporary-file tag).
 std::string randomHex();

@@ -1,12 +1,26 @@
 // TcpStore: the bootstrap store over a small server that rank 0 runs in a thread
 // (MTXCOMM_STORE=tcp:HOST:PORT, lib/comm/stores.h).
 //
-// TcpStore wire protocol (host byte order: every rank of a job runs the same binary):
-//   request   u8 op (1 = SET, 2 = GET), u64 key length, key, and for SET u64 value length, value
+// Every connection first passes the job-secret handshake (lib/base/auth.h, channel kAuthStore):
+// the claim is a StoreClaim {rank, size, process nonce}. The server serves nothing before the
+// proof, drives every handshake without blocking (a silent connection costs only its own
+// deadline of a few seconds), and drops a failed one with a WARN naming its address.
+//
+// TcpStore wire protocol, after the handshake (host byte order: every rank of a job runs the
+// same binary):
+//   request   u8 op (1 = SET, 2 = GET, 3 = CHECK), u64 key length, key, and for SET u64 value
+//             length, value (CHECK: an empty key)
 //   response  SET: u8 0 once stored.  GET: u8 0, u64 value length, value — sent only once the key
 //             exists (the server holds pending GETs), so a client waits with one poll(2).
+//             CHECK: u8 0 at once (Store::check).
+//             Any request: u8 1, u64 length, message — the job is faulty (two processes claim
+//             one rank, a rank has another MTXCOMM_SIZE, the store is full): every rank's next
+//             request fails with that message, so the whole job stops at once naming the cause.
+// Bounds: keys up to 4 KiB, values up to 64 MiB, 1 GiB of values in all; a client's requests
+// are not read while more than 1 MiB of answers to it is unsent (a client that never reads
+// costs at most one value); at most 256 handshakes in progress (the oldest is dropped).
 // A client whose GET times out drops its connection (the late answer would otherwise be read as
-// the answer to its next request) and reconnects on its next call.
+// the answer to its next request) and reconnects on its next call, with the same claim.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -15,6 +29,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdint>
@@ -27,8 +42,10 @@
 #include <thread>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
+#include "lib/base/log.h"
 #include "lib/base/socket_util.h"
 #include "lib/comm/stores.h"
 
@@ -39,8 +56,23 @@ using Ms = std::chrono::milliseconds;
 
 constexpr uint8_t kOpSet = 1;
 constexpr uint8_t kOpGet = 2;
+constexpr uint8_t kOpCheck = 3;
 constexpr uint64_t kMaxKeyBytes = 4096;
 constexpr uint64_t kMaxValueBytes = 64ull << 20;
+constexpr uint64_t kMaxStoredBytes = 1ull << 30;
+constexpr size_t kMaxUnsentBytes = 1u << 20;
+constexpr size_t kMaxHandshakes = 256;
+constexpr uint8_t kStatusOk = 0;
+constexpr uint8_t kStatusFault = 1;
+
+// Who a client says it is (AuthResponse::claim).
+struct StoreClaim {
+  int32_t rank;
+  int32_t size;
+  uint64_t process;  // a random number of the process: its reconnections are not duplicates
+  uint64_t pad[2];
+};
+static_assert(sizeof(StoreClaim) == 32, "the handshake's claim is 32 bytes");
 
 struct HostPort {
   std::string host;
@@ -54,7 +86,8 @@ struct HostPort {
 // client never blocks the others.
 class TcpStoreServer {
  public:
-  TcpStoreServer(const HostPort& hp, const std::string& spec) {
+  TcpStoreServer(const HostPort& hp, const std::string& spec, int size, const JobSecret& secret)
+      : spec_(spec), size_(size), secret_(secret) {
     sockaddr_in addr = resolveIpv4(hp.host, hp.port, "store " + spec);
     listen_fd_ = listenTcp(&addr, /*reuse_addr=*/true);
     if (listen_fd_ < 0) {
@@ -62,6 +95,7 @@ class TcpStoreServer {
       fail(MTXCOMM_SYSTEM_ERROR, "MTXCOMM_STORE=", spec, ": rank 0 cannot listen on ", hp.host, ":",
            hp.port, ": ", errnoText(err));
     }
+    setNonBlocking(listen_fd_);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       int err = errno;
       ::close(listen_fd_);
@@ -84,6 +118,8 @@ class TcpStoreServer {
  private:
   struct Client {
     int fd = -1;
+    std::unique_ptr<AcceptorHandshake> hs;  // until the client proved the secret
+    StoreClaim claim{};
     std::string in;
     std::string out;
   };
@@ -94,38 +130,166 @@ class TcpStoreServer {
     for (;;) {
       pfds.clear();
       ids.clear();
-      pfds.push_back({wake_[0], POLLIN, 0});
-      pfds.push_back({listen_fd_, POLLIN, 0});
+      const auto now = Clock::now();
+      const bool listening = now >= listenAgain_;
+      const bool lingering = lingerUntil_ != Clock::time_point();
+      if (lingering) {
+        size_t authenticated = 0;
+        for (auto& kv : clients_) authenticated += kv.second.hs ? 0 : 1;
+        if (now >= lingerUntil_ || authenticated == 0) return;
+      }
+      pfds.push_back({lingering ? -1 : wake_[0], POLLIN, 0});
+      pfds.push_back({listening ? listen_fd_ : -1, POLLIN, 0});
+      Clock::time_point wake = listening ? Clock::time_point::max() : listenAgain_;
+      if (lingering) wake = std::min(wake, lingerUntil_);
       for (auto& kv : clients_) {
-        short events = POLLIN;
-        if (!kv.second.out.empty()) events |= POLLOUT;
-        pfds.push_back({kv.second.fd, events, 0});
+        const Client& c = kv.second;
+        short events = 0;
+        if (c.hs) {
+          events = c.hs->pollEvents();
+          wake = std::min(wake, c.hs->deadline());
+        } else {
+          if (c.out.size() <= kMaxUnsentBytes) events |= POLLIN;
+          if (!c.out.empty()) events |= POLLOUT;
+        }
+        pfds.push_back({c.fd, events, 0});
         ids.push_back(kv.first);
       }
-      int rc = ::poll(pfds.data(), pfds.size(), -1);
+      const int timeout = wake == Clock::time_point::max() ? -1 : msLeft(wake);
+      int rc = ::poll(pfds.data(), pfds.size(), timeout);
       if (rc < 0) {
         if (errno == EINTR) continue;
         return;  // Nothing sensible to do; clients will see their connection hang up.
       }
-      if (pfds[0].revents != 0) return;
-      if (pfds[1].revents & POLLIN) acceptClient();
+      if (pfds[0].revents != 0) {
+        // Stopping. A faulty job's rank 0 fails at once; its server lingers (at most 2 s, while
+        // clients are connected) so that every rank gets the fault's message, not a reset.
+        if (fault_.empty()) return;
+        lingerUntil_ = Clock::now() + std::chrono::seconds(2);
+        continue;
+      }
+      if (listening && (pfds[1].revents & POLLIN)) acceptClients();
       for (size_t i = 0; i < ids.size(); ++i) {
-        if (pfds[i + 2].revents == 0) continue;
         auto it = clients_.find(ids[i]);
         if (it == clients_.end()) continue;
+        const short revents = pfds[i + 2].revents;
+        if (it->second.hs) {
+          if (revents != 0 || Clock::now() >= it->second.hs->deadline()) handshake(ids[i]);
+          continue;
+        }
+        if (revents == 0) continue;
         bool ok = true;
-        if (pfds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) ok = readClient(ids[i]);
-        if (ok && (pfds[i + 2].revents & POLLOUT)) ok = flushClient(it->second);
+        if (revents & (POLLIN | POLLHUP | POLLERR)) ok = readClient(ids[i]);
+        if (ok && (revents & POLLOUT)) {
+          ok = flushClient(it->second);
+          // Requests held back while the answers piled up: parse them now.
+          if (ok && !it->second.in.empty() && it->second.out.size() <= kMaxUnsentBytes) {
+            ok = readClient(ids[i]);
+          }
+        }
         if (!ok) dropClient(ids[i]);
       }
     }
   }
 
-  void acceptClient() {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    setNoDelay(fd);
-    clients_[next_id_++].fd = fd;
+  void acceptClients() {
+    for (;;) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors (a flood of connections): say so once, and stop accepting for a
+          // moment rather than spin on a listener that stays readable.
+          if (!emfileWarned_) {
+            MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": accept failed: ", errnoText(errno),
+                        " (the process's file descriptor limit, ulimit -n; too many "
+                        "connections to the store's port?)");
+            emfileWarned_ = true;
+          }
+          listenAgain_ = Clock::now() + std::chrono::milliseconds(100);
+        }
+        return;
+      }
+      setNoDelay(fd);
+      if (handshakes_ >= kMaxHandshakes) dropOldestHandshake();
+      Client& c = clients_[next_id_++];
+      c.fd = fd;
+      c.hs = std::make_unique<AcceptorHandshake>(
+          fd, secret_, kAuthStore,
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(AcceptorHandshake::kHandshakeSeconds)));
+      ++handshakes_;
+    }
+  }
+
+  void dropOldestHandshake() {
+    for (auto& kv : clients_) {
+      if (!kv.second.hs) continue;
+      MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped a connection from ",
+                  peerAddress(kv.second.fd), ": too many handshakes in progress");
+      dropClient(kv.first);
+      return;
+    }
+  }
+
+  void handshake(uint64_t id) {
+    Client& c = clients_[id];
+    AcceptorHandshake::State st = c.hs->progress();
+    if (st == AcceptorHandshake::State::kPending && Clock::now() >= c.hs->deadline()) {
+      st = AcceptorHandshake::State::kFailed;
+    }
+    if (st == AcceptorHandshake::State::kPending) return;
+    if (st == AcceptorHandshake::State::kFailed) {
+      MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped a connection from ", peerAddress(c.fd),
+                  ": ", c.hs->why().empty() ? "no handshake within the deadline" : c.hs->why());
+      dropClient(id);
+      return;
+    }
+    std::memcpy(&c.claim, c.hs->response().claim, sizeof(c.claim));
+    c.hs.reset();
+    --handshakes_;
+    // The client holds the secret: a process of this job. What it claims must fit the job.
+    const StoreClaim& claim = c.claim;
+    if (claim.size != size_) {
+      setFault(strCat("rank ", claim.rank, " has MTXCOMM_SIZE=", claim.size, " but rank 0 has ",
+                      "MTXCOMM_SIZE=", size_, ": every rank must be started with the same size"));
+    } else if (claim.rank < 0 || claim.rank >= size_) {
+      setFault(strCat("a process claims MTXCOMM_RANK=", claim.rank, ", not in [0, ", size_, ")"));
+    } else {
+      auto [it, fresh] = processOf_.emplace(claim.rank, claim.process);
+      if (!fresh && it->second != claim.process) {
+        setFault(strCat("two processes claim MTXCOMM_RANK=", claim.rank, " (the second from ",
+                        peerAddress(c.fd), "): every rank needs its own MTXCOMM_RANK"));
+      }
+    }
+  }
+
+ public:
+  // The job's fault, or "" (any thread).
+  std::string fault() const {
+    std::lock_guard<std::mutex> lock(faultMu_);
+    return faultCopy_;
+  }
+
+ private:
+  // From now on every request of every client is answered with message.
+  void setFault(const std::string& message) {
+    if (!fault_.empty()) return;
+    fault_ = message;
+    {
+      std::lock_guard<std::mutex> lock(faultMu_);
+      faultCopy_ = message;
+    }
+    MTXCOMM_LOG(kError, 0, "store ", spec_, ": ", message);
+    for (auto& w : waiting_) {
+      for (uint64_t waiter : w.second) {
+        auto wc = clients_.find(waiter);
+        if (wc != clients_.end()) appendFault(wc->second);
+      }
+    }
+    waiting_.clear();
+    for (auto& kv : clients_) {
+      if (!kv.second.hs && !kv.second.out.empty()) flushClient(kv.second);
+    }
   }
 
   // False when the client is gone or misbehaves.
@@ -138,34 +302,59 @@ class TcpStoreServer {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) return false;
       c.in.append(buf, static_cast<size_t>(n));
+      if (c.in.size() > kMaxValueBytes + kMaxKeyBytes + 64) break;  // parse before reading on
     }
     // Parse every complete request.
     size_t pos = 0;
-    for (;;) {
+    while (c.out.size() <= kMaxUnsentBytes) {
       size_t p = pos;
       uint8_t op;
       uint64_t klen, vlen = 0;
       if (!take(c.in, p, &op, 1) || !take(c.in, p, &klen, 8)) break;
-      if ((op != kOpSet && op != kOpGet) || klen > kMaxKeyBytes) return false;
+      if ((op != kOpSet && op != kOpGet && op != kOpCheck) || klen > kMaxKeyBytes) {
+        MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped rank ", c.claim.rank,
+                    "'s connection: a malformed request (op ", int(op), ", key of ", klen,
+                    " bytes)");
+        return false;
+      }
       if (c.in.size() - p < klen) break;
       std::string key = c.in.substr(p, klen);
       p += klen;
       if (op == kOpSet) {
         if (!take(c.in, p, &vlen, 8)) break;
-        if (vlen > kMaxValueBytes) return false;
+        if (vlen > kMaxValueBytes) {
+          MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped rank ", c.claim.rank,
+                      "'s connection: a value of ", vlen, " bytes (at most ", kMaxValueBytes, ")");
+          return false;
+        }
         if (c.in.size() - p < vlen) break;
         std::string value = c.in.substr(p, vlen);
         p += vlen;
-        c.out.push_back(0);
-        data_[key] = value;
-        auto w = waiting_.find(key);
-        if (w != waiting_.end()) {
-          for (uint64_t waiter : w->second) {
-            auto wc = clients_.find(waiter);
-            if (wc != clients_.end()) appendValue(wc->second, value);
+        auto old = data_.find(key);
+        const uint64_t after = stored_ + value.size() + key.size() -
+                               (old == data_.end() ? 0 : old->second.size() + key.size());
+        if (!fault_.empty()) {
+          appendFault(c);
+        } else if (after > kMaxStoredBytes) {
+          setFault(strCat("the store is full (", kMaxStoredBytes, " bytes of keys and values)"));
+          appendFault(c);
+        } else {
+          stored_ = after;
+          c.out.push_back(static_cast<char>(kStatusOk));
+          auto w = waiting_.find(key);
+          if (w != waiting_.end()) {
+            for (uint64_t waiter : w->second) {
+              auto wc = clients_.find(waiter);
+              if (wc != clients_.end()) appendValue(wc->second, value);
+            }
+            waiting_.erase(w);
           }
-          waiting_.erase(w);
+          data_[key] = std::move(value);
         }
+      } else if (!fault_.empty()) {
+        appendFault(c);
+      } else if (op == kOpCheck) {
+        c.out.push_back(static_cast<char>(kStatusOk));
       } else {
         auto d = data_.find(key);
         if (d != data_.end()) {
@@ -179,7 +368,9 @@ class TcpStoreServer {
     c.in.erase(0, pos);
     // Flush what this round produced, for every client it concerns (SET may wake others).
     for (auto& kv : clients_) {
-      if (!kv.second.out.empty() && !flushClient(kv.second) && kv.first == id) return false;
+      if (!kv.second.hs && !kv.second.out.empty() && !flushClient(kv.second) && kv.first == id) {
+        return false;
+      }
     }
     return true;
   }
@@ -193,63 +384,105 @@ class TcpStoreServer {
 
   static void appendValue(Client& c, const std::string& value) {
     uint64_t len = value.size();
-    c.out.push_back(0);
+    c.out.push_back(static_cast<char>(kStatusOk));
     c.out.append(reinterpret_cast<const char*>(&len), 8);
     c.out += value;
   }
 
+  void appendFault(Client& c) const {
+    uint64_t len = fault_.size();
+    c.out.push_back(static_cast<char>(kStatusFault));
+    c.out.append(reinterpret_cast<const char*>(&len), 8);
+    c.out += fault_;
+  }
+
   // False on a write error. Leaves what the socket does not take for POLLOUT.
   static bool flushClient(Client& c) {
-    while (!c.out.empty()) {
-      ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    size_t sent = 0;
+    while (sent < c.out.size()) {
+      ssize_t n =
+          ::send(c.fd, c.out.data() + sent, c.out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n < 0) return false;
-      c.out.erase(0, static_cast<size_t>(n));
+      sent += static_cast<size_t>(n);
     }
+    c.out.erase(0, sent);
     return true;
   }
 
   void dropClient(uint64_t id) {
     auto it = clients_.find(id);
     if (it == clients_.end()) return;
+    if (it->second.hs) --handshakes_;
     ::close(it->second.fd);
     clients_.erase(it);
     for (auto w = waiting_.begin(); w != waiting_.end();) {
       auto& v = w->second;
-      for (size_t i = 0; i < v.size();) {
-        if (v[i] == id) {
-          v.erase(v.begin() + i);
-        } else {
-          ++i;
-        }
-      }
+      v.erase(std::remove(v.begin(), v.end(), id), v.end());
       w = v.empty() ? waiting_.erase(w) : std::next(w);
     }
   }
 
+  const std::string spec_;
+  const int size_;
+  const JobSecret& secret_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::thread thread_;
   uint64_t next_id_ = 0;
+  size_t handshakes_ = 0;
+  bool emfileWarned_ = false;
+  Clock::time_point listenAgain_{};
+  Clock::time_point lingerUntil_{};  // stopping a faulty job: serve its fault until then
   std::map<uint64_t, Client> clients_;
   std::map<std::string, std::string> data_;
+  uint64_t stored_ = 0;
   std::map<std::string, std::vector<uint64_t>> waiting_;  // key -> client ids
+  std::map<int, uint64_t> processOf_;                     // rank -> StoreClaim::process
+  std::string fault_;
+  mutable std::mutex faultMu_;
+  std::string faultCopy_;  // fault_, for other threads
 };
 
 // ---- TcpStore client ------------------------------------------------------------------------
 
 class TcpStore : public Store {
  public:
-  TcpStore(std::string spec, HostPort hp, int rank, Ms timeout)
-      : spec_(std::move(spec)), hp_(std::move(hp)), timeout_(timeout) {
-    if (rank == 0) server_ = std::make_unique<TcpStoreServer>(hp_, spec_);
+  TcpStore(std::string spec, HostPort hp, int rank, int size, Ms timeout, JobSecret secret)
+      : spec_(std::move(spec)), hp_(std::move(hp)), timeout_(timeout), secret_(std::move(secret)) {
+    claim_.rank = rank;
+    claim_.size = size;
+    const Nonce n = randomNonce();
+    std::memcpy(&claim_.process, n.data(), sizeof(claim_.process));
+    if (rank == 0) server_ = std::make_unique<TcpStoreServer>(hp_, spec_, size, secret_);
     connectToServer(Clock::now() + timeout_);
   }
 
   ~TcpStore() override {
     closeConnection();
     server_.reset();  // After our own client is closed: stops the server thread.
+  }
+
+  const JobSecret& secret() const override { return secret_; }
+
+  void check() override {
+    if (server_) {
+      const std::string f = server_->fault();
+      if (!f.empty()) fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": ", f);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    if (now < nextCheck_) return;
+    nextCheck_ = now + std::chrono::milliseconds(200);
+    const auto deadline = now + timeout_;
+    if (fd_ < 0) connectToServer(deadline);
+    std::string req(1, static_cast<char>(kOpCheck));
+    const uint64_t klen = 0;
+    req.append(reinterpret_cast<const char*>(&klen), 8);
+    sendRequest(req, "(check)");
+    receiveStatus(deadline, "(check)", timeout_);
   }
 
   void set(const std::string& key, const std::string& value) override {
@@ -264,8 +497,7 @@ class TcpStore : public Store {
     req.append(reinterpret_cast<const char*>(&vlen), 8);
     req += value;
     sendRequest(req, key);
-    uint8_t status;
-    receive(&status, 1, deadline, key, timeout_);
+    receiveStatus(deadline, key, timeout_);
   }
 
   std::string get(const std::string& key, Ms timeout) override {
@@ -278,9 +510,8 @@ class TcpStore : public Store {
     req.append(reinterpret_cast<const char*>(&klen), 8);
     req += key;
     sendRequest(req, key);
-    uint8_t status;
+    receiveStatus(deadline, key, timeout);
     uint64_t len;
-    receive(&status, 1, deadline, key, timeout);
     receive(&len, 8, deadline, key, timeout);
     if (len > kMaxValueBytes) {
       closeConnection();
@@ -292,17 +523,41 @@ class TcpStore : public Store {
   }
 
  private:
-  // Connects, retrying until deadline: rank 0 may start its server after the others.
+  // Connects and passes the handshake, retrying until deadline: rank 0 may start its server
+  // after the others, and a server flooded by strangers may drop a handshake.
   void connectToServer(Clock::time_point deadline) {
     sockaddr_in addr = resolveIpv4(hp_.host, hp_.port, "store " + spec_);
-    int last_err = 0;
-    int fd = connectWithRetry(addr, deadline, &last_err, "store " + spec_);
-    if (fd < 0) {
-      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout_),
-           " s connecting to store server ", spec_, " (last error: ", errnoText(last_err), ")");
+    uint8_t claim[32];
+    std::memcpy(claim, &claim_, sizeof(claim));
+    int refusals = 0;
+    for (;;) {
+      int last_err = 0;
+      UniqueFd fd(connectWithRetry(addr, deadline, &last_err, "store " + spec_));
+      if (fd.get() < 0) {
+        fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout_),
+             " s connecting to store server ", spec_, " (last error: ", errnoText(last_err), ")");
+      }
+      setNoDelay(fd.get());
+      bool refused = false;
+      try {
+        connectorHandshake(fd.get(), secret_, kAuthStore, claim, deadline,
+                           "store " + spec_ + " (rank 0's server)", &refused);
+      } catch (const Error& e) {
+        // Closed mid-handshake: the server dropped it under a flood; try again. Closed three
+        // times after this rank's proof: the server refuses it (another secret). Anything else
+        // (not a store) is final.
+        if (e.code() != MTXCOMM_REMOTE_ERROR || Clock::now() >= deadline) throw;
+        if (refused && ++refusals >= 3) {
+          fail(MTXCOMM_INVALID_USAGE, "store ", spec_,
+               ": rank 0's server refused this rank's proof of the job secret 3 times: "
+               "MTXCOMM_JOB_SECRET (or MTXCOMM_JOB_SECRET_FILE) must be the same on every rank");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      fd_ = fd.release();
+      return;
     }
-    setNoDelay(fd);
-    fd_ = fd;
   }
 
   void sendRequest(const std::string& req, const std::string& key) {
@@ -312,6 +567,23 @@ class TcpStore : public Store {
       fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": lost the connection to the server (",
            errnoText(err), ") sending key '", key, "'");
     }
+  }
+
+  // The status byte of an answer; a fault answer throws MTXCOMM_INVALID_USAGE with its message.
+  void receiveStatus(Clock::time_point deadline, const std::string& key, Ms timeout) {
+    uint8_t status;
+    receive(&status, 1, deadline, key, timeout);
+    if (status == kStatusOk) return;
+    uint64_t len = 0;
+    if (status == kStatusFault) receive(&len, 8, deadline, key, timeout);
+    if (status != kStatusFault || len > kMaxKeyBytes) {
+      closeConnection();
+      fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": bad answer for key '", key, "'");
+    }
+    std::string message(len, '\0');
+    receive(message.data(), len, deadline, key, timeout);
+    closeConnection();
+    fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": ", message);
   }
 
   void receive(void* buf, size_t n, Clock::time_point deadline, const std::string& key,
@@ -337,7 +609,10 @@ class TcpStore : public Store {
   const std::string spec_;
   const HostPort hp_;
   const Ms timeout_;
+  const JobSecret secret_;
+  StoreClaim claim_{};
   std::mutex mu_;
+  Clock::time_point nextCheck_{};
   int fd_ = -1;
   std::unique_ptr<TcpStoreServer> server_;
 };
@@ -345,8 +620,8 @@ class TcpStore : public Store {
 }  // namespace
 
 std::unique_ptr<Store> makeTcpStore(const std::string& spec, const std::string& host, int port,
-                                    int rank, Ms timeout) {
-  return std::make_unique<TcpStore>(spec, HostPort{host, port}, rank, timeout);
+                                    int rank, int size, Ms timeout, const JobSecret& secret) {
+  return std::make_unique<TcpStore>(spec, HostPort{host, port}, rank, size, timeout, secret);
 }
 
 }  // namespace mtxcomm

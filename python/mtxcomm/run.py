@@ -23,6 +23,7 @@ after --mpi-args.
 
 import argparse
 import os
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -145,6 +146,10 @@ def build_command(args, environ=None):
         why.append("thread pools: " + ", ".join("%s=%s" % (v, env[v]) for v in threads))
     if args.timeline:
         env["MTXCOMM_TIMELINE"] = os.path.abspath(args.timeline)
+    if not env.get("MTXCOMM_JOB_SECRET") and not env.get("MTXCOMM_JOB_SECRET_FILE"):
+        # The job's secret (256 random bits): what every bootstrap connection between its ranks
+        # proves when they meet over TCP (MTXCOMM_STORE=tcp:); mpirun carries it to the ranks.
+        env["MTXCOMM_JOB_SECRET"] = secrets.token_hex(32)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     if args.all_ranks_output and not args.transparent:

@@ -8,11 +8,14 @@
 # that ended on a signal).
 
 # driver_init PREFIX: lets mpirun run as root, clears every MTXCOMM_* variable of the caller's
-# environment (nothing from it may steer the bootstrap), makes $workdir (under $TMPDIR, named
-# PREFIX.XXXXXX) and removes it, with any started rank, on exit.
+# environment (nothing from it may steer the bootstrap), exports a fresh MTXCOMM_JOB_SECRET for
+# the ranks it starts, makes $workdir (under $TMPDIR, named PREFIX.XXXXXX) and removes it, with
+# any started rank, on exit.
 driver_init() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   for v in $(env | sed -n 's/^\(MTXCOMM_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+  MTXCOMM_JOB_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  export MTXCOMM_JOB_SECRET
   workdir=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
   pids=()
   trap cleanup EXIT

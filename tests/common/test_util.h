@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/error.h"
 
 namespace mtxcomm {
@@ -128,6 +129,12 @@ inline int freePort() {
 }
 
 inline std::string tcpSpec() { return "tcp:127.0.0.1:" + std::to_string(freePort()); }
+
+// The job secret of the tests' in-process jobs (lib/base/auth.h).
+inline const JobSecret& testSecret() {
+  static const JobSecret s = JobSecret::fromText("mtxcomm-tests-job-secret", "the tests' secret");
+  return s;
+}
 
 }  // namespace testutil
 }  // namespace mtxcomm

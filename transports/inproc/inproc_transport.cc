@@ -148,6 +148,7 @@ class InprocTransport : public Transport {
       int st;
       while ((st = req->status_.load(std::memory_order_acquire)) == kPending) {
         if (backoff.sleeping()) {
+          checkCancelled();
           std::string reason;
           if (world_->isDead(ctx_, globalOf_[req->peer()], &reason)) {
             fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",

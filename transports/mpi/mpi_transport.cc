@@ -104,6 +104,7 @@ class MpiTransport : public Transport {
           break;
         }
         if (backoff.sleeping()) {
+          checkCancelled();
           int dead = liveness_.findDeadPeer();
           if (dead >= 0) {
             failWith(MTXCOMM_REMOTE_ERROR,

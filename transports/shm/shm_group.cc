@@ -156,6 +156,14 @@ struct alignas(128) ShmGroup::Control {
                                       // call when there are none)
   std::atomic<uint32_t> wakeSeq;      // futex word: bumped to wake this rank's notify waiter
   std::atomic<uint64_t> notifyCycle;  // the highest cycle a peer asked this rank to join
+  // The calls this rank entered (ShmGroup::enterCall): the latest one's sequence number, and
+  // the last kHistory signatures (call s at s % kHistory), each with whether this rank
+  // rejected it; written before the release store of callSeq.
+  std::atomic<uint64_t> callSeq;
+  SharedSignature history[kHistory];
+  std::atomic<uint64_t> rejected[kHistory];
+  std::atomic<int> left;  // destroyed its communicator (the process may live on)
+  char rejectReason[256];
   char reason[1024];
 };
 
@@ -241,7 +249,52 @@ ShmGroup::ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotByte
 }
 
 ShmGroup::~ShmGroup() {
-  if (base_) munmap(base_, bytes_);
+  if (!base_) return;
+  // Peers still waiting for this rank in a later call fail at once instead of at the timeout.
+  Control& mine = control(rank_);
+  mine.left.store(1, std::memory_order_release);
+  published(mine);
+  munmap(base_, bytes_);
+}
+
+void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedBecause) {
+  call_ = call;
+  Control& mine = control(rank_);
+  const size_t h = call.seq % kHistory;
+  mine.history[h].store(call);
+  if (!rejectedBecause.empty()) {
+    std::snprintf(mine.rejectReason, sizeof(mine.rejectReason), "%s", rejectedBecause.c_str());
+  }
+  mine.rejected[h].store(rejectedBecause.empty() ? 0 : 1, std::memory_order_relaxed);
+  mine.callSeq.store(call.seq, std::memory_order_release);
+  if (!rejectedBecause.empty()) published(mine);  // a waiter on this rank learns it at once
+}
+
+void ShmGroup::checkPeerCall(int p) {
+  if (call_.seq == 0) return;
+  Control& c = control(p);
+  const uint64_t theirs = c.callSeq.load(std::memory_order_acquire);
+  if (theirs < call_.seq || theirs - call_.seq >= kHistory) return;  // not there yet / too far
+  const size_t h = call_.seq % kHistory;
+  const CallSignature sig = c.history[h].load();
+  const bool rejected = c.rejected[h].load(std::memory_order_relaxed) != 0;
+  // Re-read: the entry is ours only if the peer has not moved kHistory calls on meanwhile.
+  if (c.callSeq.load(std::memory_order_acquire) - call_.seq >= kHistory || sig.seq != call_.seq) {
+    return;
+  }
+  if (rejected) {
+    fail(MTXCOMM_INVALID_USAGE, "peer rank ", p, " rejected this call (", describeCall(sig),
+         "): ", std::string(c.rejectReason, strnlen(c.rejectReason, sizeof(c.rejectReason))));
+  }
+  checkSameCall(p, sig);
+}
+
+void ShmGroup::awaitArrivals(const char* what) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    waitFor(q, Counter::kCall, call_.seq, what, -1);
+    checkPeerCall(q);
+  }
 }
 
 ShmGroup::Control& ShmGroup::control(int r) const {
@@ -336,6 +389,12 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
     rootCause_ = c.reason;
     fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ",
          "was in ", what, ")");
+  }
+  if (c.left.load(std::memory_order_acquire)) {
+    rootCause_ = strCat("rank ", peer, " destroyed its communicator after call #",
+                        c.callSeq.load(std::memory_order_acquire));
+    fail(MTXCOMM_REMOTE_ERROR, "peer ", rootCause_, " while this rank was in ", what, " (call #",
+         call_.seq, ")");
   }
   rootCause_ = strCat("rank ", peer, " (pid ", c.pid.load(), ", on this node) has exited");
   fail(MTXCOMM_REMOTE_ERROR, "peer ", rootCause_, " while this rank was in ", what,
@@ -434,6 +493,8 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
         return c.smallPosted;
       case Counter::kSmallConsumed:
         return c.smallConsumed;
+      case Counter::kCall:
+        return c.callSeq;
       case Counter::kPosted:
         break;
     }
@@ -441,6 +502,7 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
   };
   Control& c = control(p);
   if (value(c).load(std::memory_order_acquire) < target) {
+    checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(timeoutSeconds_));
     const pid_t self = getpid();
@@ -481,6 +543,12 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
               errno == ESRCH) {
             failPeer(q, what, false);
           }
+          // A peer that destroyed its communicator before this call will never join it.
+          if (cq.left.load(std::memory_order_acquire) &&
+              cq.callSeq.load(std::memory_order_acquire) < call_.seq) {
+            failPeer(q, what, false);
+          }
+          checkPeerCall(q);
         }
         for (int q = 0; q < size_; ++q) {
           if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
@@ -497,7 +565,9 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
             std::min<Clock::duration>(nextCheck - Clock::now(), std::chrono::milliseconds(50)));
       }
       c.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (cancel_) cancel_->check();
       if (c.aborted.load(std::memory_order_acquire)) failPeer(p, what, false);
+      if (value(c).load(std::memory_order_acquire) < target) checkPeerCall(p);
     }
   }
   if (parity < 0) return;

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "lib/base/call.h"
+#include "lib/base/cancel.h"
 #include "transports/transport.h"
 
 namespace mtxcomm {
@@ -84,6 +85,15 @@ class ShmGroup {
   // with MTXCOMM_INVALID_USAGE when a peer arrives with a different call — the ranks disagree on
   // the collective, count, datatype, op or root — naming both.
   void setCall(const CallSignature& call) { call_ = call; }
+  // Every call on the communicator, before anything else (also one this rank rejects, with
+  // the reason): publishes its signature, so that a peer waiting in a different call — another
+  // collective, another root, a call this rank rejected — fails at once with
+  // MTXCOMM_INVALID_USAGE naming both calls instead of waiting for the timeout.
+  void enterCall(const CallSignature& call, const std::string& rejectedBecause = "");
+  // Waits until every peer has entered this call and checks that it is the same one (the
+  // broadcast root, which otherwise waits for nobody). Throws as barrier() does.
+  void awaitArrivals(const char* what);
+  static constexpr size_t kHistory = 4;
   // Notifications, for event-driven engines over the group (lib/comm, the C API's
   // mtxcomm_comm_notify): notify(cycle) asks every other rank to join cycle `cycle` (the
   // highest asked is kept) and wakes its waiter; wakeup() wakes this rank's waiter (any thread
@@ -102,6 +112,9 @@ class ShmGroup {
 
   // Marks this rank aborted with a reason, for the peers' waits.
   void abort(const std::string& reason);
+  // The token every wait checks (lib/base/cancel.h): a cancelled communicator's blocked call
+  // ends within 50 ms.
+  void setCancelToken(CancelTokenPtr token) { cancel_ = std::move(token); }
   // Sets the deadline budget per wait.
   void setTimeout(double seconds) { timeoutSeconds_ = seconds; }
 
@@ -109,7 +122,10 @@ class ShmGroup {
   struct Control;
   ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
   Control& control(int r) const;
-  enum class Counter { kArrived, kConsumed, kPosted, kSmallPosted, kSmallConsumed };
+  enum class Counter { kArrived, kConsumed, kPosted, kSmallPosted, kSmallConsumed, kCall };
+  // Throws MTXCOMM_INVALID_USAGE when peer p is in this rank's call with another signature, or
+  // rejected it; nothing when p is not there yet.
+  void checkPeerCall(int p);
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
@@ -129,6 +145,7 @@ class ShmGroup {
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
   CallSignature call_;
+  CancelTokenPtr cancel_;
   bool oversubscribed_;
 };
 

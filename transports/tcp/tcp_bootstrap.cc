@@ -1,5 +1,6 @@
 // The TCP transport's bootstrap (tcp_transport.h): listen, publish the address through the
-// store, connect to the lower ranks and accept the higher ones with a handshake.
+// (authenticated) store, connect to the lower ranks and accept the higher ones, every
+// connection through the job-secret handshake of lib/base/auth.h.
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/error.h"
 #include "lib/base/liveness.h"
+#include "lib/base/log.h"
 #include "lib/base/socket_util.h"
 #include "transports/tcp/tcp_mesh.h"
 #include "transports/tcp/tcp_transport.h"
@@ -27,32 +30,154 @@ namespace {
 // ---- environment ----------------------------------------------------------------------------
 
 struct TcpEnv {
-  std::string ifaddr;  // MTXCOMM_TCP_IFADDR: address to listen on ("" = every interface)
-  std::string host;    // MTXCOMM_TCP_HOST: address the peers connect to
+  std::string ifaddr;  // MTXCOMM_TCP_IFADDR: the address to listen on
+  std::string host;    // MTXCOMM_TCP_HOST: the address the peers connect to
 };
 
-// The only place this transport reads the environment.
+// The only place this transport reads the environment. The transport listens only where its
+// peers are told to connect: MTXCOMM_TCP_IFADDR, else the address of MTXCOMM_TCP_HOST, else
+// loopback (every rank on this host, the peers told 127.0.0.1).
 TcpEnv readTcpEnv() {
   TcpEnv env;
   if (const char* v = std::getenv("MTXCOMM_TCP_IFADDR")) env.ifaddr = v;
   if (const char* v = std::getenv("MTXCOMM_TCP_HOST")) env.host = v;
   if (env.host.empty()) env.host = env.ifaddr.empty() ? "127.0.0.1" : env.ifaddr;
+  if (env.ifaddr.empty()) env.ifaddr = env.host;
   return env;
 }
 
 // ---- bootstrap ------------------------------------------------------------------------------
 
-struct Hello {
-  uint64_t magic;
-  uint64_t job;
+// What a connecting rank claims in the handshake (AuthResponse::claim, 32 bytes).
+struct Claim {
+  uint64_t job;  // rank 0's job id: tells two jobs with one secret apart
   int32_t from;
   int32_t to;
   int32_t size;
-  int32_t pad;
+  int32_t pad[3];
 };
+static_assert(sizeof(Claim) == 32, "the handshake's claim is 32 bytes");
 
 Ms remaining(Clock::time_point deadline) {
   return std::max(Ms(1), std::chrono::ceil<Ms>(deadline - Clock::now()));
+}
+
+uint64_t randomJobId() {
+  const Nonce n = randomNonce();
+  uint64_t id = 0;
+  std::memcpy(&id, n.data(), sizeof(id));
+  return id;
+}
+
+// The accept loop: every higher rank connects once. Handshakes run side by side, each with its
+// own short deadline, so strangers (silent connections, port scanners, another job) are
+// dropped and logged without delaying the job's ranks.
+void acceptPeers(TcpShared& shared, Store& store, int listener, uint64_t job, int rank, int size,
+                 Clock::time_point deadline, Ms timeout) {
+  const JobSecret& secret = store.secret();
+  struct Pending {
+    UniqueFd fd;
+    std::unique_ptr<AcceptorHandshake> hs;
+  };
+  std::vector<Pending> pending;
+  int missing = size - 1 - rank;
+  bool emfileWarned = false;
+  Clock::time_point listenAgain = Clock::now();
+  while (missing > 0) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      std::string who;
+      for (int peer = rank + 1; peer < size; ++peer) {
+        if (shared.peer(peer).fd < 0) who += strCat(who.empty() ? "" : ", ", peer);
+      }
+      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
+           " s waiting for peer rank(s) ", who, " to connect (tcp bootstrap)");
+    }
+    std::vector<pollfd> pfds;
+    const bool listening = now >= listenAgain;
+    pfds.push_back({listening ? listener : -1, POLLIN, 0});
+    Clock::time_point wake = deadline;
+    for (const Pending& p : pending) {
+      pfds.push_back({p.fd.get(), p.hs->pollEvents(), 0});
+      wake = std::min(wake, p.hs->deadline());
+    }
+    if (!listening) wake = std::min(wake, listenAgain);
+    // The store may know the job is faulty (a duplicate rank, another size): look every 200 ms.
+    store.check();
+    wake = std::min(wake, Clock::now() + std::chrono::milliseconds(200));
+    const int rc = ::poll(pfds.data(), pfds.size(), msLeft(wake));
+    if (rc < 0 && errno != EINTR)
+      fail(MTXCOMM_SYSTEM_ERROR, "tcp bootstrap: poll: ", errnoText(errno));
+    if (listening && (pfds[0].revents & POLLIN)) {
+      for (;;) {
+        const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          pending.push_back({UniqueFd(fd), nullptr});
+          pending.back().hs = std::make_unique<AcceptorHandshake>(
+              fd, secret, kAuthTransport,
+              std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(
+                                                        AcceptorHandshake::kHandshakeSeconds))));
+          continue;
+        }
+        if (errno == EMFILE || errno == ENFILE) {
+          // Out of descriptors (a flood of connections): say so once, and stop accepting for a
+          // moment instead of spinning on a listener that stays readable.
+          if (!emfileWarned) {
+            MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: accept failed: ", errnoText(errno),
+                        " (the process's file descriptor limit, ulimit -n; too many connections "
+                        "to this rank's port?)");
+            emfileWarned = true;
+          }
+          listenAgain = Clock::now() + std::chrono::milliseconds(100);
+        }
+        break;
+      }
+    }
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      const short revents = pfds.size() > i + 1 ? pfds[i + 1].revents : 0;
+      AcceptorHandshake::State st = AcceptorHandshake::State::kPending;
+      if (revents != 0 || Clock::now() >= p.hs->deadline()) st = p.hs->progress();
+      if (st == AcceptorHandshake::State::kPending && Clock::now() >= p.hs->deadline()) {
+        st = AcceptorHandshake::State::kFailed;
+      }
+      if (st == AcceptorHandshake::State::kPending) {
+        ++i;
+        continue;
+      }
+      if (st == AcceptorHandshake::State::kFailed) {
+        MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
+                    peerAddress(p.fd.get()), ": ",
+                    p.hs->why().empty() ? "no handshake within the deadline" : p.hs->why());
+      } else {
+        Claim c;
+        std::memcpy(&c, p.hs->response().claim, sizeof(c));
+        // The connector holds the secret: it is a rank of this job (or of another job run with
+        // the same secret, told apart by the job id). What it says must fit.
+        if (c.job != job) {
+          MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
+                      peerAddress(p.fd.get()),
+                      ": a rank of another job with the same MTXCOMM_JOB_SECRET");
+        } else if (c.size != size) {
+          fail(MTXCOMM_INVALID_USAGE, "rank ", c.from, " has MTXCOMM_SIZE=", c.size,
+               " but this rank (", rank, ") has MTXCOMM_SIZE=", size,
+               ": every rank must be started with the same size");
+        } else if (c.to != rank || c.from <= rank || c.from >= size) {
+          MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
+                      peerAddress(p.fd.get()), " claiming rank ", c.from, " to rank ", c.to);
+        } else if (shared.peer(c.from).fd >= 0) {
+          fail(MTXCOMM_INVALID_USAGE, "two processes connected as rank ", c.from,
+               " (the second from ", peerAddress(p.fd.get()),
+               "): is MTXCOMM_RANK the same on two ranks?");
+        } else {
+          shared.setFd(c.from, p.fd.release());
+          --missing;
+        }
+      }
+      pending.erase(pending.begin() + static_cast<long>(i));
+    }
+  }
 }
 
 }  // namespace
@@ -69,35 +194,41 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size,
   std::vector<int> identity(size);
   for (int i = 0; i < size; ++i) identity[i] = i;
   if (size == 1) return makeView(shared, identity, 0, 0, PeerLiveness());
+  const JobSecret& secret = store.secret();
+  if (secret.empty()) {
+    fail(MTXCOMM_INVALID_USAGE,
+         "tcp transport: the job has no secret (MTXCOMM_JOB_SECRET or MTXCOMM_JOB_SECRET_FILE)");
+  }
 
   const TcpEnv env = readTcpEnv();
-  // Listen on an ephemeral port.
-  sockaddr_in bind_addr{};
-  bind_addr.sin_family = AF_INET;
-  bind_addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!env.ifaddr.empty())
-    bind_addr = resolveIpv4(env.ifaddr, 0, "tcp transport: MTXCOMM_TCP_IFADDR");
+  // Listen on an ephemeral port of the address the peers are told.
+  sockaddr_in bind_addr = resolveIpv4(env.ifaddr, 0, "tcp transport: the address to listen on");
   UniqueFd listener(listenTcp(&bind_addr, /*reuse_addr=*/false));
   if (listener.get() < 0) {
-    fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: cannot listen on ",
-         env.ifaddr.empty() ? "0.0.0.0" : env.ifaddr, ": ", errnoText(errno));
+    fail(MTXCOMM_SYSTEM_ERROR, "tcp transport: cannot listen on ", env.ifaddr, ": ",
+         errnoText(errno),
+         " (MTXCOMM_TCP_IFADDR / MTXCOMM_TCP_HOST must be an address of this host)");
   }
+  setNonBlocking(listener.get());
   const int port = ntohs(bind_addr.sin_port);
 
-  // Job id: tells this job's connections from strays.
+  // Job id: tells two jobs that share a secret apart.
   uint64_t job = 0;
   if (rank == 0) {
-    std::random_device rd;
-    job = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+    job = randomJobId();
     store.set("tcp/job", std::to_string(job));
   } else {
-    job = std::stoull(store.get("tcp/job", remaining(deadline)));
+    try {
+      job = std::stoull(store.get("tcp/job", remaining(deadline)));
+    } catch (const std::logic_error&) {
+      fail(MTXCOMM_REMOTE_ERROR, "tcp transport: the store's job id is not a number");
+    }
   }
   store.set(strCat("tcp/addr/", rank), strCat(env.host, ":", port));
   store.set(strCat("tcp/id/", rank), PeerLiveness::selfIdentity());
 
-  // Connect to every lower rank and say hello (no wait for the answer yet: the peer may still be
-  // connecting to its own lower ranks).
+  // Connect to every lower rank and pass its handshake (a lower rank accepts while it waits for
+  // its higher ranks, so this never waits on a rank that waits on this one).
   for (int peer = 0; peer < rank; ++peer) {
     std::string where = store.get(strCat("tcp/addr/", peer), remaining(deadline));
     size_t colon = where.rfind(':');
@@ -112,60 +243,14 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size,
       fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s connecting to peer rank ",
            peer, " at ", where, " (", errnoText(err), ")");
     }
-    Hello hello{kMagic, job, rank, peer, size, 0};
-    if (!sendAll(fd.get(), &hello, sizeof(hello))) {
-      fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " closed the connection (", errnoText(errno),
-           ") during the tcp handshake");
-    }
+    Claim claim{job, rank, peer, size, {0, 0, 0}};
+    uint8_t bytes[32];
+    std::memcpy(bytes, &claim, sizeof(bytes));
+    connectorHandshake(fd.get(), secret, kAuthTransport, bytes, deadline,
+                       strCat("tcp bootstrap: peer rank ", peer, " at ", where));
     shared->setFd(peer, fd.release());
   }
-
-  // Accept every higher rank; drop connections that are not from this job.
-  int missing = size - 1 - rank;
-  while (missing > 0) {
-    pollfd pfd{listener.get(), POLLIN, 0};
-    int rc = ::poll(&pfd, 1, msLeft(deadline));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) {
-      std::string who;
-      for (int peer = rank + 1; peer < size; ++peer) {
-        if (shared->peer(peer).fd < 0) who += strCat(who.empty() ? "" : ", ", peer);
-      }
-      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
-           " s waiting for peer rank(s) ", who, " to connect (tcp bootstrap)");
-    }
-    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (fd.get() < 0) continue;
-    Hello hello;
-    if (recvAll(fd.get(), &hello, sizeof(hello), deadline) != IoResult::kOk) continue;
-    if (hello.magic != kMagic || hello.job != job || hello.to != rank || hello.size != size ||
-        hello.from <= rank || hello.from >= size || shared->peer(hello.from).fd >= 0) {
-      continue;  // not ours
-    }
-    Hello ack{kMagic, job, rank, hello.from, size, 0};
-    if (!sendAll(fd.get(), &ack, sizeof(ack))) continue;
-    shared->setFd(hello.from, fd.release());
-    --missing;
-  }
-
-  // Collect the answers of the lower ranks.
-  for (int peer = 0; peer < rank; ++peer) {
-    Hello ack;
-    IoResult r = recvAll(shared->peer(peer).fd, &ack, sizeof(ack), deadline);
-    if (r == IoResult::kTimeout) {
-      fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for peer rank ",
-           peer, " to accept the connection (tcp bootstrap)");
-    }
-    if (r != IoResult::kOk) {
-      fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer,
-           " closed the connection during the tcp handshake");
-    }
-    if (ack.magic != kMagic || ack.job != job || ack.from != peer || ack.to != rank) {
-      fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer,
-           " answered the tcp handshake wrongly "
-           "(another job on its port?)");
-    }
-  }
+  acceptPeers(*shared, store, listener.get(), job, rank, size, deadline, timeout);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     setNoDelay(shared->peer(peer).fd);

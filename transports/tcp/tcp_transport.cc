@@ -132,6 +132,7 @@ class TcpTransport : public Transport {
         }
       }
       if (pending == nullptr) return;
+      checkCancelled();
       checkPeersGone(mine, *pending, slow);
       if (Clock::now() >= deadline) {
         shared_->failWith(MTXCOMM_TIMEOUT,
