@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -34,6 +35,29 @@ using testutil::runThreads;
 
 Clock::time_point in(double seconds) {
   return Clock::now() + std::chrono::microseconds(static_cast<long>(seconds * 1e6));
+}
+
+// Whether a file whose path contains needle is mapped into this process (/proc/self/maps).
+bool mapped(const std::string& needle) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Before main: what the loader mapped for this program and its libraries, before any test ran.
+const bool kUcsMappedAtStart = mapped("libucs");
+
+// UCX is not linked: the first UCX worker loads it (transports/ucx/ucx_api.h).
+TEST(Ucx, LoadedByTheFirstWorkerNotWithTheLibrary) {
+  EXPECT_FALSE(kUcsMappedAtStart) << "libucs was loaded with the program";
+  std::string why;
+  auto w = openUcxWorker(0, /*acrossNodes=*/false, &why);
+  ASSERT_TRUE(w) << why;
+  EXPECT_TRUE(mapped("libucp")) << "a UCX worker without libucp";
+  EXPECT_TRUE(mapped("libucs")) << "a UCX worker without libucs";
 }
 
 TEST(Ucx, RouteTableNamesEveryPeer) {

@@ -2,8 +2,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <ucp/api/ucp.h>
-#include <uct/api/uct.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
 #include "lib/base/liveness.h"
+#include "transports/ucx/ucx_api.h"
 
 namespace mtxcomm {
 
@@ -49,28 +48,29 @@ uint64_t contextBits(uint64_t ctx) {
   return h % (kCtrlCtx - 1) + 1;
 }
 
-std::string statusText(ucs_status_t s) { return ucs_status_string(s); }
+// Only called once UCX is loaded (every status comes from it).
+std::string statusText(ucs_status_t s) { return ucxApi().ucs_status_string(s); }
 
 // The RDMA devices UCX sees on this node ("ib/mlx5_0", ...): the memory domains of its ib and
 // ugni components. None: the other nodes are reached over TCP (UCX's tcp component).
-std::vector<std::string> rdmaDevices() {
+std::vector<std::string> rdmaDevices(const UcxApi& ucx) {
   std::vector<std::string> out;
   uct_component_h* comps = nullptr;
   unsigned n = 0;
-  if (uct_query_components(&comps, &n) != UCS_OK) return out;
+  if (ucx.uct_query_components(&comps, &n) != UCS_OK) return out;
   for (unsigned i = 0; i < n; ++i) {
     uct_component_attr_t a{};
     a.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
-    if (uct_component_query(comps[i], &a) != UCS_OK || a.md_resource_count == 0) continue;
+    if (ucx.uct_component_query(comps[i], &a) != UCS_OK || a.md_resource_count == 0) continue;
     const std::string name = a.name;
     if (name != "ib" && name != "ugni") continue;
     std::vector<uct_md_resource_desc_t> mds(a.md_resource_count);
     a.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
     a.md_resources = mds.data();
-    if (uct_component_query(comps[i], &a) != UCS_OK) continue;
+    if (ucx.uct_component_query(comps[i], &a) != UCS_OK) continue;
     for (const auto& md : mds) out.push_back(name + "/" + md.md_name);
   }
-  uct_release_component_list(comps);
+  ucx.uct_release_component_list(comps);
   return out;
 }
 
@@ -79,9 +79,10 @@ std::vector<std::string> rdmaDevices() {
 class UcxWorker {
  public:
   ~UcxWorker() {
-    if (worker) ucp_worker_destroy(worker);
-    if (context) ucp_cleanup(context);
+    if (worker) api->ucp_worker_destroy(worker);
+    if (context) api->ucp_cleanup(context);
   }
+  const UcxApi* api = nullptr;  // UCX's functions, loaded by openUcxWorker
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   std::string address;
@@ -91,15 +92,22 @@ class UcxWorker {
 
 std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, std::string* whyNot) {
   auto w = std::make_shared<UcxWorker>();
+  try {
+    w->api = &ucxApi();  // the first use in this process loads UCX
+  } catch (const Error& e) {
+    *whyNot = e.what();
+    return nullptr;
+  }
+  const UcxApi& ucx = *w->api;
   ucp_config_t* config = nullptr;
-  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  ucs_status_t s = ucx.ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) {
     *whyNot = "ucp_config_read: " + statusText(s);
     return nullptr;
   }
   const char* userThresh = std::getenv("UCX_RNDV_THRESH");
   const std::vector<std::string> rdma =
-      userThresh || !acrossNodes ? std::vector<std::string>{} : rdmaDevices();
+      userThresh || !acrossNodes ? std::vector<std::string>{} : rdmaDevices(ucx);
   if (userThresh) {
     w->protocol = strCat("rendezvous threshold UCX_RNDV_THRESH=", userThresh);
   } else if (!acrossNodes) {
@@ -110,7 +118,7 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, st
   } else if (eagerLimit == 0) {
     w->protocol = "no RDMA device: UCX's own rendezvous threshold (MTXCOMM_UCX_EAGER_LIMIT=0)";
   } else {
-    s = ucp_config_modify(config, "RNDV_THRESH", std::to_string(eagerLimit).c_str());
+    s = ucx.ucp_config_modify(config, "RNDV_THRESH", std::to_string(eagerLimit).c_str());
     w->protocol = s == UCS_OK ? strCat("no RDMA device (TCP between nodes): messages up to ",
                                        eagerLimit, " bytes go eagerly (MTXCOMM_UCX_EAGER_LIMIT)")
                               : strCat(
@@ -122,8 +130,9 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, st
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
-  s = ucp_init(&params, config, &w->context);
-  ucp_config_release(config);
+  // ucp_init, an inline function of ucp.h, with the API version of the headers built against.
+  s = ucx.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &w->context);
+  ucx.ucp_config_release(config);
   if (s != UCS_OK) {
     w->context = nullptr;
     *whyNot = "ucp_init: " + statusText(s);
@@ -132,7 +141,7 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, st
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // views of several threads, under one mutex
-  s = ucp_worker_create(w->context, &wp, &w->worker);
+  s = ucx.ucp_worker_create(w->context, &wp, &w->worker);
   if (s != UCS_OK) {
     w->worker = nullptr;
     *whyNot = "ucp_worker_create: " + statusText(s);
@@ -140,14 +149,14 @@ std::shared_ptr<UcxWorker> openUcxWorker(size_t eagerLimit, bool acrossNodes, st
   }
   ucp_address_t* addr = nullptr;
   size_t len = 0;
-  s = ucp_worker_get_address(w->worker, &addr, &len);
+  s = ucx.ucp_worker_get_address(w->worker, &addr, &len);
   if (s != UCS_OK) {
     *whyNot = "ucp_worker_get_address: " + statusText(s);
     return nullptr;
   }
   w->address.assign(reinterpret_cast<const char*>(addr), len);
-  ucp_worker_release_address(w->worker, addr);
-  if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;
+  ucx.ucp_worker_release_address(w->worker, addr);
+  if (ucx.ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;
   return w;
 }
 
@@ -210,7 +219,7 @@ class UcxShared {
       ep.err_mode = sameNode[p] ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &UcxShared::onEndpointError;
       ep.err_handler.arg = args_.back().get();
-      ucs_status_t s = ucp_ep_create(w_->worker, &ep, &eps_[p]);
+      ucs_status_t s = ucx().ucp_ep_create(w_->worker, &ep, &eps_[p]);
       if (s != UCS_OK) {
         eps_[p] = nullptr;
         closeEndpoints({}, true);
@@ -248,11 +257,11 @@ class UcxShared {
           op.status = UCS_ERR_CONNECTION_RESET;
           continue;
         }
-        sp = ucp_tag_send_nbx(ep, p, op.bytes, tag, &prm);
+        sp = ucx().ucp_tag_send_nbx(ep, p, op.bytes, tag, &prm);
       } else {
         // Always a request, so that ucp_tag_recv_request_test reports the received length.
         prm.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        sp = ucp_tag_recv_nbx(w_->worker, p, op.bytes, tag, kFullMask, &prm);
+        sp = ucx().ucp_tag_recv_nbx(w_->worker, p, op.bytes, tag, kFullMask, &prm);
       }
       if (sp == nullptr) {
         op.done = true;
@@ -269,21 +278,23 @@ class UcxShared {
   // in flight and frees all. Called with mu held.
   void finish(const std::vector<void*>& reqs, Clock::time_point until) {
     for (void* q : reqs) {
-      while (ucp_request_check_status(q) == UCS_INPROGRESS && Clock::now() < until) {
-        ucp_worker_progress(w_->worker);
+      while (ucx().ucp_request_check_status(q) == UCS_INPROGRESS && Clock::now() < until) {
+        ucx().ucp_worker_progress(w_->worker);
       }
-      if (ucp_request_check_status(q) == UCS_INPROGRESS) ucp_request_cancel(w_->worker, q);
-      ucp_request_free(q);
+      if (ucx().ucp_request_check_status(q) == UCS_INPROGRESS) {
+        ucx().ucp_request_cancel(w_->worker, q);
+      }
+      ucx().ucp_request_free(q);
     }
   }
 
   // Updates an op; true when it is complete. Called with mu held.
   bool test(UcxRequest& r, UcxOp& op) {
     if (op.done) return true;
-    ucs_status_t s =
-        r.isSend() ? ucp_request_check_status(op.req) : ucp_tag_recv_request_test(op.req, &op.info);
+    ucs_status_t s = r.isSend() ? ucx().ucp_request_check_status(op.req)
+                                : ucx().ucp_tag_recv_request_test(op.req, &op.info);
     if (s == UCS_INPROGRESS) return false;
-    ucp_request_free(op.req);
+    ucx().ucp_request_free(op.req);
     op.req = nullptr;
     op.done = true;
     op.status = s;
@@ -302,7 +313,7 @@ class UcxShared {
       if (r.isSend()) {
         pendingSend = true;
       } else {
-        ucp_request_cancel(w_->worker, op.req);
+        ucx().ucp_request_cancel(w_->worker, op.req);
       }
     }
     if (pendingSend) closeEndpoints({r.gpeer}, true);
@@ -320,14 +331,15 @@ class UcxShared {
     for (;;) {
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h msg =
-          ucp_tag_probe_nb(w_->worker, makeTag(kCtrlCtx, 0, kAbortTag), kCtrlMask, 1, &info);
+          ucx().ucp_tag_probe_nb(w_->worker, makeTag(kCtrlCtx, 0, kAbortTag), kCtrlMask, 1, &info);
       if (!msg) return;
       std::string reason(std::min(info.length, kMaxReason), '\0');
       std::vector<char> buf(info.length ? info.length : 1);
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
       prm.datatype = ucp_dt_make_contig(1);
-      ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(w_->worker, buf.data(), info.length, msg, &prm);
+      ucs_status_ptr_t sp =
+          ucx().ucp_tag_msg_recv_nbx(w_->worker, buf.data(), info.length, msg, &prm);
       if (UCS_PTR_IS_PTR(sp)) finish({sp}, Clock::now() + std::chrono::milliseconds(200));
       reason.assign(buf.data(), std::min(info.length, kMaxReason));
       aborts_.emplace(tagSource(info.sender_tag), reason);
@@ -347,8 +359,9 @@ class UcxShared {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
       prm.datatype = ucp_dt_make_contig(1);
-      ucs_status_ptr_t sp = ucp_tag_send_nbx(eps_[p], abortReason_.data(), abortReason_.size(),
-                                             makeTag(kCtrlCtx, rank_, kAbortTag), &prm);
+      ucs_status_ptr_t sp =
+          ucx().ucp_tag_send_nbx(eps_[p], abortReason_.data(), abortReason_.size(),
+                                 makeTag(kCtrlCtx, rank_, kAbortTag), &prm);
       if (UCS_PTR_IS_PTR(sp)) reqs.push_back(sp);
     }
     // Frames that have not left within 200 ms stay queued until the endpoints close.
@@ -363,7 +376,7 @@ class UcxShared {
       lk.lock();
       return;
     }
-    ucs_status_t s = ucp_worker_arm(w_->worker);
+    ucs_status_t s = ucx().ucp_worker_arm(w_->worker);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
     lk.unlock();
     pollfd pfd{w_->efd, POLLIN, 0};
@@ -372,6 +385,7 @@ class UcxShared {
   }
 
   ucp_worker_h worker() const { return w_->worker; }
+  const UcxApi& ucx() const { return *w_->api; }
   int rank() const { return rank_; }
 
   std::mutex mu;
@@ -393,7 +407,7 @@ class UcxShared {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       prm.flags = force || !lost_[p].empty() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[p], &prm);
+      ucs_status_ptr_t sp = ucx().ucp_ep_close_nbx(eps_[p], &prm);
       eps_[p] = nullptr;
       if (UCS_PTR_IS_PTR(sp)) reqs.push_back(sp);
     }
@@ -457,7 +471,7 @@ class UcxTransport : public Transport {
     }
     int polls = 0;
     for (;;) {
-      while (ucp_worker_progress(s.worker()) != 0) {
+      while (s.ucx().ucp_worker_progress(s.worker()) != 0) {
       }
       UcxRequest* pending = nullptr;
       for (UcxRequest* r : mine) {
@@ -470,6 +484,7 @@ class UcxTransport : public Transport {
         }
       }
       if (!pending) return;
+      checkCancelled();
       s.receiveAborts();
       checkPeers(mine);
       if (Clock::now() >= deadline) {

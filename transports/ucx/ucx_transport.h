@@ -2,6 +2,10 @@
 // ranks on different nodes (UCX picks the wire itself: tcp, verbs, or shared memory and CMA
 // between processes of one node). Implements the Transport contract of transports/transport.h.
 //
+// Loading: libmtxcomm does not link UCX; openUcxWorker() loads libucp.so.0 on first use
+// (transports/ucx/ucx_api.h), so UCX's process-wide signal handlers exist only in jobs that use
+// it.
+//
 // Bootstrap: openUcxWorker() makes the UCP context and worker (configured by UCX's own UCX_*
 // variables, e.g. UCX_TLS, UCX_NET_DEVICES); its worker address is exchanged by the caller
 // through a transport that already connects the ranks (MPI under mpirun, TCP after the
