@@ -8,7 +8,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
       libhwloc-dev libucx-dev libssl-dev
       python3-venv
-      clang clang-format cppcheck)
+      clang libclang-rt-dev clang-format cppcheck)
 
 missing=()
 for p in "${pkgs[@]}"; do

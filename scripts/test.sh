@@ -2,7 +2,8 @@
 # Runs every test: builds (if needed) and runs ctest — unit tests, the threaded correctness
 # matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test —
 # then sets up the Python environment (if needed) and runs the TensorFlow binding's pytest
-# suite under mpirun (tests/python/run_suite.sh). Arguments go to ctest.
+# suite under mpirun (tests/python/run_suite.sh), and the sanitizer and fuzzing builds
+# (scripts/test_sanitizers.sh: ASan+UBSan, TSan, libFuzzer). Arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
@@ -10,5 +11,6 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 (cd build && ctest --output-on-failure -j 2 --timeout 900 "$@")
+scripts/test_sanitizers.sh
 scripts/setup_python.sh
 tests/python/run_suite.sh

@@ -93,7 +93,10 @@ Request readRequest(Reader& rd) {
   r.root = rd.get<int32_t>();
   r.name = rd.getString();
   uint32_t nt = rd.get<uint32_t>();
-  if (nt > kMaxTensors) throw std::runtime_error("bad request: too many tensors");
+  // Each tensor takes at least 5 bytes (dtype, rank): no allocation beyond what the message holds.
+  if (nt > kMaxTensors || nt > rd.remaining() / 5) {
+    throw std::runtime_error("bad request: too many tensors");
+  }
   r.tensors.resize(nt);
   for (TensorMeta& t : r.tensors) {
     const uint8_t dt = rd.get<uint8_t>();

@@ -205,7 +205,8 @@ struct MaxOp {
 // and picked at load time by CPU detection (GCC target_clones, an ifunc): the portable build
 // targets SSE2, where the 16-bit conversions and the int64 ops are 2-3x slower. The code is
 // the same portable C++ in both clones; no intrinsics.
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__)  // ifunc needs glibc
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && \
+    !defined(__clang__)  // ifunc needs glibc; clang cannot combine clones with noinline
 #define MTXCOMM_LOOP __attribute__((noinline, target_clones("avx2", "default")))
 #else
 #define MTXCOMM_LOOP __attribute__((noinline))

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -180,9 +181,14 @@ CostParams loadTuningFile(const std::string& path) {
   if (!S_ISREG(st.st_mode)) badFile(path, "", "not a regular file");
   std::ifstream in(path);
   if (!in) badFile(path, "", "cannot be opened for reading");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parseTuningText(text, path);
+}
+
+CostParams parseTuningText(const std::string& text, const std::string& path) {
   Json j;
   try {
-    j = Json::parse(in);
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
     badFile(path, "", strCat("not valid JSON: ", e.what()));
   }

@@ -46,6 +46,8 @@ struct CostParams {
 // Reads and validates a tuning file (JSON, see tuningFileJson). Throws
 // Error(MTXCOMM_INVALID_USAGE) naming the file and the bad key.
 CostParams loadTuningFile(const std::string& path);
+// The same from the file's text; path names it in the errors (tests/fuzz/fuzz_tuning_json.cc).
+CostParams parseTuningText(const std::string& text, const std::string& path);
 // The JSON a tuning file holds; extra is merged in as the "measured" object (free-form).
 std::string tuningFileJson(const CostParams& params, const std::string& measuredJson = "{}");
 

@@ -39,6 +39,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,7 @@
 #include "lib/base/error.h"
 #include "lib/base/log.h"
 #include "lib/base/socket_util.h"
+#include "lib/comm/store_wire.h"
 #include "lib/comm/stores.h"
 
 namespace mtxcomm {
@@ -54,11 +56,11 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-constexpr uint8_t kOpSet = 1;
-constexpr uint8_t kOpGet = 2;
-constexpr uint8_t kOpCheck = 3;
-constexpr uint64_t kMaxKeyBytes = 4096;
-constexpr uint64_t kMaxValueBytes = 64ull << 20;
+constexpr uint8_t kOpSet = kStoreOpSet;
+constexpr uint8_t kOpGet = kStoreOpGet;
+constexpr uint8_t kOpCheck = kStoreOpCheck;
+constexpr uint64_t kMaxKeyBytes = kStoreMaxKeyBytes;
+constexpr uint64_t kMaxValueBytes = kStoreMaxValueBytes;
 constexpr uint64_t kMaxStoredBytes = 1ull << 30;
 constexpr size_t kMaxUnsentBytes = 1u << 20;
 constexpr size_t kMaxHandshakes = 256;
@@ -133,10 +135,8 @@ class TcpStoreServer {
       const auto now = Clock::now();
       const bool listening = now >= listenAgain_;
       const bool lingering = lingerUntil_ != Clock::time_point();
-      if (lingering) {
-        size_t authenticated = 0;
-        for (auto& kv : clients_) authenticated += kv.second.hs ? 0 : 1;
-        if (now >= lingerUntil_ || authenticated == 0) return;
+      if (lingering && (now >= lingerUntil_ || static_cast<int>(faultTold_.size()) >= size_)) {
+        return;
       }
       pfds.push_back({lingering ? -1 : wake_[0], POLLIN, 0});
       pfds.push_back({listening ? listen_fd_ : -1, POLLIN, 0});
@@ -162,8 +162,8 @@ class TcpStoreServer {
         return;  // Nothing sensible to do; clients will see their connection hang up.
       }
       if (pfds[0].revents != 0) {
-        // Stopping. A faulty job's rank 0 fails at once; its server lingers (at most 2 s, while
-        // clients are connected) so that every rank gets the fault's message, not a reset.
+        // Stopping. A faulty job's rank 0 fails at once; its server lingers (up to 2 s, until
+        // every rank was told) so that the other ranks get the fault's message, not a reset.
         if (fault_.empty()) return;
         lingerUntil_ = Clock::now() + std::chrono::seconds(2);
         continue;
@@ -307,29 +307,26 @@ class TcpStoreServer {
     // Parse every complete request.
     size_t pos = 0;
     while (c.out.size() <= kMaxUnsentBytes) {
-      size_t p = pos;
-      uint8_t op;
-      uint64_t klen, vlen = 0;
-      if (!take(c.in, p, &op, 1) || !take(c.in, p, &klen, 8)) break;
-      if ((op != kOpSet && op != kOpGet && op != kOpCheck) || klen > kMaxKeyBytes) {
+      StoreRequest req;
+      const StoreParse parsed = parseStoreRequest(std::string_view(c.in).substr(pos), &req);
+      if (parsed == StoreParse::kIncomplete) break;
+      if (parsed == StoreParse::kBadOp || parsed == StoreParse::kKeyTooLong) {
         MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped rank ", c.claim.rank,
-                    "'s connection: a malformed request (op ", int(op), ", key of ", klen,
-                    " bytes)");
+                    "'s connection: a malformed request (op ", int(req.op), ", key of ",
+                    req.keyBytes, " bytes)");
         return false;
       }
-      if (c.in.size() - p < klen) break;
-      std::string key = c.in.substr(p, klen);
-      p += klen;
+      if (parsed == StoreParse::kValueTooLong) {
+        MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped rank ", c.claim.rank,
+                    "'s connection: a value of ", req.valueBytes, " bytes (at most ",
+                    kMaxValueBytes, ")");
+        return false;
+      }
+      const uint8_t op = req.op;
+      std::string key(req.key);
+      pos += req.used;
       if (op == kOpSet) {
-        if (!take(c.in, p, &vlen, 8)) break;
-        if (vlen > kMaxValueBytes) {
-          MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped rank ", c.claim.rank,
-                      "'s connection: a value of ", vlen, " bytes (at most ", kMaxValueBytes, ")");
-          return false;
-        }
-        if (c.in.size() - p < vlen) break;
-        std::string value = c.in.substr(p, vlen);
-        p += vlen;
+        std::string value(req.value);
         auto old = data_.find(key);
         const uint64_t after = stored_ + value.size() + key.size() -
                                (old == data_.end() ? 0 : old->second.size() + key.size());
@@ -363,7 +360,6 @@ class TcpStoreServer {
           waiting_[key].push_back(id);
         }
       }
-      pos = p;
     }
     c.in.erase(0, pos);
     // Flush what this round produced, for every client it concerns (SET may wake others).
@@ -375,13 +371,6 @@ class TcpStoreServer {
     return true;
   }
 
-  static bool take(const std::string& in, size_t& pos, void* dst, size_t n) {
-    if (in.size() - pos < n) return false;
-    std::memcpy(dst, in.data() + pos, n);
-    pos += n;
-    return true;
-  }
-
   static void appendValue(Client& c, const std::string& value) {
     uint64_t len = value.size();
     c.out.push_back(static_cast<char>(kStatusOk));
@@ -389,7 +378,8 @@ class TcpStoreServer {
     c.out += value;
   }
 
-  void appendFault(Client& c) const {
+  void appendFault(Client& c) {
+    if (c.claim.rank >= 0 && c.claim.rank < size_) faultTold_.insert(c.claim.rank);
     uint64_t len = fault_.size();
     c.out.push_back(static_cast<char>(kStatusFault));
     c.out.append(reinterpret_cast<const char*>(&len), 8);
@@ -434,7 +424,8 @@ class TcpStoreServer {
   size_t handshakes_ = 0;
   bool emfileWarned_ = false;
   Clock::time_point listenAgain_{};
-  Clock::time_point lingerUntil_{};  // stopping a faulty job: serve its fault until then
+  Clock::time_point lingerUntil_{};  // stopping a faulty job: serve its fault until then,
+  std::set<int> faultTold_;          // or until every rank was answered with it
   std::map<uint64_t, Client> clients_;
   std::map<std::string, std::string> data_;
   uint64_t stored_ = 0;

@@ -386,6 +386,11 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
   }
   Control& c = control(peer);
   if (c.aborted.load(std::memory_order_acquire)) {
+    // A peer that saw a disagreement on this call first aborts; this rank names the
+    // disagreement too (MTXCOMM_INVALID_USAGE), not the abort it caused.
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_) checkPeerCall(q);
+    }
     rootCause_ = c.reason;
     fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ",
          "was in ", what, ")");

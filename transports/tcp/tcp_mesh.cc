@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "lib/base/error.h"
 #include "lib/base/socket_util.h"
@@ -229,12 +230,26 @@ bool TcpShared::writeOp(int gpeer, SendOp& op) {
   }
 }
 
-char* TcpShared::payloadDst(Peer& p) {
+char* TcpShared::payloadDst(int gpeer, size_t n) {
+  Peer& p = peers_[gpeer];
   if (p.control_tag != 0) return &p.control_payload[p.payload_got];
   if (p.target_recv) {
     return p.target_recv->abandoned ? nullptr : p.target_recv->buf + p.payload_got;
   }
-  return p.target_unexpected->data.get() + p.payload_got;
+  Unexpected& u = *p.target_unexpected;
+  if (p.payload_got + n > u.capacity) {
+    size_t cap = std::max(u.capacity * 2, p.payload_got + n);
+    cap = std::min(std::max(cap, std::min(u.bytes, kUnexpectedFirstBytes)), u.bytes);
+    std::unique_ptr<char[]> grown(new (std::nothrow) char[cap > 0 ? cap : 1]);
+    if (!grown) {
+      closePeer(gpeer, strCat("out of memory for an unexpected message of ", u.bytes, " bytes"));
+      return nullptr;
+    }
+    if (p.payload_got > 0) std::memcpy(grown.get(), u.data.get(), p.payload_got);
+    u.data = std::move(grown);
+    u.capacity = cap;
+  }
+  return u.data.get() + p.payload_got;
 }
 
 void TcpShared::readPeer(int gpeer) {
@@ -249,8 +264,10 @@ void TcpShared::readPeer(int gpeer) {
     char* direct = nullptr;
     size_t want = kStageBytes;
     if (p.in_payload && p.payload_bytes - p.payload_got >= kStageBytes) {
-      direct = payloadDst(p);  // large payload: straight into its destination
-      if (direct) want = std::min(p.payload_bytes - p.payload_got, budget);
+      const size_t n = std::min(p.payload_bytes - p.payload_got, budget);
+      direct = payloadDst(gpeer, n);  // large payload: straight into its destination
+      if (p.closed) return;
+      if (direct) want = n;
     }
     ssize_t n = ::recv(p.fd, direct ? direct : p.stage.get(), want, MSG_DONTWAIT);
     if (n < 0) {
@@ -289,7 +306,9 @@ void TcpShared::consumeStage(int gpeer) {
       }
     } else {
       size_t take = std::min(avail, p.payload_bytes - p.payload_got);
-      if (char* dst = payloadDst(p)) std::memcpy(dst, src, take);
+      char* dst = payloadDst(gpeer, take);
+      if (p.closed) return;
+      if (dst) std::memcpy(dst, src, take);
       p.stage_begin += take;
       advancePayload(p, take);
     }
@@ -318,6 +337,11 @@ void TcpShared::onHeader(int gpeer) {
     if (bytes == 0) advancePayload(p, 0);
     return;
   }
+  if (bytes > kMaxMessageBytes) {
+    closePeer(gpeer, strCat("protocol error: a frame of ", bytes, " bytes (at most ",
+                            kMaxMessageBytes, ")"));
+    return;
+  }
   MatchKey key(ctx, tag);
   MatchQueue& q = p.queues[key];
   while (!q.posted.empty() && q.posted.front()->abandoned) q.posted.pop_front();
@@ -333,8 +357,7 @@ void TcpShared::onHeader(int gpeer) {
     p.target_recv = std::move(r);
   } else {
     auto u = std::make_shared<Unexpected>();
-    u->data.reset(new char[bytes > 0 ? bytes : 1]);
-    u->bytes = bytes;
+    u->bytes = bytes;  // the buffer grows as the payload arrives (payloadDst)
     q.unexpected.push_back(u);
     p.target_unexpected = std::move(u);
   }

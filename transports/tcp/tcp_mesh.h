@@ -41,6 +41,8 @@ constexpr uint64_t kMagic = 0x316d6d6f6378746dull;  // "mtxcomm1"
 constexpr int32_t kAbortTag = -1;          // payload: the reason; context: the aborting view
 constexpr int32_t kByeTag = -2;            // no payload: the sender closes in good order
 constexpr size_t kMaxControlBytes = 4096;  // longer abort reasons are cut
+constexpr size_t kMaxMessageBytes = size_t{1} << 40;       // a longer frame header is corrupt
+constexpr size_t kUnexpectedFirstBytes = size_t{4} << 20;  // first buffer of an unexpected message
 
 using MatchKey = std::pair<uint64_t, int>;  // (context id, tag)
 
@@ -65,8 +67,12 @@ struct RecvOp {
 };
 
 // A message that arrived before its receive was posted.
+// A message that arrived before its receive was posted. Its buffer grows with the bytes that
+// actually arrive (doubling, from at most kUnexpectedFirstBytes): a header's length alone never
+// allocates more than that.
 struct Unexpected {
   std::unique_ptr<char[]> data;
+  size_t capacity = 0;
   size_t bytes = 0;
   bool complete = false;
   std::shared_ptr<RecvOp> waiter;  // matched receive, copied into once complete
@@ -177,7 +183,9 @@ class TcpShared {
   bool writeOp(int gpeer, SendOp& op);
 
   // Where the next payload byte goes; null when it is to be dropped (abandoned receive).
-  char* payloadDst(Peer& p);
+  // Where the next n payload bytes go (nullptr: dropped, the receive went away); grows an
+  // unexpected message's buffer to hold them, or closes the peer when memory runs out.
+  char* payloadDst(int gpeer, size_t n);
 
   void readPeer(int gpeer);
 
