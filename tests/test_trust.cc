@@ -430,6 +430,36 @@ TEST_F(Trust, FileStoreIgnoresFilesPlantedByAnotherUser) {
   EXPECT_TRUE(contains(log, "of uid 65534, mode 644 (not this user's private file")) << log;
 }
 
+// A file: store job whose ranks disagree on the size: rank 0's transport finds it and reports
+// the fault through the store's fault file, so rank 1 (waiting for a rank 2 that never comes)
+// fails at once with the cause, not after its timeout.
+TEST_F(Trust, FileStoreJobFaultReachesTheWaitingRanks) {
+  TempDir tmp;
+  const std::string spec = "file:" + tmp.path() + "/job";
+  const auto start = Clock::now();
+  runThreads(2, [&](int rank) {
+    const int size = rank == 0 ? 2 : 3;
+    auto store = makeStore(spec, rank, size, kTimeout, JobSecret());
+    expectError([&] { makeTcpTransport(*store, rank, size, kTimeout); }, MTXCOMM_INVALID_USAGE,
+                {"rank 1 has MTXCOMM_SIZE=3"});
+  });
+  EXPECT_LT(secondsSince(start), 3.0);
+}
+
+// A rank with another secret is refused by the store; rank 0, which then waits for it in vain,
+// says why when it gives up.
+TEST_F(Trust, RankZeroNamesRefusedProofsWhenItTimesOut) {
+  const std::string spec = testutil::tcpSpec();
+  auto store = makeStore(spec, 0, 2, kTimeout, testSecret());
+  const JobSecret other = JobSecret::fromText("another job's secret, not ours", "test");
+  expectError([&] { makeStore(spec, 1, 2, kTimeout, other); }, MTXCOMM_INVALID_USAGE,
+              {"MTXCOMM_JOB_SECRET"});
+  expectError([&] { makeTcpTransport(*store, 0, 2, milliseconds(500)); }, MTXCOMM_TIMEOUT,
+              {"waiting for peer rank(s) 1",
+               "3 connection(s) to the store failed to prove the job "
+               "secret"});
+}
+
 // A secret file that others can read, or a secret too short, is refused by name.
 TEST_F(Trust, WeakSecretsAreRefused) {
   TempDir tmp;
@@ -442,6 +472,13 @@ TEST_F(Trust, WeakSecretsAreRefused) {
   EXPECT_EQ(JobSecret::fromFile(path, "MTXCOMM_JOB_SECRET_FILE").hex().size(), 64u);
   expectError([&] { JobSecret::fromText("short", "MTXCOMM_JOB_SECRET"); }, MTXCOMM_INVALID_USAGE,
               {"MTXCOMM_JOB_SECRET"});
+  expectError([&] { JobSecret::fromText(std::string(20, ' '), "MTXCOMM_JOB_SECRET"); },
+              MTXCOMM_INVALID_USAGE, {"other than whitespace"});
+  // A link to a private file is followed (mounted secrets are links); the file is checked.
+  const std::string link = tmp.path() + "/link";
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_EQ(JobSecret::fromFile(link, "MTXCOMM_JOB_SECRET_FILE").hex(),
+            JobSecret::fromFile(path, "MTXCOMM_JOB_SECRET_FILE").hex());
 }
 
 // ---- Agreement at init ----------------------------------------------------------------------

@@ -54,16 +54,21 @@ JobSecret JobSecret::fromText(const std::string& text, const char* origin) {
     }
     return s;
   }
-  if (text.size() < kMinBytes) {
+  size_t meaningful = 0;  // whitespace does not count: "                " is no secret
+  for (char c : text) meaningful += std::isspace(static_cast<unsigned char>(c)) ? 0 : 1;
+  if (meaningful < kMinBytes) {
     fail(MTXCOMM_INVALID_USAGE, origin, ": the job secret must have at least ", kMinBytes,
-         " bytes (32 hex digits, e.g. `openssl rand -hex 32`); it has ", text.size());
+         " bytes other than whitespace (32 hex digits, e.g. `openssl rand -hex 32`); it has ",
+         meaningful);
   }
   s.bytes_ = text;
   return s;
 }
 
 JobSecret JobSecret::fromFile(const std::string& path, const char* origin) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // Symbolic links are followed (mounted secrets, e.g. Kubernetes', are links); what is checked
+  // below is the file they lead to.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     fail(MTXCOMM_INVALID_USAGE, origin, "=", path,
          ": cannot open the job secret file: ", std::strerror(errno));

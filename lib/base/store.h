@@ -28,6 +28,13 @@ class Store {
   // (the TCP transport's accept loop) fails naming the cause instead of timing out. Cheap:
   // callers may call it every few hundred milliseconds.
   virtual void check() {}
+  // This rank's init failed with message: tells the other ranks where the store can (a file:
+  // store's fault file, a tcp: store's server on rank 0), so that they fail with the cause
+  // instead of timing out. Best effort, never throws.
+  virtual void reportFault(const std::string& message) { (void)message; }
+  // What the store saw that may explain a timeout ("3 connections failed to prove the job
+  // secret"), or "": timeouts in the bootstrap append it.
+  virtual std::string diagnosis() const { return ""; }
 };
 
 }  // namespace mtxcomm

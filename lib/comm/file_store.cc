@@ -43,6 +43,7 @@ constexpr char kAckPrefix[] = "mtxcomm.ack.";      // + nonce: rank 0's answer, 
 constexpr char kTmpPrefix[] = "mtxcomm.tmp.";      // a file being written, before its rename
 constexpr char kLockName[] = "mtxcomm.lock";       // held (flock) by the running job's rank 0
 constexpr char kSecretName[] = "secret";           // in the job directory: the job's secret
+constexpr char kFaultName[] = "mtxcomm.fault";     // why a job's init failed, for its other ranks
 
 bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -117,20 +118,12 @@ class FileStore : public Store {
     makeDirs(dir_, spec_);
     const auto deadline = Clock::now() + timeout;
     if (rank == 0) {
-      lockDirectory();
-      removeStaleEntries();
-      job_ = randomHex();
-      const std::string job_dir = dir_ + "/" + kJobPrefix + job_;
-      if (::mkdir(job_dir.c_str(), 0700) != 0) {
-        fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create directory '", job_dir,
-             "': ", errnoText(errno));
+      try {
+        startJob(size, deadline, timeout, configured);
+      } catch (const Error& e) {
+        reportFault(e.what());  // the ranks waiting to join learn why at once
+        throw;
       }
-      job_dir_ = job_dir;
-      // The job's secret, for the connections between its ranks: the configured one, else a
-      // new one, in a file only this user can read (the job folder is 0700, the file 0600).
-      secret_ = configured.empty() ? JobSecret::random() : configured;
-      writeAtomically(job_dir_, kSecretName, secret_.hex());
-      if (size > 1) admitRanks(size, deadline, timeout);
     } else {
       joinJob(rank, deadline, timeout);
       job_dir_ = dir_ + "/" + kJobPrefix + job_;
@@ -146,6 +139,41 @@ class FileStore : public Store {
 
   const JobSecret& secret() const override { return secret_; }
 
+  // Any rank whose init fails: writes why to the directory's fault file (this user's, 0600), which
+  // every rank of the job that is still waiting — to join, for a key, for its peers — reads and
+  // fails with (a fault older than the waiting rank's own join request is an earlier job's).
+  void reportFault(const std::string& message) override {
+    try {
+      writeAtomically(dir_, kFaultName, message.substr(0, kMaxFileBytes));
+    } catch (const Error&) {
+      // Best effort: the caller throws its own error anyway.
+    }
+  }
+
+  void check() override { throwIfFault(joinedAt_); }
+
+ private:
+  // Rank 0: one job per directory, the clean-up, the job folder and secret, the admissions.
+  void startJob(int size, Clock::time_point deadline, Ms timeout, const JobSecret& configured) {
+    lockDirectory();
+    removeStaleEntries();
+    job_ = randomHex();
+    const std::string job_dir = dir_ + "/" + kJobPrefix + job_;
+    if (::mkdir(job_dir.c_str(), 0700) != 0) {
+      fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot create directory '", job_dir,
+           "': ", errnoText(errno));
+    }
+    job_dir_ = job_dir;
+    // The job's secret, for the connections between its ranks: the configured one, else a
+    // new one, in a file only this user can read (the job folder is 0700, the file 0600).
+    secret_ = configured.empty() ? JobSecret::random() : configured;
+    writeAtomically(job_dir_, kSecretName, secret_.hex());
+    struct stat st {};
+    if (::stat(job_dir_.c_str(), &st) == 0) joinedAt_ = st.st_mtim;
+    if (size > 1) admitRanks(size, deadline, timeout);
+  }
+
+ public:
   void set(const std::string& key, const std::string& value) override {
     writeAtomically(job_dir_, escapeKey(key), value);
   }
@@ -157,6 +185,7 @@ class FileStore : public Store {
     Backoff backoff(/*spins=*/0, /*yields=*/16);
     std::string value;
     while (!readIfExists(path, &value)) {
+      throwIfFault(joinedAt_);
       if (Clock::now() >= deadline) {
         fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for key '", key,
              "' in store ", spec_);
@@ -297,12 +326,15 @@ class FileStore : public Store {
                "': ", errnoText(errno));
         }
         ::close(fd);
+        if (::stat(hello.c_str(), &st) == 0) joinedAt_ = st.st_mtim;
       }
+      throwIfFault(joinedAt_);
       if (Clock::now() >= deadline) {
         ::unlink(hello.c_str());
         fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
              " s waiting for rank 0 to admit rank ", rank, " to store ", spec_,
-             " (is rank 0 running, with the same MTXCOMM_STORE?)");
+             " (is rank 0 running, with the same MTXCOMM_STORE? A job that has admitted its rank ",
+             rank, " already does not answer another process asking to be rank ", rank, ")");
       }
       backoff.pause();
     }
@@ -345,6 +377,21 @@ class FileStore : public Store {
       fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot rename '", tmp_path, "' to '",
            final_path, "': ", errnoText(err));
     }
+  }
+
+  // Throws MTXCOMM_INVALID_USAGE with the fault file's message when it exists, is this user's
+  // private file and is not older than since (this rank's join request, or its job's start).
+  void throwIfFault(const timespec& since) {
+    const std::string path = dir_ + "/" + kFaultName;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return;
+    if (st.st_mtim.tv_sec < since.tv_sec ||
+        (st.st_mtim.tv_sec == since.tv_sec && st.st_mtim.tv_nsec < since.tv_nsec)) {
+      return;  // an earlier job's
+    }
+    std::string message;
+    if (!readIfExists(path, &message, /*ignoreForeign=*/true)) return;
+    fail(MTXCOMM_INVALID_USAGE, "store ", spec_, ": the job failed on another rank: ", message);
   }
 
   // Reads the file at path into *out; false when it does not exist (yet). A file that is not
@@ -398,6 +445,7 @@ class FileStore : public Store {
   JobSecret secret_;
   std::set<std::string> warnedPlanted_;
   std::string job_;      // this job's id (16 hex digits)
+  timespec joinedAt_{};  // this rank's join request (rank 0: the job folder), for throwIfFault
   std::string job_dir_;  // dir_/mtxcomm.job.<job_>: the keys of this job
   std::atomic<uint64_t> counter_{0};
 };

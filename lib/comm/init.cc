@@ -134,13 +134,18 @@ std::unique_ptr<Comm> initFromEnv() {
     auto timeout = std::chrono::milliseconds(static_cast<long>(cfg.timeoutSeconds * 1000));
     std::unique_ptr<Store> store =
         makeStore(cfg.store, cfg.rank, cfg.size, timeout, cfg.loadJobSecret());
-    comm = makeRoutedComm(makeTcpTransport(*store, cfg.rank, cfg.size, timeout), cfg);
-    comm->agreeConfig();
-    // Every rank has read what it needs from the store once all have passed a barrier; only
-    // then may rank 0 stop serving it.
-    CollArgs barrier;
-    barrier.coll = Collective::kBarrier;
-    comm->run(barrier);
+    try {
+      comm = makeRoutedComm(makeTcpTransport(*store, cfg.rank, cfg.size, timeout), cfg);
+      comm->agreeConfig();
+      // Every rank has read what it needs from the store once all have passed a barrier; only
+      // then may rank 0 stop serving it.
+      CollArgs barrier;
+      barrier.coll = Collective::kBarrier;
+      comm->run(barrier);
+    } catch (const Error& e) {
+      store->reportFault(strCat("rank ", cfg.rank, ": ", e.what()));  // the others learn why
+      throw;
+    }
   } else {
     comm = std::make_unique<Comm>(std::move(makeInprocTransports(1)[0]), cfg, 0);
   }

@@ -162,8 +162,22 @@ class TcpStoreServer {
         return;  // Nothing sensible to do; clients will see their connection hang up.
       }
       if (pfds[0].revents != 0) {
-        // Stopping. A faulty job's rank 0 fails at once; its server lingers (up to 2 s, until
-        // every rank was told) so that the other ranks get the fault's message, not a reset.
+        // A byte 'f': rank 0 reports a fault (reportFault); 0: stopping. A faulty job's rank 0
+        // fails at once; its server lingers (up to 2 s, until every rank was told) so that the
+        // other ranks get the fault's message, not a reset.
+        char bytes[64];
+        bool stop = false;
+        for (ssize_t n; (n = ::read(wake_[0], bytes, sizeof(bytes))) > 0;) {
+          for (ssize_t i = 0; i < n; ++i) stop = stop || bytes[i] == 0;
+        }
+        std::string reported;
+        {
+          std::lock_guard<std::mutex> lock(faultMu_);
+          reported = std::move(reportedFault_);
+          reportedFault_.clear();
+        }
+        if (!reported.empty()) setFault(reported);
+        if (!stop) continue;
         if (fault_.empty()) return;
         lingerUntil_ = Clock::now() + std::chrono::seconds(2);
         continue;
@@ -221,11 +235,24 @@ class TcpStoreServer {
     }
   }
 
+  // A WARN per dropped stranger for the first kLoggedDrops, then one line per 1000 (a flood
+  // must not fill the log).
+  void logDrop(int fd, const std::string& why) {
+    constexpr uint64_t kLoggedDrops = 20;
+    ++drops_;
+    if (drops_ <= kLoggedDrops || drops_ % 1000 == 0) {
+      MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped a connection from ", peerAddress(fd), ": ",
+                  why,
+                  drops_ == kLoggedDrops  ? " (from now on one line per 1000 drops)"
+                  : drops_ > kLoggedDrops ? strCat(" (", drops_, " dropped so far)")
+                                          : std::string());
+    }
+  }
+
   void dropOldestHandshake() {
     for (auto& kv : clients_) {
       if (!kv.second.hs) continue;
-      MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped a connection from ",
-                  peerAddress(kv.second.fd), ": too many handshakes in progress");
+      logDrop(kv.second.fd, "too many handshakes in progress");
       dropClient(kv.first);
       return;
     }
@@ -239,8 +266,8 @@ class TcpStoreServer {
     }
     if (st == AcceptorHandshake::State::kPending) return;
     if (st == AcceptorHandshake::State::kFailed) {
-      MTXCOMM_LOG(kWarn, 0, "store ", spec_, ": dropped a connection from ", peerAddress(c.fd),
-                  ": ", c.hs->why().empty() ? "no handshake within the deadline" : c.hs->why());
+      if (c.hs->why().find("prove") != std::string::npos) refused_.fetch_add(1);
+      logDrop(c.fd, c.hs->why().empty() ? "no handshake within the deadline" : c.hs->why());
       dropClient(id);
       return;
     }
@@ -264,6 +291,21 @@ class TcpStoreServer {
   }
 
  public:
+  // From any thread: the job is faulty (rank 0's init failed with message); every client's next
+  // request is answered with it.
+  void reportFault(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(faultMu_);
+      reportedFault_ = message;
+    }
+    char c = 'f';
+    while (::write(wake_[1], &c, 1) < 0 && errno == EINTR) {
+    }
+  }
+
+  // Connections that failed to prove the job secret (any thread).
+  uint64_t refused() const { return refused_.load(); }
+
   // The job's fault, or "" (any thread).
   std::string fault() const {
     std::lock_guard<std::mutex> lock(faultMu_);
@@ -424,8 +466,10 @@ class TcpStoreServer {
   size_t handshakes_ = 0;
   bool emfileWarned_ = false;
   Clock::time_point listenAgain_{};
-  Clock::time_point lingerUntil_{};  // stopping a faulty job: serve its fault until then,
-  std::set<int> faultTold_;          // or until every rank was answered with it
+  uint64_t drops_ = 0;                // strangers dropped (logDrop)
+  std::atomic<uint64_t> refused_{0};  // of which failed to prove the job secret
+  Clock::time_point lingerUntil_{};   // stopping a faulty job: serve its fault until then,
+  std::set<int> faultTold_;           // or until every rank was answered with it
   std::map<uint64_t, Client> clients_;
   std::map<std::string, std::string> data_;
   uint64_t stored_ = 0;
@@ -433,7 +477,8 @@ class TcpStoreServer {
   std::map<int, uint64_t> processOf_;                     // rank -> StoreClaim::process
   std::string fault_;
   mutable std::mutex faultMu_;
-  std::string faultCopy_;  // fault_, for other threads
+  std::string faultCopy_;      // fault_, for other threads
+  std::string reportedFault_;  // from reportFault, for the server thread
 };
 
 // ---- TcpStore client ------------------------------------------------------------------------
@@ -456,6 +501,17 @@ class TcpStore : public Store {
   }
 
   const JobSecret& secret() const override { return secret_; }
+
+  void reportFault(const std::string& message) override {
+    if (server_) server_->reportFault(message);
+  }
+
+  std::string diagnosis() const override {
+    const uint64_t n = server_ ? server_->refused() : 0;
+    if (n == 0) return "";
+    return strCat(n, " connection(s) to the store failed to prove the job secret: is ",
+                  "MTXCOMM_JOB_SECRET the same on every rank?");
+  }
 
   void check() override {
     if (server_) {

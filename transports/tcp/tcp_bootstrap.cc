@@ -82,6 +82,15 @@ void acceptPeers(TcpShared& shared, Store& store, int listener, uint64_t job, in
   std::vector<Pending> pending;
   int missing = size - 1 - rank;
   bool emfileWarned = false;
+  int dropped = 0, refused = 0;  // strangers, and connectors that failed the proof
+  // At most this many drops are logged one by one (a flood must not fill the log).
+  constexpr int kLoggedDrops = 20;
+  auto logDrop = [&](int fd, const std::string& why) {
+    if (++dropped <= kLoggedDrops) {
+      MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ", peerAddress(fd), ": ",
+                  why, dropped == kLoggedDrops ? " (further drops are counted, not logged)" : "");
+    }
+  };
   Clock::time_point listenAgain = Clock::now();
   while (missing > 0) {
     const auto now = Clock::now();
@@ -91,7 +100,14 @@ void acceptPeers(TcpShared& shared, Store& store, int listener, uint64_t job, in
         if (shared.peer(peer).fd < 0) who += strCat(who.empty() ? "" : ", ", peer);
       }
       fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
-           " s waiting for peer rank(s) ", who, " to connect (tcp bootstrap)");
+           " s waiting for peer rank(s) ", who, " to connect (tcp bootstrap)",
+           refused > 0 ? strCat("; ", refused,
+                                " connection(s) failed to prove the job secret: is "
+                                "MTXCOMM_JOB_SECRET the same on every rank?")
+                       : std::string(),
+           dropped > refused ? strCat("; ", dropped - refused, " other connection(s) dropped")
+                             : std::string(),
+           store.diagnosis().empty() ? std::string() : "; " + store.diagnosis());
     }
     std::vector<pollfd> pfds;
     const bool listening = now >= listenAgain;
@@ -147,25 +163,21 @@ void acceptPeers(TcpShared& shared, Store& store, int listener, uint64_t job, in
         continue;
       }
       if (st == AcceptorHandshake::State::kFailed) {
-        MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
-                    peerAddress(p.fd.get()), ": ",
-                    p.hs->why().empty() ? "no handshake within the deadline" : p.hs->why());
+        if (p.hs->why().find("prove") != std::string::npos) ++refused;
+        logDrop(p.fd.get(), p.hs->why().empty() ? "no handshake within the deadline" : p.hs->why());
       } else {
         Claim c;
         std::memcpy(&c, p.hs->response().claim, sizeof(c));
         // The connector holds the secret: it is a rank of this job (or of another job run with
         // the same secret, told apart by the job id). What it says must fit.
         if (c.job != job) {
-          MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
-                      peerAddress(p.fd.get()),
-                      ": a rank of another job with the same MTXCOMM_JOB_SECRET");
+          logDrop(p.fd.get(), "a rank of another job with the same MTXCOMM_JOB_SECRET");
         } else if (c.size != size) {
           fail(MTXCOMM_INVALID_USAGE, "rank ", c.from, " has MTXCOMM_SIZE=", c.size,
                " but this rank (", rank, ") has MTXCOMM_SIZE=", size,
                ": every rank must be started with the same size");
         } else if (c.to != rank || c.from <= rank || c.from >= size) {
-          MTXCOMM_LOG(kWarn, rank, "tcp bootstrap: dropped a connection from ",
-                      peerAddress(p.fd.get()), " claiming rank ", c.from, " to rank ", c.to);
+          logDrop(p.fd.get(), strCat("claiming rank ", c.from, " to rank ", c.to));
         } else if (shared.peer(c.from).fd >= 0) {
           fail(MTXCOMM_INVALID_USAGE, "two processes connected as rank ", c.from,
                " (the second from ", peerAddress(p.fd.get()),
@@ -178,14 +190,35 @@ void acceptPeers(TcpShared& shared, Store& store, int listener, uint64_t job, in
       pending.erase(pending.begin() + static_cast<long>(i));
     }
   }
+  // Every rank is in: what is still in its handshake is a stranger.
+  for (Pending& p : pending) logDrop(p.fd.get(), "not a rank of this job (all ranks had joined)");
 }
 
 }  // namespace
 }  // namespace tcp
 
+namespace tcp {
+namespace {
+std::unique_ptr<Transport> bootstrap(Store& store, int rank, int size,
+                                     std::chrono::milliseconds timeout);
+}  // namespace
+}  // namespace tcp
+
 std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size,
                                             std::chrono::milliseconds timeout) {
-  using namespace tcp;  // NOLINT(build/namespaces): the mesh, the view and the helpers above
+  try {
+    return tcp::bootstrap(store, rank, size, timeout);
+  } catch (const Error& e) {
+    // The ranks still waiting (for the store, for this rank's connection) learn why at once.
+    store.reportFault(strCat("rank ", rank, ": ", e.what()));
+    throw;
+  }
+}
+
+namespace tcp {
+namespace {
+std::unique_ptr<Transport> bootstrap(Store& store, int rank, int size,
+                                     std::chrono::milliseconds timeout) {
   if (size < 1 || rank < 0 || rank >= size) {
     fail(MTXCOMM_INVALID_USAGE, "tcp transport: rank ", rank, " is not in [0, ", size, ")");
   }
@@ -263,5 +296,7 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size,
   }
   return makeView(shared, identity, rank, 0, PeerLiveness(ids, rank));
 }
+}  // namespace
+}  // namespace tcp
 
 }  // namespace mtxcomm
