@@ -66,6 +66,9 @@ void Comm::run(const CollArgs& user) {
   try {
     checkArgs(user, me, n);
     onDevice = gpu::isDeviceCall(user, me);
+    if (onDevice && user.coll == Collective::kAlltoall) {
+      fail(MTXCOMM_UNSUPPORTED, "device buffers are not supported by alltoall (host buffers only)");
+    }
   } catch (const Error& e) {
     // Peers waiting for this rank in this call learn at once that it rejected it.
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
@@ -77,12 +80,21 @@ void Comm::run(const CollArgs& user) {
     runOnDevice(user);
     return;
   }
-  // One rank, or nothing to move: a local copy keeps the out-of-place contract.
-  if (n == 1 || (user.count == 0 && user.coll != Collective::kBarrier)) {
+  // One rank, or nothing to move: a local copy keeps the out-of-place contract. An alltoallv
+  // has no common count: only one rank is local.
+  const bool nothing = user.count == 0 && user.coll != Collective::kBarrier && !user.isAlltoallv();
+  if (n == 1 || nothing) {
     lastAlgorithm_ = "local";
     lastPredicted_ = 0.0;
-    if (user.count > 0 && user.recvbuf && user.sendbuf) {
-      std::memmove(user.recvbuf, user.sendbuf, user.count * datatypeSize(user.dtype));
+    const size_t es = datatypeSize(user.dtype);
+    if (user.isAlltoallv()) {
+      if (user.sendcounts[0] > 0) {
+        std::memmove(static_cast<char*>(user.recvbuf) + user.rdispls[0] * es,
+                     static_cast<const char*>(user.sendbuf) + user.sdispls[0] * es,
+                     user.sendcounts[0] * es);
+      }
+    } else if (user.count > 0 && user.recvbuf && user.sendbuf) {
+      std::memmove(user.recvbuf, user.sendbuf, user.count * es);
     }
     return;
   }
