@@ -74,6 +74,10 @@ struct CallSignature {
   }
   bool operator!=(const CallSignature& o) const { return !(*this == o); }
 };
+// The name of a call in messages: collectiveName, or "alltoallv" for the alltoallv form.
+inline const char* callName(const CollArgs& a) {
+  return a.isAlltoallv() ? "alltoallv" : collectiveName(a.coll);
+}
 // The signature of the user-level call args as call number seq.
 CallSignature callSignature(const CollArgs& args, uint64_t seq);
 // "allreduce(count 4, float32, sum) as call #7".

@@ -55,7 +55,7 @@ void Comm::poison(const std::string& message) {
 }
 
 void Comm::run(const CollArgs& user) {
-  const char* coll = collectiveName(user.coll);
+  const char* coll = callName(user);
   checkUsable(coll);
   const int n = size(), me = rank();
   // Every call counts, also one rejected below: if only some ranks reject it, their next call
@@ -159,7 +159,8 @@ void Comm::runAlgorithm(const CollArgs& args) {
                       : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
                                                : transport_->name();
     failCall(args,
-             strCat("algorithm ", sel.algorithm->name, ", ", args.count, " x ",
+             strCat("algorithm ", sel.algorithm->name, ", ",
+                    args.isAlltoallv() ? std::string("per-peer counts") : strCat(args.count), " x ",
                     datatypeName(args.dtype), ", transport ", via),
              e);
   }
@@ -209,7 +210,7 @@ void Comm::runOnDevice(const CollArgs& args) {
 void Comm::failCall(const CollArgs& args, const std::string& what, const Error& e) {
   const int n = size(), me = rank();
   std::string msg =
-      strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (", what, "): ", e.what());
+      strCat("rank ", me, " of ", n, ": ", callName(args), " (", what, "): ", e.what());
   poison(msg);
   MTXCOMM_LOG(kError, me, msg);
   // Tell the peers this rank has left the collective, so that those waiting on it fail now
