@@ -15,8 +15,9 @@
 //   ceil(largest block / sub) chunks of one barrier each.
 // Example, n = 3, one chunk: r0 writes 01 02 into sub-slots 1, 2 of slot 0, r1 writes 10 12,
 //   r2 writes 20 21; barrier; r0 reads 10 from slot 1 sub-slot 0 and 20 from slot 2 sub-slot 0.
-// Source: the copy-in/copy-out shared-memory collectives of Open MPI coll/sm and MPICH (the
-//   slot cut per destination, as in Open MPI coll/sm's per-peer fragments).
+// Source: the copy-in/copy-out scheme of the shared-memory collectives of Open MPI coll/sm and
+//   MPICH (which have no shm alltoall themselves); cutting the slot into one sub-slot per
+//   destination is this library's adaptation of it to alltoall.
 #include <algorithm>
 #include <cstring>
 #include <vector>

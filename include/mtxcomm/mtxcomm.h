@@ -19,8 +19,8 @@
  * - Buffers (as in NCCL): in place is sendbuf == recvbuf; for allgather, in place is
  *   sendbuf == recvbuf + rank*sendcount (elements); for reduce-scatter, in place is
  *   sendbuf + rank*recvcount == recvbuf; alltoall and alltoallv have no in place. Any other
- *   overlap of send and receive buffers is MTXCOMM_INVALID_ARGUMENT. An out-of-place call never
- * writes its send buffer.
+ *   overlap of send and receive buffers is MTXCOMM_INVALID_ARGUMENT. An out-of-place call
+ *   never writes its send buffer.
  * - count 0 succeeds on every rank and keeps the ranks in step (buffers may then be NULL).
  * - Host buffers: stream must be NULL; the call is blocking.
  *
