@@ -24,6 +24,12 @@ inline size_t blockOffset(size_t count, int n, int i) {
   return ui * q + (ui < r ? ui : r);
 }
 
+// Pairwise exchange (alltoall): at step k = 1..n-1 rank r sends to r+k and receives from r-k,
+// so over the n-1 steps every ordered pair (r, q != r) meets exactly once, and the rank r
+// sends to at step k is the one that receives from r at step k.
+inline int pairwiseSendPeer(int rank, int step, int n) { return mod(rank + step, n); }
+inline int pairwiseRecvPeer(int rank, int step, int n) { return mod(rank - step, n); }
+
 inline bool isPowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
 // Largest power of two <= n (n >= 1).
 inline int powerOfTwoFloor(int n) {

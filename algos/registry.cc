@@ -18,6 +18,12 @@ const char* needsSeveralNodes(const CollArgs&, const CommInfo& info) {
   return info.topo && info.topo->numNodes() > 1 ? nullptr
                                                 : "all ranks are on one node: nothing to compose";
 }
+const char* needsShmSubSlots(const CollArgs& args, const CommInfo& info) {
+  if (const char* why = needsShm(args, info)) return why;
+  return alltoallShmSubSlotBytes(info.shmSlotBytes, info.nranks) > 0
+             ? nullptr
+             : "MTXCOMM_SHM_SLOT_BYTES / ranks is under 64 bytes (no sub-slot per destination)";
+}
 }  // namespace
 
 const std::vector<Algorithm>& algorithms() {
@@ -47,6 +53,9 @@ const std::vector<Algorithm>& algorithms() {
        acceptsAll, buildReduceScatterRing, nullptr, nullptr},
       {Collective::kBarrier, "dissemination", "ceil(log2 n) rounds of one-byte messages",
        acceptsAll, buildBarrierDissemination, nullptr, nullptr},
+      {Collective::kAlltoall, "pairwise",
+       "n-1 pairwise exchange steps (r sends to r+k, receives from r-k); alltoall and alltoallv",
+       acceptsAll, buildAlltoallPairwise, nullptr, nullptr},
       {Collective::kAllreduce, "shm",
        "shared-memory slots: copy in, reduce from every slot, copy out; cache-sized chunks",
        needsShm, nullptr, runAllreduceShm, nullptr},
@@ -61,6 +70,10 @@ const std::vector<Algorithm>& algorithms() {
        runReduceScatterShm, nullptr},
       {Collective::kBarrier, "shm", "arrival counters in shared memory", needsShm, nullptr,
        runBarrierShm, nullptr},
+      {Collective::kAlltoall, "shm",
+       "shared-memory slots cut per destination: each copies its blocks in, each copies its own "
+       "out; alltoallv counts compared first",
+       needsShmSubSlots, nullptr, runAlltoallShm, nullptr},
       {Collective::kAllreduce, "hierarchical",
        "node-local reduce-scatter (or reduce), cross-node allreduce, node-local allgather (or "
        "broadcast)",

@@ -78,6 +78,7 @@ void buildAllgatherRecursiveDoubling(const CollArgs&, int, int, const AlgoParams
 void buildReduceScatterRing(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildReduceBinomial(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildBarrierDissemination(const CollArgs&, int, int, const AlgoParams&, Schedule&);
+void buildAlltoallPairwise(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 // Shared-memory algorithms, one per file algos/<collective>_shm.cc.
 void runAllreduceShm(const CollArgs&, ShmGroup&);
 void runBroadcastShm(const CollArgs&, ShmGroup&);
@@ -85,6 +86,10 @@ void runReduceShm(const CollArgs&, ShmGroup&);
 void runAllgatherShm(const CollArgs&, ShmGroup&);
 void runReduceScatterShm(const CollArgs&, ShmGroup&);
 void runBarrierShm(const CollArgs&, ShmGroup&);
+void runAlltoallShm(const CollArgs&, ShmGroup&);
+// Bytes of the sub-slot per destination alltoall shm cuts a slot into (a multiple of 64;
+// 0: the slot is too small for n ranks, and the algorithm declines).
+size_t alltoallShmSubSlotBytes(size_t slotBytes, int nranks);
 // Hierarchical compositions, one per file algos/<collective>_hierarchical.cc.
 void composeAllreduceHierarchical(const CollArgs&, const Topology&, int, Levels&);
 void composeBroadcastHierarchical(const CollArgs&, const Topology&, int, Levels&);

@@ -156,6 +156,35 @@ int reduceScatterMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
       static_cast<int>(l.count), ctx.mpiType, ctx.mpiOp, MPI_COMM_WORLD);
 }
 
+// ---- alltoall: Size = bytes each rank sends in all (nccl-tests), count = Size / (n * e) per
+// rank pair. No in place in mtxcomm: --in-place is refused by the call (INVALID_ARGUMENT).
+
+Layout alltoallLayout(const BenchContext& ctx, size_t bytes) {
+  const size_t count = bytes / ctx.elemSize / ctx.nranks;
+  return {bytes, count, count * ctx.nranks, count * ctx.nranks, static_cast<double>(bytes)};
+}
+void alltoallFill(const BenchContext& ctx, const Layout& l, Buffers& b) {
+  ctx.data->fillInput(ctx.rank, 0, l.count * ctx.nranks, b.send.data());
+}
+// Block q of recv is rank q's input at its block for this rank.
+size_t alltoallWrong(const BenchContext& ctx, const Layout& l, const Buffers& b, bool) {
+  size_t wrong = 0;
+  for (int q = 0; q < ctx.nranks; ++q) {
+    wrong +=
+        ctx.data->countWrongInput(q, ctx.rank * l.count, l.count, at(b.recv, ctx, q * l.count));
+  }
+  return wrong;
+}
+mtxcomm_result_t alltoallRun(const BenchContext& ctx, const Layout& l, Buffers& b) {
+  return mtxcomm_alltoall(b.dev(b.send.data()), b.dev(b.recv.data()), l.count, ctx.dtype, ctx.comm,
+                          ctx.stream);
+}
+int alltoallMpi(const BenchContext& ctx, const Layout& l, Buffers& b) {
+  const int count = static_cast<int>(l.count);
+  return MPI_Alltoall(b.send.data(), count, ctx.mpiType, b.recv.data(), count, ctx.mpiType,
+                      MPI_COMM_WORLD);
+}
+
 // ---- barrier: no data --------------------------------------------------------------------
 
 Layout barrierLayout(const BenchContext&, size_t) { return {}; }
@@ -191,6 +220,11 @@ const std::vector<CollDescriptor>& descriptors() {
        "Size = bytes of the whole input array (nccl-tests; recvcount = Size / (n * elemsize))",
        true, factorRing, "(n-1)/n", unitRanks, reduceScatterLayout, reduceScatterFill,
        reduceScatterWrong, reduceScatterRun, reduceScatterMpi},
+      {"alltoall", Collective::kAlltoall, "MPI_Alltoall",
+       "Size = bytes each rank sends in all (nccl-tests; count = Size / (n * elemsize) per rank "
+       "pair); out of place only",
+       true, factorRing, "(n-1)/n", unitRanks, alltoallLayout, alltoallFill, alltoallWrong,
+       alltoallRun, alltoallMpi},
       {"barrier", Collective::kBarrier, "MPI_Barrier", "no data (Size 0)", false, factorOne, "-",
        unitOne, barrierLayout, barrierFill, barrierWrong, barrierRun, barrierMpi},
   };

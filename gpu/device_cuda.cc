@@ -58,7 +58,7 @@ void usedBuffers(const CollArgs& a, int rank, const void** send, const void** re
   *recv = a.recvbuf;
   if (a.coll == Collective::kBroadcast && rank != a.root) *send = nullptr;
   if (a.coll == Collective::kReduce && rank != a.root) *recv = nullptr;
-  if (a.count == 0) *send = *recv = nullptr;
+  if (a.count == 0 && !a.isAlltoallv()) *send = *recv = nullptr;  // alltoallv: no common count
 }
 
 // The device of the call's device buffers, -1 when it has none.

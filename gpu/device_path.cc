@@ -41,6 +41,7 @@ const char* devicePathName(DevicePath p) {
 }
 
 const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t) {
+  if (args.coll == Collective::kAlltoall) return "alltoall runs on host buffers only";
   switch (path) {
     case DevicePath::kNccl:
       if (!t.ncclBuilt) return "this mtxcomm was built without NCCL";

@@ -157,6 +157,8 @@ class CudaIpcPath : public PathRunner {
         break;
       case Collective::kBarrier:
         break;
+      case Collective::kAlltoall:  // refused by the communicator and devicePathDeclines
+        fail(MTXCOMM_INTERNAL_ERROR, "alltoall reached the cuda_ipc device path");
     }
     group_.endPhase(stream);
   }

@@ -116,6 +116,8 @@ class NcclPath : public PathRunner {
         break;
       case Collective::kBarrier:
         break;
+      case Collective::kAlltoall:  // refused by the communicator and devicePathDeclines
+        fail(MTXCOMM_INTERNAL_ERROR, "alltoall reached the nccl device path");
     }
     const bool hasResult = a.coll != Collective::kReduce || host_.rank() == a.root;
     if (a.op == MTXCOMM_AVG && collectiveReduces(a.coll) && hasResult) {

@@ -92,6 +92,136 @@ TEST(Api, InvalidArgumentsAreRejectedLocallyAndLeaveTheCommUsable) {
   });
 }
 
+// Alltoall and alltoallv: no in place, any overlap, NULL arrays, overflowing extents, and a
+// block to itself that does not fit are rejected on the calling rank; every rank rejecting the
+// same call leaves the communicator usable.
+TEST(Api, AlltoallArgumentsAreRejectedLocallyAndLeaveTheCommUsable) {
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    float buf[64] = {0};
+    float out[64] = {0};
+    size_t counts[3] = {1, 1, 1}, displs[3] = {0, 1, 2};
+    size_t selfBig[3] = {1, 1, 1};
+    selfBig[rank] = 2;  // sendcounts[rank] 1, recvcounts[rank] 2
+    const size_t huge = std::numeric_limits<size_t>::max() - 1;
+    size_t hugeDispls[3] = {0, 1, 2};
+    hugeDispls[(rank + 1) % 3] = huge;
+    struct Bad {
+      std::function<mtxcomm_result_t()> call;
+      const char* mustMention;
+    };
+    std::vector<Bad> bad = {
+        {[&] { return mtxcomm_alltoall(buf, buf, 4, MTXCOMM_FLOAT32, comm, nullptr); },
+         "alltoall has no in place"},
+        {[&] { return mtxcomm_alltoall(buf + 1, buf, 4, MTXCOMM_FLOAT32, comm, nullptr); },
+         "sendbuf and recvbuf overlap"},
+        {[&] { return mtxcomm_alltoall(nullptr, out, 4, MTXCOMM_FLOAT32, comm, nullptr); },
+         "sendbuf is NULL"},
+        {[&] { return mtxcomm_alltoall(buf, nullptr, 4, MTXCOMM_FLOAT32, comm, nullptr); },
+         "recvbuf is NULL"},
+        {[&] {
+           return mtxcomm_alltoall(buf, out, 4, static_cast<mtxcomm_datatype_t>(42), comm, nullptr);
+         },
+         "invalid datatype 42"},
+        {[&] {
+           return mtxcomm_alltoall(buf, out, std::numeric_limits<size_t>::max() / 8,
+                                   MTXCOMM_FLOAT32, comm, nullptr);
+         },
+         "overflows size_t"},
+        {[&] {
+           return mtxcomm_alltoallv(buf, nullptr, displs, out, counts, displs, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "sendcounts is NULL"},
+        {[&] {
+           return mtxcomm_alltoallv(buf, counts, displs, out, counts, nullptr, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "rdispls is NULL"},
+        {[&] {
+           return mtxcomm_alltoallv(buf, counts, displs, out, selfBig, displs, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "recvcounts["},
+        {[&] {
+           return mtxcomm_alltoallv(buf, counts, displs, buf + 2, counts, displs, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "alltoallv has no in place"},
+        {[&] {
+           return mtxcomm_alltoallv(buf, counts, hugeDispls, out, counts, displs, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "overflows size_t"},
+        {[&] {
+           return mtxcomm_alltoallv(nullptr, counts, displs, out, counts, displs, MTXCOMM_FLOAT32,
+                                    comm, nullptr);
+         },
+         "sendbuf is NULL"},
+    };
+    for (size_t i = 0; i < bad.size(); ++i) {
+      EXPECT_EQ(bad[i].call(), MTXCOMM_INVALID_ARGUMENT) << "case " << i;
+      std::string msg = mtxcomm_get_last_error(comm);
+      EXPECT_TRUE(contains(msg, bad[i].mustMention)) << "case " << i << ": " << msg;
+      EXPECT_TRUE(contains(msg, "rank " + std::to_string(rank))) << msg;
+      EXPECT_TRUE(contains(msg, "alltoall")) << msg;
+    }
+    EXPECT_EQ(mtxcomm_alltoall(buf, out, 4, MTXCOMM_FLOAT32, comm, &rank), MTXCOMM_UNSUPPORTED);
+    // Count 0 and all-zero alltoallv counts succeed with NULL buffers.
+    const size_t zeros[3] = {0, 0, 0};
+    EXPECT_EQ(mtxcomm_alltoall(nullptr, nullptr, 0, MTXCOMM_INT8, comm, nullptr), MTXCOMM_SUCCESS);
+    EXPECT_EQ(mtxcomm_alltoallv(nullptr, zeros, zeros, nullptr, zeros, zeros, MTXCOMM_INT8, comm,
+                                nullptr),
+              MTXCOMM_SUCCESS)
+        << mtxcomm_get_last_error(comm);
+    expectUsable(comm, 3);
+  });
+}
+
+// Alltoallv counts that disagree between two ranks (rank 0 sends 2 elements to rank 1, which
+// expects 1): over shared memory every rank compares the whole count table and fails with
+// MTXCOMM_INVALID_USAGE naming the pair, at once (no timeout).
+TEST(Api, AlltoallvCountMismatchOverShmIsInvalidUsageOnEveryRank) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  cfg.algo[static_cast<int>(Collective::kAlltoall)] = "shm";
+  runRanks(
+      3,
+      [](mtxcomm_comm_t comm, int rank) {
+        float send[8] = {0}, recv[8] = {0};
+        size_t sc[3] = {1, 1, 1}, rc[3] = {1, 1, 1}, d[3] = {0, 2, 4};
+        if (rank == 0) sc[1] = 2;
+        const mtxcomm_result_t r =
+            mtxcomm_alltoallv(send, sc, d, recv, rc, d, MTXCOMM_FLOAT32, comm, nullptr);
+        EXPECT_EQ(r, MTXCOMM_INVALID_USAGE) << mtxcomm_get_last_error(comm);
+        const std::string msg = mtxcomm_get_last_error(comm);
+        EXPECT_TRUE(contains(msg, "rank 0 sends 2 elements to rank 1")) << msg;
+        EXPECT_TRUE(contains(msg, "alltoall")) << msg;
+      },
+      cfg);
+}
+
+// Over the point-to-point transport the receiving rank of the pair sees a size mismatch.
+TEST(Api, AlltoallvCountMismatchOverPairwiseIsAnErrorOnTheReceiver) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  cfg.algo[static_cast<int>(Collective::kAlltoall)] = "pairwise";
+  runRanks(
+      3,
+      [](mtxcomm_comm_t comm, int rank) {
+        float send[8] = {0}, recv[8] = {0};
+        size_t sc[3] = {1, 1, 1}, rc[3] = {1, 1, 1}, d[3] = {0, 2, 4};
+        if (rank == 0) sc[1] = 2;
+        const mtxcomm_result_t r =
+            mtxcomm_alltoallv(send, sc, d, recv, rc, d, MTXCOMM_FLOAT32, comm, nullptr);
+        if (rank == 1) {
+          EXPECT_NE(r, MTXCOMM_SUCCESS);
+          EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "size mismatch"))
+              << mtxcomm_get_last_error(comm);
+        }
+      },
+      cfg);
+}
+
 TEST(Api, InPlaceAllgatherOnRankZeroIsValid) {
   // rank 0 passing sendbuf == recvbuf is in place for allgather (recvbuf + 0 * sendcount).
   runRanks(2, [](mtxcomm_comm_t comm, int rank) {

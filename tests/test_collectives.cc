@@ -50,11 +50,14 @@ std::vector<size_t> smallCounts(int n) {
   return v;
 }
 
-// Every case for size n with counts from countsFor.
+// Every case for size n with counts from countsFor. alltoall: only alltoall (and alltoallv,
+// which has its own tests so that they can be run alone), or every other collective.
 std::vector<Case> matrix(int n, const std::vector<size_t>& counts,
-                         const std::vector<mtxcomm_datatype_t>& dtypes, bool allOps) {
+                         const std::vector<mtxcomm_datatype_t>& dtypes, bool allOps,
+                         bool alltoall = false) {
   std::vector<Case> cases;
   for (Collective coll : kColls) {
+    if ((coll == Collective::kAlltoall) != alltoall) continue;
     for (const char* algo : algorithmNames(coll)) {
       // On one node hierarchical declines and falls back; its matrix, on emulated nodes, is
       // tests/test_hierarchical.cc.
@@ -70,6 +73,11 @@ std::vector<Case> matrix(int n, const std::vector<size_t>& counts,
           if (!reduces && op != MTXCOMM_SUM) continue;
           if (!allOps && op != MTXCOMM_SUM && op != MTXCOMM_AVG) continue;
           for (size_t count : counts) {
+            if (coll == Collective::kAlltoall) {
+              cases.push_back({coll, algo, dt, op, count, false, 0});
+              cases.push_back({coll, algo, dt, op, count, false, 0, /*vcounts=*/true});
+              continue;
+            }
             for (bool inPlace : {false, true}) {
               for (int root : {0, n - 1}) {
                 if (!rooted && root != 0) continue;
@@ -102,6 +110,19 @@ TEST_P(CollectiveMatrix, SmallCountsEveryAlgorithmDatatypeOp) {
   });
 }
 
+// Alltoall and alltoallv, every algorithm and datatype, the small counts.
+TEST_P(CollectiveMatrix, AlltoallSmallCountsEveryAlgorithmDatatype) {
+  const int n = GetParam();
+  const auto cases = matrix(n, smallCounts(n), allDatatypes(), true, /*alltoall=*/true);
+  ASSERT_GT(cases.size(), 100u);
+  runRanks(n, [&](mtxcomm_comm_t comm, int rank) {
+    for (const Case& c : cases) {
+      runCase(comm, rank, n, c);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  });
+}
+
 // A prime count above 10^6: every collective x algorithm x datatype (SUM and AVG), at the
 // sizes where it is affordable on a 2-core CI machine (1-5 and 8; the other sizes run the
 // small-count and multi-segment suites).
@@ -110,9 +131,12 @@ class PrimeCountMatrix : public ::testing::TestWithParam<int> {};
 TEST_P(PrimeCountMatrix, EveryAlgorithmDatatype) {
   const int n = GetParam();
   auto cases = matrix(n, {kPrimeCount}, allDatatypes(), /*allOps=*/false);
+  const auto a2a = matrix(n, {kPrimeCount}, allDatatypes(), false, /*alltoall=*/true);
+  cases.insert(cases.end(), a2a.begin(), a2a.end());
   // Allgather and reduce_scatter scale their buffers by n: keep one count per rank of 10^6/n.
   for (Case& c : cases) {
-    if (c.coll == Collective::kAllgather || c.coll == Collective::kReduceScatter) {
+    if (c.coll == Collective::kAllgather || c.coll == Collective::kReduceScatter ||
+        c.coll == Collective::kAlltoall) {
       c.count = kPrimeCount / n;
     }
   }
@@ -133,6 +157,8 @@ TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
   cfg.shmSlotBytes = 4096;  // many shm chunks too
   const size_t count = 10007;
   auto cases = matrix(n, {count}, {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_FLOAT16}, true);
+  const auto a2a = matrix(n, {count}, {MTXCOMM_FLOAT32, MTXCOMM_INT8}, true, /*alltoall=*/true);
+  cases.insert(cases.end(), a2a.begin(), a2a.end());
   runRanks(
       n,
       [&](mtxcomm_comm_t comm, int rank) {

@@ -31,5 +31,25 @@ TEST(CppWrapper, ThrowsErrorWithCodeAndMessage) {
   EXPECT_EQ(sub.size(), 1);
 }
 
+TEST(CppWrapper, AlltoallAndAlltoallv) {
+  testing::runRanks(2, [](mtxcomm_comm_t comm, int rank) {
+    Communicator c(comm);
+    const int send[2] = {10 * rank, 10 * rank + 1};
+    int recv[2] = {-1, -1};
+    c.alltoall(send, recv, 1, MTXCOMM_INT32);
+    EXPECT_EQ(recv[0], rank);
+    EXPECT_EQ(recv[1], 10 + rank);
+    const size_t ones[2] = {1, 1}, d[2] = {0, 1};
+    c.alltoallv(send, ones, d, recv, ones, d, MTXCOMM_INT32);
+    EXPECT_EQ(recv[1], 10 + rank);
+    try {
+      c.alltoall(recv, recv, 1, MTXCOMM_INT32);
+      ADD_FAILURE() << "no exception";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), MTXCOMM_INVALID_ARGUMENT);
+    }
+  });
+}
+
 }  // namespace
 }  // namespace mtxcomm

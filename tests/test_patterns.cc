@@ -23,6 +23,24 @@ TEST(Patterns, RingNeighbours) {
     }
 }
 
+// Pairwise exchange: at step k the peer r sends to receives from r; over steps 1..n-1 every
+// rank sends to every other rank exactly once.
+TEST(Patterns, PairwiseExchangeMeetsEveryPairOnce) {
+  for (int n = 1; n <= 17; ++n)
+    for (int r = 0; r < n; ++r) {
+      std::set<int> to, from;
+      for (int k = 1; k < n; ++k) {
+        const int q = pairwiseSendPeer(r, k, n);
+        EXPECT_EQ(pairwiseRecvPeer(q, k, n), r) << "n " << n << " r " << r << " k " << k;
+        EXPECT_NE(q, r);
+        to.insert(q);
+        from.insert(pairwiseRecvPeer(r, k, n));
+      }
+      EXPECT_EQ(static_cast<int>(to.size()), n - 1);
+      EXPECT_EQ(static_cast<int>(from.size()), n - 1);
+    }
+}
+
 TEST(Patterns, BlocksCoverExactlyAndDifferByAtMostOne) {
   for (size_t count : {0ul, 1ul, 2ul, 7ul, 16ul, 17ul, 1000003ul}) {
     for (int n = 1; n <= 16; ++n) {

@@ -34,6 +34,44 @@ TEST(Schedule, PrintsItsSteps) {
   EXPECT_TRUE(contains(text, "reduce 2 elements")) << text;
 }
 
+// Pairwise alltoall on rank 1 of 4: a local copy, then 3 steps of one send to 1+k and one
+// receive from 1-k; alltoallv posts every message, also an empty one (so that a count two ranks
+// disagree on is a size mismatch, not a hang).
+TEST(Schedule, PairwiseAlltoallExchangesWithEveryPeerOnce) {
+  float in[8] = {0}, out[8] = {0};
+  CollArgs a;
+  a.coll = Collective::kAlltoall;
+  a.count = 2;
+  a.elemSize = 4;
+  a.sendbuf = in;
+  a.recvbuf = out;
+  Schedule s(MTXCOMM_FLOAT32, 4, MTXCOMM_SUM);
+  buildAlltoallPairwise(a, 1, 4, AlgoParams(), s);
+  ASSERT_EQ(s.steps().size(), 4u);
+  EXPECT_EQ(s.steps()[0].local.size(), 1u);
+  for (int k = 1; k <= 3; ++k) {
+    const Step& step = s.steps()[k];
+    ASSERT_EQ(step.comm.size(), 2u);
+    EXPECT_TRUE(step.comm[0].isSend);
+    EXPECT_EQ(step.comm[0].peer, (1 + k) % 4);
+    EXPECT_EQ(step.comm[0].buf, in + 2 * ((1 + k) % 4));
+    EXPECT_FALSE(step.comm[1].isSend);
+    EXPECT_EQ(step.comm[1].peer, (1 - k + 4) % 4);
+    EXPECT_EQ(step.comm[1].buf, out + 2 * ((1 - k + 4) % 4));
+    EXPECT_EQ(step.comm[1].bytes, 8u);
+  }
+  const size_t counts[4] = {0, 3, 0, 1}, displs[4] = {0, 0, 3, 3};
+  a.vcounts = true;
+  a.sendcounts = a.recvcounts = counts;
+  a.sdispls = a.rdispls = displs;
+  Schedule v(MTXCOMM_FLOAT32, 4, MTXCOMM_SUM);
+  buildAlltoallPairwise(a, 1, 4, AlgoParams(), v);
+  ASSERT_EQ(v.steps().size(), 4u);
+  EXPECT_EQ(v.steps()[2].comm[0].peer, 3);  // k = 2: send 1 element to rank 3
+  EXPECT_EQ(v.steps()[2].comm[0].bytes, 4u);
+  EXPECT_EQ(v.steps()[1].comm[0].bytes, 0u);  // k = 1: the empty block for rank 2, still posted
+}
+
 // Ring allreduce and ring allgather never send a message larger than a segment, in either phase
 // (over UCX/TCP every message then stays under the eager limit).
 TEST(Schedule, RingMessagesAreAtMostOneSegment) {

@@ -20,6 +20,31 @@ namespace {
 using testing::runRanks;
 using testutil::contains;
 
+// Alltoall: shm on one node with a segment, pairwise without; shm declines (and auto falls to
+// pairwise) when a slot has less than 64 bytes per rank.
+TEST(Selection, AlltoallShmOnOneNodePairwiseOtherwise) {
+  CollArgs a;
+  a.coll = Collective::kAlltoall;
+  a.count = 100;
+  a.elemSize = 4;
+  EXPECT_STREQ(defaultAlgorithm(a, CommInfo{4, nullptr})->name, "pairwise");
+  Selection s = selectAlgorithm(a, CommInfo{4, nullptr}, "shm", 0);
+  EXPECT_STREQ(s.algorithm->name, "pairwise");
+  EXPECT_TRUE(contains(s.why, "shared-memory")) << s.why;
+  // declines reads only whether a group exists: any non-null pointer stands for one here.
+  int standIn = 0;
+  CommInfo info{4, reinterpret_cast<ShmGroup*>(&standIn)};
+  EXPECT_STREQ(defaultAlgorithm(a, info)->name, "shm");
+  info.nranks = 65;
+  info.shmSlotBytes = 4096;  // 63 bytes per rank
+  EXPECT_EQ(alltoallShmSubSlotBytes(4096, 65), 0u);
+  EXPECT_EQ(alltoallShmSubSlotBytes(4096, 64), 64u);
+  EXPECT_STREQ(defaultAlgorithm(a, info)->name, "pairwise");
+  Selection t = selectAlgorithm(a, info, "shm", 0);
+  EXPECT_STREQ(t.algorithm->name, "pairwise");
+  EXPECT_TRUE(contains(t.why, "under 64 bytes")) << t.why;
+}
+
 TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {
   CollArgs a;
   a.coll = Collective::kAllgather;

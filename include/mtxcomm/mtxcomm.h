@@ -18,8 +18,9 @@
  *   A count is a number of elements, never bytes.
  * - Buffers (as in NCCL): in place is sendbuf == recvbuf; for allgather, in place is
  *   sendbuf == recvbuf + rank*sendcount (elements); for reduce-scatter, in place is
- *   sendbuf + rank*recvcount == recvbuf. Any other overlap of send and receive buffers is
- *   MTXCOMM_INVALID_ARGUMENT. An out-of-place call never writes its send buffer.
+ *   sendbuf + rank*recvcount == recvbuf; alltoall and alltoallv have no in place. Any other
+ *   overlap of send and receive buffers is MTXCOMM_INVALID_ARGUMENT. An out-of-place call
+ *   never writes its send buffer.
  * - count 0 succeeds on every rank and keeps the ranks in step (buffers may then be NULL).
  * - Host buffers: stream must be NULL; the call is blocking.
  *
@@ -241,6 +242,35 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_reduce_scatter(const void* sendbuf, void* r
                                                     size_t recvcount, mtxcomm_datatype_t datatype,
                                                     mtxcomm_op_t op, mtxcomm_comm_t comm,
                                                     void* stream);
+
+/* Alltoall (MPI_Alltoall semantics): block j of sendbuf (elements [j*count, (j+1)*count)) goes
+ * to rank j; block i of recvbuf comes from rank i: recvbuf_r[i*count + k] = sendbuf_i[r*count +
+ * k]. sendbuf and recvbuf hold size*count elements each; count is per rank pair and equal on
+ * every rank. Every datatype (a copy: no op, no widening). Not in place: sendbuf == recvbuf, and
+ * any other overlap of the two buffers, is MTXCOMM_INVALID_ARGUMENT (as in NCCL, which has no
+ * in-place alltoall; copy sendbuf aside first). Host buffers only: device buffers are
+ * MTXCOMM_UNSUPPORTED. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                                              mtxcomm_datatype_t datatype, mtxcomm_comm_t comm,
+                                              void* stream);
+
+/* Alltoallv (MPI_Alltoallv semantics), counts and displacements in elements, arrays of size
+ * entries each (never NULL): rank r sends sendcounts[j] elements from sendbuf + sdispls[j] to
+ * rank j and receives recvcounts[i] elements from rank i into recvbuf + rdispls[i]. The call is
+ * valid only when sendcounts[j] on rank i equals recvcounts[i] on rank j for every pair; the
+ * datatype must be equal on every rank. Checked on the calling rank: NULL arrays, a NULL buffer
+ * whose extent (max of displacement + count) is not 0, an extent overflowing size_t, and any
+ * overlap of the send and receive extents (no in place) are MTXCOMM_INVALID_ARGUMENT; blocks of
+ * recvbuf that overlap each other are undefined. A count mismatch between two ranks is
+ * MTXCOMM_INVALID_USAGE on every rank over shared memory (every rank on one node: the ranks
+ * exchange their counts first) and over the point-to-point transports a size mismatch on the
+ * affected pair (its other ranks may then fail with MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT).
+ * sendcounts[me] must equal recvcounts[me] (the local block is a copy). Host buffers only. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_alltoallv(const void* sendbuf, const size_t* sendcounts,
+                                               const size_t* sdispls, void* recvbuf,
+                                               const size_t* recvcounts, const size_t* rdispls,
+                                               mtxcomm_datatype_t datatype, mtxcomm_comm_t comm,
+                                               void* stream);
 
 /* Returns on any rank only after every rank has entered it. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);

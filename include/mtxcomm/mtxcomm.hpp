@@ -96,6 +96,15 @@ class Communicator {
                      mtxcomm_op_t op) const {
     detail::check(mtxcomm_reduce_scatter(send, recv, recvcount, dt, op, comm_, nullptr), comm_);
   }
+  void alltoall(const void* send, void* recv, size_t count, mtxcomm_datatype_t dt) const {
+    detail::check(mtxcomm_alltoall(send, recv, count, dt, comm_, nullptr), comm_);
+  }
+  void alltoallv(const void* send, const size_t* sendcounts, const size_t* sdispls, void* recv,
+                 const size_t* recvcounts, const size_t* rdispls, mtxcomm_datatype_t dt) const {
+    detail::check(
+        mtxcomm_alltoallv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, comm_, nullptr),
+        comm_);
+  }
   void barrier() const { detail::check(mtxcomm_barrier(comm_), comm_); }
 
  private:

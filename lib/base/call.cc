@@ -19,6 +19,8 @@ const char* collectiveName(Collective c) {
       return "reduce_scatter";
     case Collective::kBarrier:
       return "barrier";
+    case Collective::kAlltoall:
+      return "alltoall";
   }
   return "?";
 }
@@ -37,6 +39,8 @@ const char* collectiveAlgoVar(Collective c) {
       return "MTXCOMM_REDUCE_SCATTER_ALGO";
     case Collective::kBarrier:
       return "MTXCOMM_BARRIER_ALGO";
+    case Collective::kAlltoall:
+      return "MTXCOMM_ALLTOALL_ALGO";
   }
   return "?";
 }
@@ -48,7 +52,7 @@ bool collectiveReduces(Collective c) {
 CallSignature callSignature(const CollArgs& u, uint64_t seq) {
   CallSignature s;
   s.kind = static_cast<uint64_t>(u.coll) | static_cast<uint64_t>(u.dtype) << 8 |
-           static_cast<uint64_t>(u.op) << 16 |
+           static_cast<uint64_t>(u.op) << 16 | static_cast<uint64_t>(u.isAlltoallv()) << 24 |
            static_cast<uint64_t>(static_cast<uint32_t>(u.root)) << 32;
   s.count = u.count;
   s.seq = seq;
@@ -60,7 +64,9 @@ std::string describeCall(const CallSignature& s) {
   const auto dt = static_cast<mtxcomm_datatype_t>((s.kind >> 8) & 0xff);
   const auto op = static_cast<mtxcomm_op_t>((s.kind >> 16) & 0xff);
   const int root = static_cast<int>(static_cast<uint32_t>(s.kind >> 32));
-  std::string out = strCat(collectiveName(coll), "(count ", s.count, ", ", datatypeName(dt));
+  const bool v = (s.kind >> 24) & 1;
+  std::string out = v ? strCat(collectiveName(coll), "v(", datatypeName(dt))
+                      : strCat(collectiveName(coll), "(count ", s.count, ", ", datatypeName(dt));
   if (collectiveReduces(coll)) out += strCat(", ", opName(op));
   if (collectiveRooted(coll)) out += strCat(", root ", root);
   return out + strCat(") as call #", s.seq);

@@ -12,9 +12,17 @@
 
 namespace mtxcomm {
 
-enum class Collective { kAllreduce, kBroadcast, kReduce, kAllgather, kReduceScatter, kBarrier };
-constexpr int kNumCollectives = 6;
-// "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier".
+enum class Collective {
+  kAllreduce,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kReduceScatter,
+  kBarrier,
+  kAlltoall
+};
+constexpr int kNumCollectives = 7;
+// "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "barrier", "alltoall".
 const char* collectiveName(Collective c);
 // "MTXCOMM_ALLREDUCE_ALGO", ...
 const char* collectiveAlgoVar(Collective c);
@@ -32,7 +40,7 @@ struct CollArgs {
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
   // Elements: allreduce, broadcast, reduce: the whole buffer; allgather: per-rank sendcount;
-  // reduce_scatter: per-rank recvcount; barrier: 0.
+  // reduce_scatter: per-rank recvcount; alltoall: per rank pair; alltoallv and barrier: 0.
   size_t count = 0;
   mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
   mtxcomm_op_t op = MTXCOMM_SUM;
@@ -41,15 +49,24 @@ struct CollArgs {
   // The cudaStream_t of a call on device buffers (nullptr: the legacy default stream); always
   // nullptr for host buffers. Only gpu/ looks at it.
   void* stream = nullptr;
+  // Alltoallv: coll kAlltoall with vcounts set, and nranks counts and displacements in each
+  // array, in elements (checkArgs rejects a NULL array).
+  bool vcounts = false;
+  const size_t* sendcounts = nullptr;
+  const size_t* sdispls = nullptr;
+  const size_t* recvcounts = nullptr;
+  const size_t* rdispls = nullptr;
+  bool isAlltoallv() const { return coll == Collective::kAlltoall && vcounts; }
   // Bytes one rank contributes, the quantity selection rules use.
   size_t bytes() const { return count * elemSize; }
 };
 
-// A call's signature as three words: (collective, datatype, op, root), the count, and the
+// A call's signature as three words: (collective, datatype, op, root), the count (0 for
+// alltoallv: its counts differ per rank, the shm algorithm compares them itself), and the
 // call's sequence number on its communicator. Ranks that exchange signatures (the shared-memory
 // barriers) fail with MTXCOMM_INVALID_USAGE naming both calls when theirs differ.
 struct CallSignature {
-  uint64_t kind = 0;  // collective | dtype << 8 | op << 16 | root << 32
+  uint64_t kind = 0;  // collective | dtype << 8 | op << 16 | alltoallv << 24 | root << 32
   uint64_t count = 0;
   uint64_t seq = 0;
   bool operator==(const CallSignature& o) const {
@@ -57,6 +74,10 @@ struct CallSignature {
   }
   bool operator!=(const CallSignature& o) const { return !(*this == o); }
 };
+// The name of a call in messages: collectiveName, or "alltoallv" for the alltoallv form.
+inline const char* callName(const CollArgs& a) {
+  return a.isAlltoallv() ? "alltoallv" : collectiveName(a.coll);
+}
 // The signature of the user-level call args as call number seq.
 CallSignature callSignature(const CollArgs& args, uint64_t seq);
 // "allreduce(count 4, float32, sum) as call #7".

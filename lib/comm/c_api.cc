@@ -383,6 +383,26 @@ mtxcomm_result_t mtxcomm_reduce_scatter(const void* sendbuf, void* recvbuf, size
   return collective(comm, a, stream);
 }
 
+mtxcomm_result_t mtxcomm_alltoall(const void* sendbuf, void* recvbuf, size_t count,
+                                  mtxcomm_datatype_t datatype, mtxcomm_comm_t comm, void* stream) {
+  CollArgs a;
+  a.coll = Collective::kAlltoall;
+  a.sendbuf = sendbuf, a.recvbuf = recvbuf, a.count = count, a.dtype = datatype;
+  return collective(comm, a, stream);
+}
+
+mtxcomm_result_t mtxcomm_alltoallv(const void* sendbuf, const size_t* sendcounts,
+                                   const size_t* sdispls, void* recvbuf, const size_t* recvcounts,
+                                   const size_t* rdispls, mtxcomm_datatype_t datatype,
+                                   mtxcomm_comm_t comm, void* stream) {
+  CollArgs a;
+  a.coll = Collective::kAlltoall;
+  a.sendbuf = sendbuf, a.recvbuf = recvbuf, a.count = 0, a.dtype = datatype;
+  a.vcounts = true;
+  a.sendcounts = sendcounts, a.sdispls = sdispls, a.recvcounts = recvcounts, a.rdispls = rdispls;
+  return collective(comm, a, stream);
+}
+
 mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm) {
   CollArgs a;
   a.coll = Collective::kBarrier;

@@ -1,5 +1,6 @@
 #include "lib/comm/call_args.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "lib/base/dtype.h"
@@ -31,6 +32,54 @@ size_t checkedBytes(const char* what, size_t count, size_t elemSize, size_t fact
   return bytes;
 }
 
+// Elements an alltoallv side spans: max over j of displs[j] + counts[j] (0 when all counts are
+// 0), or throws when a sum overflows.
+size_t alltoallvExtent(const char* side, const size_t* counts, const size_t* displs, int n) {
+  size_t extent = 0;
+  for (int j = 0; j < n; ++j) {
+    if (counts[j] == 0) continue;
+    size_t end;
+    if (__builtin_add_overflow(displs[j], counts[j], &end)) {
+      fail(MTXCOMM_INVALID_ARGUMENT, side, "displs[", j, "] + ", side, "counts[", j,
+           "] overflows size_t");
+    }
+    extent = std::max(extent, end);
+  }
+  return extent;
+}
+
+void checkAlltoallv(const CollArgs& a, int rank, int n, size_t es) {
+  if (!a.sendcounts || !a.sdispls || !a.recvcounts || !a.rdispls) {
+    fail(MTXCOMM_INVALID_ARGUMENT,
+         !a.sendcounts   ? "sendcounts"
+         : !a.sdispls    ? "sdispls"
+         : !a.recvcounts ? "recvcounts"
+                         : "rdispls",
+         " is NULL (alltoallv needs all four arrays, size entries each)");
+  }
+  if (a.sendcounts[rank] != a.recvcounts[rank]) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "sendcounts[", rank, "] = ", a.sendcounts[rank],
+         " but recvcounts[", rank, "] = ", a.recvcounts[rank], " on rank ", rank,
+         " (the block a rank sends itself must fit what it receives)");
+  }
+  const size_t sendExt = alltoallvExtent("s", a.sendcounts, a.sdispls, n);
+  const size_t recvExt = alltoallvExtent("r", a.recvcounts, a.rdispls, n);
+  const size_t sendBytes = checkedBytes("send extent", sendExt, es, 1);
+  const size_t recvBytes = checkedBytes("receive extent", recvExt, es, 1);
+  if (sendBytes && !a.sendbuf) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "sendbuf is NULL with a send extent of ", sendExt, " elements");
+  }
+  if (recvBytes && !a.recvbuf) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "recvbuf is NULL with a receive extent of ", recvExt,
+         " elements");
+  }
+  if (overlaps({static_cast<const char*>(a.sendbuf), sendBytes},
+               {static_cast<const char*>(a.recvbuf), recvBytes})) {
+    fail(MTXCOMM_INVALID_ARGUMENT,
+         "sendbuf and recvbuf overlap (alltoallv has no in place: pass disjoint buffers)");
+  }
+}
+
 }  // namespace
 
 void checkArgs(const CollArgs& a, int rank, int n) {
@@ -45,6 +94,10 @@ void checkArgs(const CollArgs& a, int rank, int n) {
     fail(MTXCOMM_INVALID_ARGUMENT, "root ", a.root, " is out of range [0, ", n, ")");
   }
   const size_t es = datatypeSize(a.dtype);
+  if (a.isAlltoallv()) {
+    checkAlltoallv(a, rank, n, es);
+    return;
+  }
   const size_t unit = checkedBytes("count", a.count, es, 1);
   size_t sendBytes = unit, recvBytes = unit;
   bool needSend = true, needRecv = true;
@@ -60,6 +113,9 @@ void checkArgs(const CollArgs& a, int rank, int n) {
       break;
     case Collective::kReduceScatter:
       sendBytes = checkedBytes("recvcount", a.count, es, n);
+      break;
+    case Collective::kAlltoall:
+      sendBytes = recvBytes = checkedBytes("count", a.count, es, n);
       break;
     default:
       break;
@@ -78,6 +134,10 @@ void checkArgs(const CollArgs& a, int rank, int n) {
   }
   const char* s = static_cast<const char*>(a.sendbuf);
   const char* r = static_cast<const char*>(a.recvbuf);
+  if (a.coll == Collective::kAlltoall && overlaps({s, sendBytes}, {r, recvBytes})) {
+    fail(MTXCOMM_INVALID_ARGUMENT, s == r ? "sendbuf == recvbuf" : "sendbuf and recvbuf overlap",
+         " (alltoall has no in place: pass disjoint buffers)");
+  }
   const char* inPlaceSend = r;  // where sendbuf must be for an in-place call
   if (a.coll == Collective::kAllgather) inPlaceSend = r + static_cast<size_t>(rank) * unit;
   if (a.coll == Collective::kReduceScatter) inPlaceSend = r - static_cast<size_t>(rank) * unit;

@@ -55,7 +55,7 @@ void Comm::poison(const std::string& message) {
 }
 
 void Comm::run(const CollArgs& user) {
-  const char* coll = collectiveName(user.coll);
+  const char* coll = callName(user);
   checkUsable(coll);
   const int n = size(), me = rank();
   // Every call counts, also one rejected below: if only some ranks reject it, their next call
@@ -66,6 +66,9 @@ void Comm::run(const CollArgs& user) {
   try {
     checkArgs(user, me, n);
     onDevice = gpu::isDeviceCall(user, me);
+    if (onDevice && user.coll == Collective::kAlltoall) {
+      fail(MTXCOMM_UNSUPPORTED, "device buffers are not supported by alltoall (host buffers only)");
+    }
   } catch (const Error& e) {
     // Peers waiting for this rank in this call learn at once that it rejected it.
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
@@ -77,12 +80,21 @@ void Comm::run(const CollArgs& user) {
     runOnDevice(user);
     return;
   }
-  // One rank, or nothing to move: a local copy keeps the out-of-place contract.
-  if (n == 1 || (user.count == 0 && user.coll != Collective::kBarrier)) {
+  // One rank, or nothing to move: a local copy keeps the out-of-place contract. An alltoallv
+  // has no common count: only one rank is local.
+  const bool nothing = user.count == 0 && user.coll != Collective::kBarrier && !user.isAlltoallv();
+  if (n == 1 || nothing) {
     lastAlgorithm_ = "local";
     lastPredicted_ = 0.0;
-    if (user.count > 0 && user.recvbuf && user.sendbuf) {
-      std::memmove(user.recvbuf, user.sendbuf, user.count * datatypeSize(user.dtype));
+    const size_t es = datatypeSize(user.dtype);
+    if (user.isAlltoallv()) {
+      if (user.sendcounts[0] > 0) {
+        std::memmove(static_cast<char*>(user.recvbuf) + user.rdispls[0] * es,
+                     static_cast<const char*>(user.sendbuf) + user.sdispls[0] * es,
+                     user.sendcounts[0] * es);
+      }
+    } else if (user.count > 0 && user.recvbuf && user.sendbuf) {
+      std::memmove(user.recvbuf, user.sendbuf, user.count * es);
     }
     return;
   }
@@ -147,7 +159,8 @@ void Comm::runAlgorithm(const CollArgs& args) {
                       : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
                                                : transport_->name();
     failCall(args,
-             strCat("algorithm ", sel.algorithm->name, ", ", args.count, " x ",
+             strCat("algorithm ", sel.algorithm->name, ", ",
+                    args.isAlltoallv() ? std::string("per-peer counts") : strCat(args.count), " x ",
                     datatypeName(args.dtype), ", transport ", via),
              e);
   }
@@ -197,7 +210,7 @@ void Comm::runOnDevice(const CollArgs& args) {
 void Comm::failCall(const CollArgs& args, const std::string& what, const Error& e) {
   const int n = size(), me = rank();
   std::string msg =
-      strCat("rank ", me, " of ", n, ": ", collectiveName(args.coll), " (", what, "): ", e.what());
+      strCat("rank ", me, " of ", n, ": ", callName(args), " (", what, "): ", e.what());
   poison(msg);
   MTXCOMM_LOG(kError, me, msg);
   // Tell the peers this rank has left the collective, so that those waiting on it fail now

@@ -35,7 +35,7 @@ struct Config {
   LogLevel logLevel = LogLevel::kWarn;  // MTXCOMM_LOG_LEVEL
   size_t segmentBytes = 1 << 20;        // MTXCOMM_SEGMENT_BYTES
   std::string transport = "auto";       // MTXCOMM_TRANSPORT
-  std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto"};
+  std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto", "auto"};
   int rank = -1;                              // MTXCOMM_RANK (-1: unset)
   int size = -1;                              // MTXCOMM_SIZE (-1: unset)
   std::string store;                          // MTXCOMM_STORE

@@ -103,6 +103,10 @@ double flatSeconds(Collective coll, std::string_view name, double n, int p, cons
     case Collective::kBarrier:
       if (name == "dissemination") return log2Ceil(p) * a;
       break;
+    case Collective::kAlltoall:  // n: bytes per rank pair (0 for alltoallv: latency only)
+      // p-1 steps of one message each way; every node's ranks share its link.
+      if (name == "pairwise") return pm1 * (a + n * b * lv.share);
+      break;
   }
   return std::numeric_limits<double>::infinity();
 }
@@ -126,6 +130,10 @@ double shmSeconds(Collective coll, double n, int p, const LevelCost& c, size_t s
       return sync + (p + 1.0) * n * c.beta + (p - 1.0) * n * c.gamma;
     case Collective::kBarrier:
       return 2 * c.alpha;
+    case Collective::kAlltoall: {  // n per rank pair: p-1 blocks in, p-1 out, slot / p per block
+      const double perSlot = std::max(1.0, std::floor(static_cast<double>(slotBytes) / p));
+      return 2 * std::max(1.0, std::ceil(n / perSlot)) * c.alpha + 2 * (p - 1.0) * n * c.beta;
+    }
   }
   return std::numeric_limits<double>::infinity();
 }

@@ -16,7 +16,12 @@ namespace mtxcomm {
 const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info) {
   // On one node with a shared segment, the shared-memory algorithms move every byte with plain
   // loads and stores: they win at every size (bench/RESULTS.md).
-  if (info.shm) return findAlgorithm(args.coll, "shm");
+  // (alltoall's shm declines when a slot has no room for a sub-slot per rank: then the cost
+  // model picks among the others.)
+  if (info.shm) {
+    const Algorithm* shm = findAlgorithm(args.coll, "shm");
+    if (shm && !shm->declines(args, info)) return shm;
+  }
   // A composition only pays when a node holds several ranks; with one rank per node it is the
   // flat algorithm plus overhead.
   const bool composes = info.topo && info.topo->numNodes() > 1 && info.topo->maxLocalSize() > 1;

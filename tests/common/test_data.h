@@ -28,7 +28,36 @@ inline const mtxcomm_op_t kOps[] = {MTXCOMM_SUM, MTXCOMM_PROD, MTXCOMM_MIN, MTXC
                                     MTXCOMM_AVG};
 inline const Collective kColls[] = {Collective::kAllreduce,     Collective::kBroadcast,
                                     Collective::kReduce,        Collective::kAllgather,
-                                    Collective::kReduceScatter, Collective::kBarrier};
+                                    Collective::kReduceScatter, Collective::kBarrier,
+                                    Collective::kAlltoall};
+
+// Alltoall and alltoallv have no in place (include/mtxcomm/mtxcomm.h).
+inline bool hasInPlace(Collective c) { return c != Collective::kAlltoall; }
+
+// The alltoallv layout of a case with count c on rank `rank` of n, in closed form: rank s
+// sends alltoallvCount(c, s, d) elements to rank d (0 for some pairs, up to c + 1). The send
+// blocks lie in reverse rank order with one element between them, the receive blocks in rank
+// order with two: both sides are non-contiguous and the send side is not sorted.
+inline size_t alltoallvCount(size_t c, int src, int dst) {
+  return c == 0 ? 0 : (c + 3 * static_cast<size_t>(src) + static_cast<size_t>(dst)) % (c + 2);
+}
+struct AlltoallvLayout {
+  std::vector<size_t> sendcounts, sdispls, recvcounts, rdispls;
+  size_t sendExtent = 0, recvExtent = 0;  // elements of each buffer, gaps included
+  AlltoallvLayout(size_t c, int rank, int n)
+      : sendcounts(n), sdispls(n), recvcounts(n), rdispls(n) {
+    for (int j = n - 1; j >= 0; --j) {
+      sendcounts[j] = alltoallvCount(c, rank, j);
+      sdispls[j] = sendExtent;
+      sendExtent += sendcounts[j] + 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      recvcounts[i] = alltoallvCount(c, i, rank);
+      rdispls[i] = recvExtent;
+      recvExtent += recvcounts[i] + 2;
+    }
+  }
+};
 
 inline bool isSigned(mtxcomm_datatype_t dt) {
   return dt == MTXCOMM_INT8 || dt == MTXCOMM_INT32 || dt == MTXCOMM_INT64 || isFloatingType(dt);
@@ -124,9 +153,11 @@ struct Case {
   size_t count;
   bool inPlace;
   int root;
+  bool vcounts = false;  // alltoall: the alltoallv form with AlltoallvLayout
   std::string describe(int n) const {
-    return strCat(collectiveName(coll), "/", algo, " n=", n, " ", datatypeName(dt), " ", opName(op),
-                  " count=", count, inPlace ? " in-place" : " out-of-place", " root=", root);
+    return strCat(collectiveName(coll), vcounts ? "v" : "", "/", algo, " n=", n, " ",
+                  datatypeName(dt), " ", opName(op), " count=", count,
+                  inPlace ? " in-place" : " out-of-place", " root=", root);
   }
 };
 
@@ -152,13 +183,18 @@ struct CaseBuffers {
       : es(datatypeSize(c.dt)), inCount(c.count), outCount(c.count) {
     if (c.coll == Collective::kAllgather) outCount = c.count * n;
     if (c.coll == Collective::kReduceScatter) inCount = c.count * n;
+    if (c.coll == Collective::kAlltoall) inCount = outCount = c.count * n;
+    if (c.vcounts) {
+      const AlltoallvLayout l(c.count, rank, n);
+      inCount = l.sendExtent;
+      outCount = l.recvExtent;
+    }
     const size_t bufCount = std::max(inCount, outCount);
     sendStore.resize(inCount * es + 1);
     recvStore.resize(bufCount * es + 1);
     char* send = sendStore.data();
     char* recv = recvStore.data();
-    const mtxcomm_op_t dataOp =
-        c.coll == Collective::kBroadcast || c.coll == Collective::kAllgather ? MTXCOMM_SUM : c.op;
+    const mtxcomm_op_t dataOp = collectiveReduces(c.coll) ? c.op : MTXCOMM_SUM;
     auto fill = [&](char* dst, size_t num) {
       for (size_t i = 0; i < num; ++i) storeValue(c.dt, dst, i, inputValue(c.dt, dataOp, rank, i));
     };
@@ -212,6 +248,17 @@ inline mtxcomm_result_t callCollective(const Case& c, mtxcomm_comm_t comm, int r
     case Collective::kBarrier:
       rc = mtxcomm_barrier(comm);
       break;
+    case Collective::kAlltoall:
+      if (c.vcounts) {
+        int n = 0;
+        mtxcomm_comm_size(comm, &n);
+        const AlltoallvLayout l(c.count, rank, n);
+        rc = mtxcomm_alltoallv(sendArg, l.sendcounts.data(), l.sdispls.data(), recvArg,
+                               l.recvcounts.data(), l.rdispls.data(), c.dt, comm, stream);
+      } else {
+        rc = mtxcomm_alltoall(sendArg, recvArg, c.count, c.dt, comm, stream);
+      }
+      break;
   }
   return rc;
 }
@@ -251,6 +298,30 @@ inline size_t storeExpectedOutput(const Case& c, int rank, int n, size_t inCount
       break;
     case Collective::kBarrier:
       checkCount = 0;
+      break;
+    case Collective::kAlltoall:
+      // Block i came from rank i: the elements rank i's sendbuf holds (its input formula) at
+      // its block for this rank. alltoallv: the gaps keep their poison.
+      if (!c.vcounts) {
+        for (int i = 0; i < n; ++i) {
+          for (size_t e = 0; e < c.count; ++e) {
+            storeValue(c.dt, expect, i * c.count + e,
+                       inputValue(c.dt, MTXCOMM_SUM, i, rank * c.count + e));
+          }
+        }
+        break;
+      }
+      std::memset(expect, 0x5a, outCount * es);
+      {
+        const AlltoallvLayout mine(c.count, rank, n);
+        for (int i = 0; i < n; ++i) {
+          const AlltoallvLayout theirs(c.count, i, n);
+          for (size_t e = 0; e < mine.recvcounts[i]; ++e) {
+            storeValue(c.dt, expect, mine.rdispls[i] + e,
+                       inputValue(c.dt, MTXCOMM_SUM, i, theirs.sdispls[rank] + e));
+          }
+        }
+      }
       break;
   }
   return checkCount;

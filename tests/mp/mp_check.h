@@ -66,6 +66,11 @@ inline void appendCases(std::vector<Case>& cases, Collective coll, const std::st
     for (mtxcomm_op_t op : ops) {
       if (!reduces && op != MTXCOMM_SUM) continue;
       for (size_t count : counts) {
+        if (!hasInPlace(coll)) {
+          cases.push_back({coll, algo, dt, op, count, false, 0});
+          cases.push_back({coll, algo, dt, op, count, false, 0, /*vcounts=*/true});
+          continue;
+        }
         for (bool inPlace : {false, true}) {
           for (int root : roots) cases.push_back({coll, algo, dt, op, count, inPlace, root});
         }

@@ -73,7 +73,8 @@ void runMatrix() {
       appendCases(cases, coll, algo, n, allDatatypes(), allOps, small);
       // The prime count for float32 and one 16-bit type, SUM only (time). Allgather and
       // reduce-scatter scale their buffers by n: there the per-rank count is the prime / n.
-      const bool scaled = coll == Collective::kAllgather || coll == Collective::kReduceScatter;
+      const bool scaled = coll == Collective::kAllgather || coll == Collective::kReduceScatter ||
+                          coll == Collective::kAlltoall;
       if (coll != Collective::kBarrier) {
         appendCases(cases, coll, algo, n, {MTXCOMM_FLOAT32, MTXCOMM_BFLOAT16}, {MTXCOMM_SUM},
                     {scaled ? kPrimeCount / n : kPrimeCount});

@@ -1,6 +1,7 @@
 // A short correctness subset over the MTXCOMM_RANK/MTXCOMM_SIZE/MTXCOMM_STORE bootstrap (TCP
 // transport), one process per rank, started by mp_driver.sh: allreduce with every algorithm,
-// broadcast with every algorithm, allgather, barrier. Exits 0 when every check passed.
+// broadcast with every algorithm, alltoall and alltoallv with every algorithm, allgather,
+// barrier. Exits 0 when every check passed.
 //
 //   mp_tcp_subset             run the subset (configuration from the environment)
 //   mp_tcp_subset --free-port print a TCP port on 127.0.0.1 that is free now
@@ -100,6 +101,11 @@ int run() {
     std::vector<Case> cases;
     appendCases(cases, Collective::kBroadcast, algo, n, dtypes, {MTXCOMM_SUM}, counts);
     if (!runWith(Collective::kBroadcast, algo, cases)) return 3;
+  }
+  for (const char* algo : algorithmNames(Collective::kAlltoall)) {
+    std::vector<Case> cases;  // alltoall and alltoallv
+    appendCases(cases, Collective::kAlltoall, algo, n, dtypes, {MTXCOMM_SUM}, counts);
+    if (!runWith(Collective::kAlltoall, algo, cases)) return 3;
   }
   std::vector<Case> cases;
   appendCases(cases, Collective::kAllgather, "auto", n, dtypes, {MTXCOMM_SUM}, counts);
