@@ -1,8 +1,9 @@
-// The soak: 20 000 mixed, checked collectives — every collective, the automatic algorithm,
-// float32 / int32 / float64 / bfloat16, sum / max / min, counts 1 to 64 Ki, in place and out of
-// place, roots that move — over shared memory (3 ranks) and over TCP (2 ranks, MTXCOMM_SHM=off,
-// through a tcp: store), with this process's resident memory and open descriptors asserted flat
-// between the end of the warm-up and the end of the run. Ranks are threads of one process.
+// The soak: 20 000 mixed, checked collectives — every collective (alltoall too), the automatic
+// algorithm, float32 / int32 / float64 / bfloat16, sum / max / min, counts 1 to 64 Ki, in place
+// and out of place, roots that move — over shared memory (3 ranks) and over TCP (2 ranks,
+// MTXCOMM_SHM=off, through a tcp: store), with this process's resident memory and open descriptors
+// asserted flat between the end of the warm-up and the end of the run. Ranks are threads of one
+// process.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -51,15 +52,16 @@ Case caseOf(uint64_t i, int n) {
   static const Collective colls[] = {Collective::kAllreduce,     Collective::kAllreduce,
                                      Collective::kBroadcast,     Collective::kAllgather,
                                      Collective::kReduceScatter, Collective::kReduce,
-                                     Collective::kBarrier};
+                                     Collective::kBarrier,       Collective::kAlltoall};
   static const mtxcomm_datatype_t dts[] = {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_FLOAT64,
                                            MTXCOMM_BFLOAT16};
   static const mtxcomm_op_t ops[] = {MTXCOMM_SUM, MTXCOMM_MAX, MTXCOMM_MIN};
   static const size_t counts[] = {1, 7, 255, 1024, 4099, 16384, 65536};
   Case c{
-      colls[g() % 7],           "auto", dts[g() % 4], ops[g() % 3], counts[g() % 7], g() % 2 == 0,
+      colls[g() % 8],           "auto", dts[g() % 4], ops[g() % 3], counts[g() % 7], g() % 2 == 0,
       static_cast<int>(g() % n)};
   if (c.coll == Collective::kBarrier) c.count = 0;
+  if (c.coll == Collective::kAlltoall) c.inPlace = false;  // no in-place alltoall
   return c;
 }
 
