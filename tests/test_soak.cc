@@ -28,15 +28,6 @@ namespace {
 
 using namespace testdata;  // NOLINT: Case, CaseBuffers, callCollective, checkOutput
 
-long rssKiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
 int openFds() {
   int n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
@@ -77,7 +68,7 @@ void soak(const std::vector<mtxcomm_comm_t>& comms, int calls, int warmup) {
       if (i == warmup) {
         barrier.wait();
         if (rank == 0) {
-          rss0 = rssKiB();
+          rss0 = testutil::rssKiB();
           fds0 = openFds();
         }
         barrier.wait();
@@ -93,7 +84,7 @@ void soak(const std::vector<mtxcomm_comm_t>& comms, int calls, int warmup) {
     }
     barrier.wait();
     if (rank == 0) {
-      rss1 = rssKiB();
+      rss1 = testutil::rssKiB();
       fds1 = openFds();
     }
   });

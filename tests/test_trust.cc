@@ -93,15 +93,6 @@ std::string storeRequest(uint8_t op, const std::string& key, const std::string* 
   return req;
 }
 
-long rssKiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
 // One rank of a TCP job: its store client, and a communicator over the TCP transport with
 // MTXCOMM_SHM=off, so that every byte of the collectives crosses the sockets.
 struct TcpRank {
@@ -291,14 +282,14 @@ TEST_F(Trust, UnreadAnswersAreBounded) {
   uint8_t status = 9;
   ASSERT_EQ(recvAll(fd, &status, 1, Clock::now() + kTimeout), IoResult::kOk);
   ASSERT_EQ(status, 0);
-  const long before = rssKiB();
+  const long before = testutil::rssKiB();
   const std::string get = storeRequest(2, "big", nullptr);
   for (int i = 0; i < 40; ++i) {
     size_t sent = 0;
     sendSome(fd, get.data(), get.size(), &sent);
   }
   std::this_thread::sleep_for(milliseconds(1500));
-  const long grown = rssKiB() - before;
+  const long grown = testutil::rssKiB() - before;
   EXPECT_LT(grown, 200 * 1024) << "RSS grew by " << grown << " KiB";
   ::close(fd);
   auto rank1 = makeStore(spec, 1, 3, kTimeout, testSecret());

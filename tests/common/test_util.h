@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -129,6 +130,16 @@ inline int freePort() {
 }
 
 inline std::string tcpSpec() { return "tcp:127.0.0.1:" + std::to_string(freePort()); }
+
+// This process's resident memory (VmRSS of /proc/self/status), KiB; -1 if unknown.
+inline long rssKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
 
 // The job secret of the tests' in-process jobs (lib/base/auth.h).
 inline const JobSecret& testSecret() {

@@ -132,6 +132,19 @@ def test_op_constants_distinct(hvd):
     assert len(set(consts)) == len(OPS), f"op constants not distinct: {dict(zip(OPS, consts))}"
 
 
+def test_adasum_raises_and_never_averages(hvd):
+    """op=hvd.Adasum is not taken for "no op given" (which averages): it raises."""
+    assert hvd.Adasum is not None
+    assert hvd.Adasum not in [op_const(hvd, op) for op in OPS]
+    x = tf.constant([1.0, 2.0])
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(x, op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.grouped_allreduce([x], op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Adasum)
+
+
 def test_ranks_agree(hvd):
     got = hvd.allgather(tf.constant([hvd.rank()], tf.int32), name="ranks_agree").numpy()
     np.testing.assert_array_equal(got, np.arange(SIZE, dtype=np.int32))

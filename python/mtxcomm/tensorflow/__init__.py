@@ -32,7 +32,7 @@ Product = 1
 Min = 2
 Max = 3
 Average = 4
-Adasum = None  # not provided: passing it raises NotImplementedError
+Adasum = 5  # not provided: passing it raises NotImplementedError (never a silent average)
 
 _OP_NAMES = {Sum: "Sum", Product: "Product", Min: "Min", Max: "Max", Average: "Average"}
 
@@ -223,10 +223,10 @@ def _resolve_op(op, average, what):
         if op is not None:
             raise ValueError("%s: give either op or the deprecated average, not both" % what)
         return Average if average else Sum
+    if op is not None and op == Adasum:
+        raise NotImplementedError("%s: Adasum is not provided by mtxcomm" % what)
     if op is None:
         return Average
-    if op is Adasum:
-        raise NotImplementedError("%s: Adasum is not provided by mtxcomm" % what)
     if op not in _OP_NAMES:
         raise ValueError("%s: op must be one of hvd.Sum, hvd.Average, hvd.Min, hvd.Max, "
                          "hvd.Product, got %r" % (what, op))
