@@ -178,48 +178,43 @@ TEST(Api, AlltoallArgumentsAreRejectedLocallyAndLeaveTheCommUsable) {
 }
 
 // Alltoallv counts that disagree between two ranks (rank 0 sends 2 elements to rank 1, which
-// expects 1): over shared memory every rank compares the whole count table and fails with
-// MTXCOMM_INVALID_USAGE naming the pair, at once (no timeout).
-TEST(Api, AlltoallvCountMismatchOverShmIsInvalidUsageOnEveryRank) {
+// expects 1), with the algorithm algo forced; check(rank, result, message) judges each rank.
+void mismatchedAlltoallv(
+    const char* algo, const std::function<void(int, mtxcomm_result_t, const std::string&)>& check) {
   Config cfg;
   cfg.timeoutSeconds = 30;
-  cfg.algo[static_cast<int>(Collective::kAlltoall)] = "shm";
+  cfg.algo[static_cast<int>(Collective::kAlltoall)] = algo;
   runRanks(
       3,
-      [](mtxcomm_comm_t comm, int rank) {
+      [&](mtxcomm_comm_t comm, int rank) {
         float send[8] = {0}, recv[8] = {0};
         size_t sc[3] = {1, 1, 1}, rc[3] = {1, 1, 1}, d[3] = {0, 2, 4};
         if (rank == 0) sc[1] = 2;
         const mtxcomm_result_t r =
             mtxcomm_alltoallv(send, sc, d, recv, rc, d, MTXCOMM_FLOAT32, comm, nullptr);
-        EXPECT_EQ(r, MTXCOMM_INVALID_USAGE) << mtxcomm_get_last_error(comm);
-        const std::string msg = mtxcomm_get_last_error(comm);
-        EXPECT_TRUE(contains(msg, "rank 0 sends 2 elements to rank 1")) << msg;
-        EXPECT_TRUE(contains(msg, "alltoall")) << msg;
+        check(rank, r, mtxcomm_get_last_error(comm));
       },
       cfg);
 }
 
+// Over shared memory every rank compares the whole count table and fails with
+// MTXCOMM_INVALID_USAGE naming the pair, at once (no timeout).
+TEST(Api, AlltoallvCountMismatchOverShmIsInvalidUsageOnEveryRank) {
+  mismatchedAlltoallv("shm", [](int, mtxcomm_result_t r, const std::string& msg) {
+    EXPECT_EQ(r, MTXCOMM_INVALID_USAGE) << msg;
+    EXPECT_TRUE(contains(msg, "rank 0 sends 2 elements to rank 1")) << msg;
+    EXPECT_TRUE(contains(msg, "alltoall")) << msg;
+  });
+}
+
 // Over the point-to-point transport the receiving rank of the pair sees a size mismatch.
 TEST(Api, AlltoallvCountMismatchOverPairwiseIsAnErrorOnTheReceiver) {
-  Config cfg;
-  cfg.timeoutSeconds = 30;
-  cfg.algo[static_cast<int>(Collective::kAlltoall)] = "pairwise";
-  runRanks(
-      3,
-      [](mtxcomm_comm_t comm, int rank) {
-        float send[8] = {0}, recv[8] = {0};
-        size_t sc[3] = {1, 1, 1}, rc[3] = {1, 1, 1}, d[3] = {0, 2, 4};
-        if (rank == 0) sc[1] = 2;
-        const mtxcomm_result_t r =
-            mtxcomm_alltoallv(send, sc, d, recv, rc, d, MTXCOMM_FLOAT32, comm, nullptr);
-        if (rank == 1) {
-          EXPECT_NE(r, MTXCOMM_SUCCESS);
-          EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "size mismatch"))
-              << mtxcomm_get_last_error(comm);
-        }
-      },
-      cfg);
+  mismatchedAlltoallv("pairwise", [](int rank, mtxcomm_result_t r, const std::string& msg) {
+    if (rank == 1) {
+      EXPECT_NE(r, MTXCOMM_SUCCESS);
+      EXPECT_TRUE(contains(msg, "size mismatch")) << msg;
+    }
+  });
 }
 
 TEST(Api, InPlaceAllgatherOnRankZeroIsValid) {

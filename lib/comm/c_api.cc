@@ -147,6 +147,19 @@ bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
   return true;
 }
 
+// mtxcomm_comm_destroy and mtxcomm_comm_abort: NULL is ignored; a live handle is retired (a
+// call in flight on another thread ends with "the communicator was <done> (<entry>, another
+// thread) during this call"); anything else is MTXCOMM_INVALID_ARGUMENT.
+mtxcomm_result_t retireEntry(mtxcomm_comm_t comm, const char* entry, const char* done,
+                             bool abortPeers) {
+  if (!comm) return MTXCOMM_SUCCESS;
+  const std::string reason = mtxcomm::strCat("the communicator was ", done, " (", entry,
+                                             ", another thread) during this call");
+  if (retire(comm, reason.c_str(), abortPeers)) return MTXCOMM_SUCCESS;
+  t_lastInitError = std::string(entry) + ": " + notLive(comm);
+  return MTXCOMM_INVALID_ARGUMENT;
+}
+
 mtxcomm_result_t collective(mtxcomm_comm_t comm, const CollArgs& args, void* stream) {
   return guarded(comm, [&](Comm& c) {
     CollArgs a = args;
@@ -190,27 +203,11 @@ mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, int key,
 }
 
 mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm) {
-  if (!comm) return MTXCOMM_SUCCESS;
-  if (retire(comm,
-             "the communicator was destroyed (mtxcomm_comm_destroy, another thread) "
-             "during this call",
-             /*abortPeers=*/false)) {
-    return MTXCOMM_SUCCESS;
-  }
-  t_lastInitError = std::string("mtxcomm_comm_destroy: ") + notLive(comm);
-  return MTXCOMM_INVALID_ARGUMENT;
+  return retireEntry(comm, "mtxcomm_comm_destroy", "destroyed", /*abortPeers=*/false);
 }
 
 mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm) {
-  if (!comm) return MTXCOMM_SUCCESS;
-  if (retire(comm,
-             "the communicator was aborted (mtxcomm_comm_abort, another thread) during "
-             "this call",
-             /*abortPeers=*/true)) {
-    return MTXCOMM_SUCCESS;
-  }
-  t_lastInitError = std::string("mtxcomm_comm_abort: ") + notLive(comm);
-  return MTXCOMM_INVALID_ARGUMENT;
+  return retireEntry(comm, "mtxcomm_comm_abort", "aborted", /*abortPeers=*/true);
 }
 
 }  // extern "C"
