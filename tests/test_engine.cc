@@ -146,11 +146,78 @@ TEST(Negotiation, DisagreementIsOneErrorNamingTensorAndRanks) {
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(ready[r].size(), 1u);
     const Status st = ranks.neg[r].check(ready[r][0]);
-    EXPECT_EQ(st.code, MTXCOMM_INVALID_ARGUMENT);
+    EXPECT_EQ(st.code, MTXCOMM_INVALID_USAGE) << "ranks that disagree misuse the API together";
     EXPECT_TRUE(contains(st.message, "'w'")) << st.message;
     EXPECT_TRUE(contains(st.message, "rank 2 has allreduce(sum) of float32[5]")) << st.message;
     EXPECT_EQ(ranks.neg[r].cacheSize(), 0) << "a failed check is not remembered";
   }
+}
+
+Request alltoall(const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> splits) {
+  Request r = kind(Kind::kAlltoall, name, std::move(shape));
+  r.splits = std::move(splits);
+  return r;
+}
+
+TEST(Negotiation, AlltoallSplitsTravelAndAreCheckedOnEveryRank) {
+  Ranks ranks(3);
+  // Dimension 0 and the splits differ between ranks; the other dimensions may not.
+  const Request a = alltoall("x", {6, 2}, {1, 2, 3}), b = alltoall("x", {3, 2}, {}),
+                c = alltoall("x", {0, 2}, {0, 0, 0});
+  auto ready = ranks.cycle({full({a}), full({b}), full({c})});
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ready[r].size(), 1u);
+    EXPECT_EQ(ready[r][0].requests[0].splits, (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_TRUE(ready[r][0].requests[1].splits.empty());
+    EXPECT_TRUE(ranks.neg[r].check(ready[r][0]).ok()) << ranks.neg[r].check(ready[r][0]).message;
+  }
+  // The same request again travels as its cache bit, splits included; other splits do not.
+  for (int r = 0; r < 3; ++r) ranks.neg[r].remember(ready[r][0]);
+  EXPECT_GE(ranks.neg[0].cachedId(a), 0);
+  EXPECT_EQ(ranks.neg[0].cachedId(alltoall("x", {6, 2}, {3, 2, 1})), -1);
+
+  struct Bad {
+    Request req;
+    mtxcomm_result_t code;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {alltoall("y", {6, 2}, {1, 2}), MTXCOMM_INVALID_ARGUMENT, "rank 1 passed 2 splits for 3"},
+      {alltoall("y", {6, 2}, {1, 2, 2}), MTXCOMM_INVALID_ARGUMENT, "summing to 5"},
+      {alltoall("y", {6, 2}, {-1, 4, 3}), MTXCOMM_INVALID_ARGUMENT, "negative split"},
+      {alltoall("y", {4, 2}, {}), MTXCOMM_INVALID_ARGUMENT, "not a multiple of the number"},
+      {alltoall("y", {3, 5}, {}), MTXCOMM_INVALID_USAGE, "disagree on the shape after the first"},
+      {alltoall("y", {}, {}), MTXCOMM_INVALID_ARGUMENT, "at least one dimension"},
+  };
+  for (const Bad& x : bad) {
+    const Request ok = x.req.tensors[0].shape.empty() ? x.req : alltoall("y", {3, 2}, {});
+    ready = ranks.cycle({full({ok}), full({x.req}), full({ok})});
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_EQ(ready[r].size(), 1u);
+      const Status st = ranks.neg[r].check(ready[r][0]);
+      EXPECT_EQ(st.code, x.code) << x.says << ": " << st.message;
+      EXPECT_TRUE(contains(st.message, x.says)) << st.message;
+    }
+  }
+}
+
+TEST(Negotiation, GroupedRequestsAreCheckedTensorByTensor) {
+  Ranks ranks(2);
+  Request g0 = kind(Kind::kAllgather, "g", {2, 3}), g1 = kind(Kind::kAllgather, "g", {5, 3});
+  g0.tensors.push_back({MTXCOMM_INT32, {1}});
+  g1.tensors.push_back({MTXCOMM_INT32, {4}});
+  auto ready = ranks.cycle({full({g0}), full({g1})});
+  EXPECT_TRUE(ranks.neg[0].check(ready[0][0]).ok());
+  g1.tensors[1].shape = {};  // a scalar in the group cannot be gathered
+  g0.tensors[1].shape = {};
+  ready = ranks.cycle({full({g0}), full({g1})});
+  EXPECT_EQ(ranks.neg[0].check(ready[0][0]).code, MTXCOMM_INVALID_ARGUMENT);
+  g0.tensors[1] = {MTXCOMM_INT64, {1}};
+  g1.tensors[1] = {MTXCOMM_INT32, {1}};
+  ready = ranks.cycle({full({g0}), full({g1})});
+  const Status st = ranks.neg[1].check(ready[1][0]);
+  EXPECT_EQ(st.code, MTXCOMM_INVALID_USAGE);
+  EXPECT_TRUE(contains(st.message, "dtypes")) << st.message;
 }
 
 TEST(Negotiation, JoinedRanksStandInUntilEveryRankJoined) {
@@ -178,6 +245,12 @@ TEST(Negotiation, JoinedRanksStandInUntilEveryRankJoined) {
   const Status st = ranks.neg[0].check(ready[0][0]);
   EXPECT_EQ(st.code, MTXCOMM_INVALID_USAGE);
   EXPECT_TRUE(contains(st.message, "has joined")) << st.message;
+  // An alltoall needs every rank.
+  ready =
+      ranks.cycle({full({alltoall("a2a", {2}, {})}), full({alltoall("a2a", {2}, {})}), full({})});
+  const Status a2a = ranks.neg[1].check(ready[1][0]);
+  EXPECT_EQ(a2a.code, MTXCOMM_INVALID_USAGE);
+  EXPECT_TRUE(contains(a2a.message, "rank 2 called join()")) << a2a.message;
   // The join completes when the last rank joins, naming it; then nobody is joined.
   ranks.cycle({full({kind(Kind::kJoin, "mtxcomm.join", {})}), full({}), full({})});
   ready = ranks.cycle({full({}), full({kind(Kind::kJoin, "mtxcomm.join", {})}), full({})});

@@ -62,7 +62,7 @@ Entry standIn(const Request& req) {
     bufs->in.emplace_back(t.elements() * mtxcomm_datatype_size(t.dtype), 0);
     e.inputs.push_back(bufs->in.back().data());
   }
-  bufs->out.resize(req.tensors.size());
+  bufs->out.resize(req.tensors.size() + 1);  // alltoall: + received splits
   e.allocate = [bufs, req](size_t i, const std::vector<int64_t>& shape, std::string*) -> void* {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);

@@ -63,7 +63,8 @@ struct Entry {
   std::chrono::steady_clock::time_point submitted;
 };
 // A join (Kind::kJoin, no input tensors) gets one int32 scalar output through allocate(0, {}):
-// the last rank to join.
+// the last rank to join. An alltoall gets two outputs: allocate(0, shape) the received rows
+// in rank order, allocate(1, {size}) an int32 vector of the rows received from each rank.
 
 // The process-wide engine. All functions are thread-safe.
 // Creates the world communicator (mtxcomm_comm_init_from_env) and starts the thread; collective

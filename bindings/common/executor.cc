@@ -130,117 +130,202 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
   return {};
 }
 
-Status OpExecutor::runOne(ReadyOp& op) {
-  const int n = nranks_;
-  const int me = rank_;
-  const Request& req = op.agreed.requests[me];
-  const TensorMeta& m = req.tensors[0];
-  const mtxcomm_datatype_t dtype = m.dtype;
-  const size_t esize = mtxcomm_datatype_size(dtype);
-  const std::string what = std::string(kindName(req.kind)) + " '" + req.name + "'";
-  // Elements per row of dimension 0 (the whole tensor for a scalar).
+// Tensor t's output buffer with the given shape; nullptr for an empty tensor or, with *err set,
+// when the framework could not allocate it (the rank still takes part, from scratch memory).
+void* OpExecutor::output(ReadyOp& op, size_t t, const std::vector<int64_t>& shape,
+                         std::string* err) {
+  size_t elems = 1;
+  for (int64_t d : shape) elems *= static_cast<size_t>(d);
+  std::string e;
+  void* p = op.entry.allocate(t, shape, &e);
+  if (!p && elems > 0 && err->empty()) *err = e.empty() ? "allocation failed" : e;
+  return p;
+}
+
+namespace {
+
+// Elements per row of dimension 0 (the whole tensor for a scalar).
+size_t rowElements(const TensorMeta& m) {
   size_t rowElems = 1;
   for (size_t d = 1; d < m.shape.size(); ++d) rowElems *= static_cast<size_t>(m.shape[d]);
-  std::string err;
-  auto alloc = [&](const std::vector<int64_t>& shape) -> void* {
-    size_t elems = 1;
-    for (int64_t d : shape) elems *= static_cast<size_t>(d);
-    void* p = op.entry.allocate(0, shape, &err);
-    return p || elems == 0 ? p : nullptr;
-  };
-  Status st;
-  const auto start = std::chrono::steady_clock::now();
-  switch (req.kind) {
-    case Kind::kBroadcast: {
-      void* out = alloc(m.shape);
-      std::vector<char> scratch;
-      if (!out) scratch.resize(m.elements() * esize), out = scratch.data();
-      st = libraryStatus(
-          mtxcomm_broadcast(op.entry.inputs[0], out, m.elements(), dtype, req.root, comm_, nullptr),
-          what);
-      break;
-    }
-    case Kind::kAllgather: {
-      std::vector<size_t> rows(n);
-      size_t total = 0, maxRows = 0;
-      for (int r = 0; r < n; ++r) {
-        rows[r] = static_cast<size_t>(op.agreed.requests[r].tensors[0].shape[0]);
-        total += rows[r];
-        maxRows = std::max(maxRows, rows[r]);
-      }
-      std::vector<int64_t> shape = m.shape;
-      shape[0] = static_cast<int64_t>(total);
-      void* out = alloc(shape);
-      std::vector<char> scratch;
-      if (!out) scratch.resize(total * rowElems * esize), out = scratch.data();
-      const size_t block = maxRows * rowElems;  // elements each rank contributes, padded
-      bool even = true;
-      for (size_t r : rows) even = even && r == maxRows;
-      if (even) {
-        st = libraryStatus(mtxcomm_allgather(op.entry.inputs[0], out, block, dtype, comm_, nullptr),
-                           what);
-      } else {
-        std::vector<char> send(block * esize, 0), recv(block * esize * n);
-        std::memcpy(send.data(), op.entry.inputs[0], rows[me] * rowElems * esize);
-        st = libraryStatus(
-            mtxcomm_allgather(send.data(), recv.data(), block, dtype, comm_, nullptr), what);
-        size_t off = 0;
-        for (int r = 0; r < n && st.ok(); ++r) {
-          std::memcpy(static_cast<char*>(out) + off, recv.data() + r * block * esize,
-                      rows[r] * rowElems * esize);
-          off += rows[r] * rowElems * esize;
-        }
-      }
-      break;
-    }
-    case Kind::kReduceScatter: {
-      // Rank r gets rows [start_r, start_r + rows_r) of the reduced tensor; the first
-      // (dim0 % size) ranks get one extra row.
-      const size_t dim0 = static_cast<size_t>(m.shape[0]);
-      auto rowsOf = [&](int r) { return dim0 / n + (static_cast<size_t>(r) < dim0 % n ? 1 : 0); };
-      const size_t maxRows = rowsOf(0);
-      std::vector<int64_t> shape = m.shape;
-      shape[0] = static_cast<int64_t>(rowsOf(me));
-      void* out = alloc(shape);
-      std::vector<char> scratch;
-      const size_t block = maxRows * rowElems;
-      if (!out) scratch.resize(block * esize), out = scratch.data();
-      if (dim0 % n == 0) {
-        st = libraryStatus(
-            mtxcomm_reduce_scatter(op.entry.inputs[0], out, block, dtype, req.op, comm_, nullptr),
-            what);
-      } else {
-        std::vector<char> send(block * esize * n, 0), recv(block * esize);
-        size_t start = 0;
-        for (int r = 0; r < n; ++r) {
-          std::memcpy(send.data() + r * block * esize,
-                      static_cast<const char*>(op.entry.inputs[0]) + start * rowElems * esize,
-                      rowsOf(r) * rowElems * esize);
-          start += rowsOf(r);
-        }
-        st = libraryStatus(
-            mtxcomm_reduce_scatter(send.data(), recv.data(), block, dtype, req.op, comm_, nullptr),
-            what);
-        if (st.ok()) std::memcpy(out, recv.data(), rowsOf(me) * rowElems * esize);
-      }
-      break;
-    }
-    case Kind::kAllreduce:
-    case Kind::kJoin:
-      break;  // runAllreduces; the engine
+  return rowElems;
+}
+
+// Memory that stands in for an output the framework could not allocate.
+void* orScratch(void* out, size_t bytes, std::vector<char>* scratch) {
+  if (out || bytes == 0) return out;
+  scratch->resize(bytes);
+  return scratch->data();
+}
+
+}  // namespace
+
+Status OpExecutor::broadcastOne(ReadyOp& op, size_t t, std::string* err) {
+  const Request& req = op.agreed.requests[rank_];
+  const TensorMeta& m = req.tensors[t];
+  const size_t esize = mtxcomm_datatype_size(m.dtype);
+  std::vector<char> scratch;
+  void* out = orScratch(output(op, t, m.shape, err), m.elements() * esize, &scratch);
+  return libraryStatus(
+      mtxcomm_broadcast(op.entry.inputs[t], out, m.elements(), m.dtype, req.root, comm_, nullptr),
+      describe(op));
+}
+
+Status OpExecutor::allgatherOne(ReadyOp& op, size_t t, std::string* err) {
+  const int n = nranks_;
+  const TensorMeta& m = op.agreed.requests[rank_].tensors[t];
+  const size_t esize = mtxcomm_datatype_size(m.dtype);
+  const size_t rowElems = rowElements(m);
+  std::vector<size_t> rows(n);
+  size_t total = 0, maxRows = 0;
+  for (int r = 0; r < n; ++r) {
+    rows[r] = static_cast<size_t>(op.agreed.requests[r].tensors[t].shape[0]);
+    total += rows[r];
+    maxRows = std::max(maxRows, rows[r]);
   }
-  traceCall(op,
-            req.kind == Kind::kBroadcast   ? "BROADCAST"
-            : req.kind == Kind::kAllgather ? "ALLGATHER"
-                                           : "REDUCESCATTER",
-            start, std::chrono::steady_clock::now(), m.elements() * esize);
-  collectives_.fetch_add(1);
+  std::vector<int64_t> shape = m.shape;
+  shape[0] = static_cast<int64_t>(total);
+  std::vector<char> scratch;
+  void* out = orScratch(output(op, t, shape, err), total * rowElems * esize, &scratch);
+  const size_t block = maxRows * rowElems;  // elements each rank contributes, padded
+  bool even = true;
+  for (size_t r : rows) even = even && r == maxRows;
+  if (even) {
+    return libraryStatus(mtxcomm_allgather(op.entry.inputs[t], out, block, m.dtype, comm_, nullptr),
+                         describe(op));
+  }
+  std::vector<char> send(block * esize, 0), recv(block * esize * n);
+  if (rows[rank_] > 0) {
+    std::memcpy(send.data(), op.entry.inputs[t], rows[rank_] * rowElems * esize);
+  }
+  Status st = libraryStatus(
+      mtxcomm_allgather(send.data(), recv.data(), block, m.dtype, comm_, nullptr), describe(op));
+  size_t off = 0;
+  for (int r = 0; r < n && st.ok(); ++r) {
+    const size_t len = rows[r] * rowElems * esize;
+    if (len > 0) std::memcpy(static_cast<char*>(out) + off, recv.data() + r * block * esize, len);
+    off += len;
+  }
+  return st;
+}
+
+Status OpExecutor::reduceScatterOne(ReadyOp& op, size_t t, std::string* err) {
+  // Rank r gets rows [start_r, start_r + rows_r) of the reduced tensor; the first
+  // (dim0 % size) ranks get one extra row.
+  const int n = nranks_;
+  const Request& req = op.agreed.requests[rank_];
+  const TensorMeta& m = req.tensors[t];
+  const size_t esize = mtxcomm_datatype_size(m.dtype);
+  const size_t rowElems = rowElements(m);
+  const size_t dim0 = static_cast<size_t>(m.shape[0]);
+  auto rowsOf = [&](int r) { return dim0 / n + (static_cast<size_t>(r) < dim0 % n ? 1 : 0); };
+  const size_t block = rowsOf(0) * rowElems;
+  std::vector<int64_t> shape = m.shape;
+  shape[0] = static_cast<int64_t>(rowsOf(rank_));
+  std::vector<char> scratch;
+  void* out = orScratch(output(op, t, shape, err), block * esize, &scratch);
+  if (dim0 % n == 0) {
+    return libraryStatus(
+        mtxcomm_reduce_scatter(op.entry.inputs[t], out, block, m.dtype, req.op, comm_, nullptr),
+        describe(op));
+  }
+  std::vector<char> send(block * esize * n, 0), recv(block * esize);
+  size_t start = 0;
+  for (int r = 0; r < n; ++r) {
+    const size_t len = rowsOf(r) * rowElems * esize;
+    if (len > 0) {
+      std::memcpy(send.data() + r * block * esize,
+                  static_cast<const char*>(op.entry.inputs[t]) + start * rowElems * esize, len);
+    }
+    start += rowsOf(r);
+  }
+  Status st = libraryStatus(
+      mtxcomm_reduce_scatter(send.data(), recv.data(), block, m.dtype, req.op, comm_, nullptr),
+      describe(op));
+  if (st.ok() && rowsOf(rank_) > 0) std::memcpy(out, recv.data(), rowsOf(rank_) * rowElems * esize);
+  return st;
+}
+
+Status OpExecutor::alltoallOne(ReadyOp& op, std::string* err) {
+  const int n = nranks_;
+  const TensorMeta& m = op.agreed.requests[rank_].tensors[0];
+  const size_t esize = mtxcomm_datatype_size(m.dtype);
+  const size_t rowElems = rowElements(m);
+  // Rows rank src sends to rank dst (Negotiation::check validated every rank's splits).
+  auto rows = [&](int src, int dst) -> size_t {
+    const Request& q = op.agreed.requests[src];
+    return static_cast<size_t>(q.splits.empty() ? q.tensors[0].shape[0] / n : q.splits[dst]);
+  };
+  std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
+  size_t sendOff = 0, recvOff = 0, recvRows = 0;
+  for (int j = 0; j < n; ++j) {
+    sendCounts[j] = rows(rank_, j) * rowElems;
+    sendDispls[j] = sendOff;
+    sendOff += sendCounts[j];
+    recvCounts[j] = rows(j, rank_) * rowElems;
+    recvDispls[j] = recvOff;
+    recvOff += recvCounts[j];
+    recvRows += rows(j, rank_);
+  }
+  std::vector<int64_t> shape = m.shape;
+  shape[0] = static_cast<int64_t>(recvRows);
+  std::vector<char> scratch;
+  void* out = orScratch(output(op, 0, shape, err), recvOff * esize, &scratch);
+  // Output 1: the rows received from each rank, int32[size] (Horovod's received_splits).
+  if (auto* received = static_cast<int32_t*>(output(op, 1, {n}, err))) {
+    for (int j = 0; j < n; ++j) received[j] = static_cast<int32_t>(rows(j, rank_));
+  }
+  return libraryStatus(
+      mtxcomm_alltoallv(op.entry.inputs[0], sendCounts.data(), sendDispls.data(), out,
+                        recvCounts.data(), recvDispls.data(), m.dtype, comm_, nullptr),
+      describe(op));
+}
+
+std::string OpExecutor::describe(const ReadyOp& op) const {
+  const Request& req = op.agreed.requests[rank_];
+  return std::string(kindName(req.kind)) + " '" + req.name + "'";
+}
+
+Status OpExecutor::runOne(ReadyOp& op) {
+  const Request& req = op.agreed.requests[rank_];
+  std::string err;
+  Status st;
+  size_t bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const char* trace = "?";
+  // The tensors of a grouped request one after the other, in list order on every rank.
+  for (size_t t = 0; t < req.tensors.size() && st.ok(); ++t) {
+    bytes += req.tensors[t].elements() * mtxcomm_datatype_size(req.tensors[t].dtype);
+    switch (req.kind) {
+      case Kind::kBroadcast:
+        trace = "BROADCAST";
+        st = broadcastOne(op, t, &err);
+        break;
+      case Kind::kAllgather:
+        trace = "ALLGATHER";
+        st = allgatherOne(op, t, &err);
+        break;
+      case Kind::kReduceScatter:
+        trace = "REDUCESCATTER";
+        st = reduceScatterOne(op, t, &err);
+        break;
+      case Kind::kAlltoall:
+        trace = "ALLTOALL";
+        st = alltoallOne(op, &err);
+        break;
+      case Kind::kAllreduce:
+      case Kind::kJoin:
+        break;  // runAllreduces; the engine
+    }
+    collectives_.fetch_add(1);
+  }
+  traceCall(op, trace, start, std::chrono::steady_clock::now(), bytes);
   if (!st.ok()) {
     op.entry.done(st);
     return st;
   }
   op.entry.done(err.empty() ? Status{}
-                            : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + what + ": " + err});
+                            : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + describe(op) + ": " + err});
   return {};
 }
 

@@ -35,13 +35,23 @@ class OpExecutor {
   // straight from its input into its output. Calls every entry's done. Returns the library's
   // failure when a collective failed (the communicator is then poisoned), else OK.
   Status runAllreduces(const std::vector<ReadyOp*>& group);
-  // A broadcast, allgather or reduce-scatter. Calls the entry's done; returns as above.
+  // A broadcast, allgather, reduce-scatter (each of one or more tensors, one collective per
+  // tensor) or alltoall. Calls the entry's done; returns as above.
   Status runOne(ReadyOp& op);
   // Library collectives run for submitted requests (not counting negotiation).
   uint64_t collectives() const { return collectives_.load(); }
 
  private:
   Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
+  // "allgather 'name'", for errors.
+  std::string describe(const ReadyOp& op) const;
+  void* output(ReadyOp& op, size_t t, const std::vector<int64_t>& shape, std::string* err);
+  // Tensor t of a (grouped) request; alltoall has one tensor and a second output, the rows
+  // received from each rank (int32[size]).
+  Status broadcastOne(ReadyOp& op, size_t t, std::string* err);
+  Status allgatherOne(ReadyOp& op, size_t t, std::string* err);
+  Status reduceScatterOne(ReadyOp& op, size_t t, std::string* err);
+  Status alltoallOne(ReadyOp& op, std::string* err);
   // Timeline: QUEUE from agreement to start, then the collective (algorithm, bytes).
   void traceCall(const ReadyOp& op, const char* name, std::chrono::steady_clock::time_point start,
                  std::chrono::steady_clock::time_point end, size_t bytes);

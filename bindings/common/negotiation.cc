@@ -270,7 +270,7 @@ Status Negotiation::check(const Agreed& op) const {
     s << "mtxcomm " << head << ": the ranks disagree on the " << what << ": rank " << first
       << " has " << describeRequest(r0);
     for (int r : bad) s << ", rank " << r << " has " << describeRequest(op.requests[r]);
-    return {MTXCOMM_INVALID_ARGUMENT, s.str()};
+    return {MTXCOMM_INVALID_USAGE, s.str()};
   };
   Status st = mismatch("collective", [&](const Request& r) { return r.kind == r0.kind; });
   if (!st.ok()) return st;
@@ -302,7 +302,7 @@ Status Negotiation::check(const Agreed& op) const {
     return true;
   });
   if (!st.ok()) return st;
-  const bool firstMayDiffer = r0.kind == Kind::kAllgather;
+  const bool firstMayDiffer = r0.kind == Kind::kAllgather || r0.kind == Kind::kAlltoall;
   st = mismatch(firstMayDiffer ? "shape after the first dimension" : "shapes",
                 [&](const Request& r) {
                   for (size_t i = 0; i < r.tensors.size(); ++i) {
@@ -316,10 +316,56 @@ Status Negotiation::check(const Agreed& op) const {
                   return true;
                 });
   if (!st.ok()) return st;
-  if ((r0.kind == Kind::kAllgather || r0.kind == Kind::kReduceScatter) &&
-      r0.tensors[0].shape.empty()) {
-    return {MTXCOMM_INVALID_ARGUMENT,
-            "mtxcomm " + head + ": the tensor must have at least one dimension (got a scalar)"};
+  if (r0.kind == Kind::kAllgather || r0.kind == Kind::kReduceScatter ||
+      r0.kind == Kind::kAlltoall) {
+    for (const TensorMeta& t : r0.tensors) {
+      if (t.shape.empty()) {
+        return {MTXCOMM_INVALID_ARGUMENT,
+                "mtxcomm " + head + ": the tensor must have at least one dimension (got a scalar)"};
+      }
+    }
+  }
+  if (r0.kind == Kind::kAlltoall) return checkSplits(op, head);
+  return {};
+}
+
+// Every rank's splits against its own dimension 0 (the same verdict on every rank: the table is
+// the same). A joined rank has no rows to send or receive, so alltoall waits for no one.
+Status Negotiation::checkSplits(const Agreed& op, const std::string& head) const {
+  std::vector<int> joined;
+  for (int r = 0; r < nranks_; ++r) {
+    if (op.joined[r]) joined.push_back(r);
+  }
+  if (!joined.empty()) {
+    return {MTXCOMM_INVALID_USAGE, "mtxcomm " + head + ": " + rankList(joined) +
+                                       " called join(); alltoall needs every rank"};
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    const Request& q = op.requests[r];
+    const int64_t dim0 = q.tensors[0].shape[0];
+    std::ostringstream s;
+    s << "mtxcomm " << head << ": rank " << r << " ";
+    if (q.splits.empty()) {
+      if (dim0 % nranks_ == 0) continue;
+      s << "passed no splits, but its dimension 0 (" << dim0
+        << ") is not a multiple of the number of ranks (" << nranks_ << ")";
+    } else if (q.splits.size() != static_cast<size_t>(nranks_)) {
+      s << "passed " << q.splits.size() << " splits for " << nranks_ << " ranks";
+    } else {
+      int64_t sum = 0;
+      bool negative = false;
+      for (int64_t v : q.splits) {
+        negative = negative || v < 0;
+        sum += v < 0 ? 0 : v;
+      }
+      if (!negative && sum == dim0) continue;
+      if (negative) {
+        s << "passed a negative split";
+      } else {
+        s << "passed splits summing to " << sum << ", but its dimension 0 is " << dim0;
+      }
+    }
+    return {MTXCOMM_INVALID_ARGUMENT, s.str()};
   }
   return {};
 }

@@ -95,8 +95,11 @@ class Negotiation {
   // the joined state.
   std::vector<Agreed> takeReady();
   // The ranks must agree on everything but what a collective lets differ (the first dimension
-  // of an allgather). The message is computed from the agreed table, so it is the same on
-  // every rank: InvalidArgument naming the tensor and the ranks.
+  // of an allgather or alltoall, the alltoall splits). The message is computed from the agreed
+  // table, so it is the same on every rank: MTXCOMM_INVALID_USAGE naming the tensor and the
+  // ranks when ranks disagree (kind, op, root, dtypes, shapes), MTXCOMM_INVALID_ARGUMENT for a
+  // request that is wrong in itself (a root out of range, a scalar to gather or scatter, alltoall
+  // splits that do not add up to dimension 0).
   Status check(const Agreed& op) const;
   // Adds an agreed, checked operation to the response cache (every rank, same order).
   void remember(Agreed& op);
@@ -126,6 +129,7 @@ class Negotiation {
     bool stallWarned = false;
   };
   void add(int r, Request req, Clock::time_point now);
+  Status checkSplits(const Agreed& op, const std::string& head) const;
   bool ready(const NameQueue& q) const;
 
   int rank_, nranks_;

@@ -16,6 +16,8 @@ const char* kindName(Kind k) {
       return "reducescatter";
     case Kind::kJoin:
       return "join";
+    case Kind::kAlltoall:
+      return "alltoall";
   }
   return "?";
 }
@@ -59,6 +61,11 @@ std::string describeRequest(const Request& r) {
   if (r.kind == Kind::kAllreduce || r.kind == Kind::kReduceScatter) s << "(" << opName(r.op) << ")";
   if (r.kind == Kind::kBroadcast) s << "(root " << r.root << ")";
   s << " of " << describeTensors(r);
+  if (r.kind == Kind::kAlltoall && !r.splits.empty()) {
+    s << " with splits [";
+    for (size_t i = 0; i < r.splits.size(); ++i) s << (i ? "," : "") << r.splits[i];
+    s << "]";
+  }
   return s.str();
 }
 
@@ -79,6 +86,10 @@ void writeRequest(Writer& w, const Request& r) {
     w.put<uint8_t>(static_cast<uint8_t>(t.dtype));
     w.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (int64_t d : t.shape) w.put<int64_t>(d);
+  }
+  if (r.kind == Kind::kAlltoall) {
+    w.put<uint32_t>(static_cast<uint32_t>(r.splits.size()));
+    for (int64_t s : r.splits) w.put<int64_t>(s);
   }
 }
 
@@ -109,6 +120,13 @@ Request readRequest(Reader& rd) {
       d = rd.get<int64_t>();
       if (d < 0) throw std::runtime_error("bad request: negative dimension");
     }
+  }
+  if (r.kind == Kind::kAlltoall) {
+    // Values are checked by Negotiation::check (every rank reports a bad split the same way).
+    const uint32_t ns = rd.get<uint32_t>();
+    if (ns > rd.remaining() / sizeof(int64_t)) throw std::runtime_error("bad request: splits");
+    r.splits.resize(ns);
+    for (int64_t& s : r.splits) s = rd.get<int64_t>();
   }
   return r;
 }

@@ -14,15 +14,17 @@
 
 namespace mtxcomm::binding {
 
-// kJoin: the rank has run out of work (join()); see negotiation.h.
+// kJoin: the rank has run out of work (join()); see negotiation.h. kAlltoall: rows of
+// dimension 0 scattered to the ranks by Request::splits (mtxcomm_alltoallv).
 enum class Kind : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,
   kBroadcast = 2,
   kReduceScatter = 3,
-  kJoin = 4
+  kJoin = 4,
+  kAlltoall = 5
 };
-constexpr uint8_t kNumKinds = 5;
+constexpr uint8_t kNumKinds = 6;
 const char* kindName(Kind k);
 
 struct TensorMeta {
@@ -37,9 +39,14 @@ struct Request {
   std::string name;
   mtxcomm_op_t op = MTXCOMM_SUM;    // allreduce, reduce-scatter
   int root = 0;                     // broadcast
-  std::vector<TensorMeta> tensors;  // one, or several for a grouped allreduce
+  std::vector<TensorMeta> tensors;  // one, or several for a grouped allreduce/allgather/
+                                    // reduce-scatter
+  // Alltoall: rows of dimension 0 this rank sends to each rank, in rank order (size() entries,
+  // summing to dimension 0); empty: dimension 0 split evenly.
+  std::vector<int64_t> splits;
   bool operator==(const Request& o) const {
-    return kind == o.kind && name == o.name && op == o.op && root == o.root && tensors == o.tensors;
+    return kind == o.kind && name == o.name && op == o.op && root == o.root &&
+           tensors == o.tensors && splits == o.splits;
   }
 };
 
