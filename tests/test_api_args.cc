@@ -245,6 +245,22 @@ TEST(Api, NullHandlesAndOutputPointers) {
   int v = 0;
   EXPECT_EQ(mtxcomm_get_version(&v), MTXCOMM_SUCCESS);
   EXPECT_EQ(v, MTXCOMM_VERSION_CODE);
+  int built = -1;
+  ASSERT_EQ(mtxcomm_get_build_feature("mpi", &built), MTXCOMM_SUCCESS);
+#ifdef MTXCOMM_HAVE_MPI
+  EXPECT_EQ(built, 1);
+#else
+  EXPECT_EQ(built, 0);
+#endif
+  for (const char* f : {"ucx", "cuda", "nccl", "hwloc"}) {
+    built = -1;
+    EXPECT_EQ(mtxcomm_get_build_feature(f, &built), MTXCOMM_SUCCESS) << f;
+    EXPECT_TRUE(built == 0 || built == 1) << f;
+  }
+  EXPECT_EQ(mtxcomm_get_build_feature("gloo", &built), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(mtxcomm_get_last_error(nullptr), "unknown build feature 'gloo'"));
+  EXPECT_EQ(mtxcomm_get_build_feature(nullptr, &built), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_get_build_feature("mpi", nullptr), MTXCOMM_INVALID_ARGUMENT);
   for (int code = 0; code <= MTXCOMM_UNSUPPORTED; ++code) {
     std::string s = mtxcomm_get_error_string(static_cast<mtxcomm_result_t>(code));
     EXPECT_FALSE(s.empty());

@@ -293,6 +293,13 @@ MTXCOMM_API const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm);
 /* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);
 
+/* Whether this build of the library has a component: feature is one of "mpi" (the MPI
+ * bootstrap and transport), "ucx" (the UCX transport, loaded on use), "cuda" (device buffers),
+ * "nccl" (the NCCL device path), "hwloc" (topology from hwloc). *built is set to 1 or 0.
+ * MTXCOMM_INVALID_ARGUMENT for a NULL argument or another name (mtxcomm_get_last_error(NULL)
+ * names it). Built is not usable: UCX, for instance, may still fail to load at init. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_get_build_feature(const char* feature, int* built);
+
 /* The effective value of configuration variable name ("MTXCOMM_FUSION_BYTES", ...), validated
  * and normalised (bytes and seconds as plain numbers), NUL-terminated into value[0, len).
  * MTXCOMM_INVALID_ARGUMENT: unknown name or value too short; MTXCOMM_INVALID_USAGE: the

@@ -3,6 +3,7 @@
 #include "lib/comm/c_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -14,6 +15,7 @@
 #include "lib/comm/config.h"
 #include "lib/comm/init.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm_build_info.h"
 #ifdef MTXCOMM_HAVE_MPI
 #include "mtxcomm/mtxcomm_mpi.h"
 #endif
@@ -450,6 +452,34 @@ mtxcomm_result_t mtxcomm_get_version(int* version) {
   }
   *version = MTXCOMM_VERSION_CODE;
   return MTXCOMM_SUCCESS;
+}
+
+mtxcomm_result_t mtxcomm_get_build_feature(const char* feature, int* built) {
+  if (!feature || !built) {
+    t_lastInitError = std::string(!feature ? "feature" : "built") + " is NULL";
+    return MTXCOMM_INVALID_ARGUMENT;
+  }
+  // CMake writes each component's state as ON/OFF, TRUE/FALSE or 1/0 (mtxcomm_build_info.h).
+  auto on = [](const char* v) {
+    std::string s(v);
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s == "1" || s == "ON" || s == "TRUE" || s == "YES";
+  };
+  static const std::pair<const char*, const char*> kFeatures[] = {
+      {"mpi", MTXCOMM_BUILD_WITH_MPI},
+      {"ucx", MTXCOMM_BUILD_WITH_UCX},
+      {"cuda", MTXCOMM_BUILD_WITH_CUDA},
+      {"nccl", MTXCOMM_BUILD_WITH_NCCL},
+      {"hwloc", MTXCOMM_BUILD_WITH_HWLOC}};
+  for (const auto& [name, value] : kFeatures) {
+    if (std::strcmp(name, feature) == 0) {
+      *built = on(value) ? 1 : 0;
+      return MTXCOMM_SUCCESS;
+    }
+  }
+  t_lastInitError =
+      std::string("unknown build feature '") + feature + "' (known: mpi, ucx, cuda, nccl, hwloc)";
+  return MTXCOMM_INVALID_ARGUMENT;
 }
 
 size_t mtxcomm_datatype_size(mtxcomm_datatype_t datatype) {
