@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "bindings/common/engine.h"
 
@@ -40,6 +41,16 @@ PYBIND11_MODULE(_mtxcomm_tf, m) {
         "This rank's share of its node's cores (threads its work should use); -1 before init.");
   m.def("collective_count", &eng::collectiveCount,
         "Library collectives run for submitted tensors (negotiation not counted).");
+  m.def(
+      "build_feature",
+      [](const std::string& feature) {
+        int built = 0;
+        if (mtxcomm_get_build_feature(feature.c_str(), &built) != MTXCOMM_SUCCESS) {
+          throw std::invalid_argument(mtxcomm_get_last_error(nullptr));
+        }
+        return built != 0;
+      },
+      "Whether the library was built with feature: mpi, ucx, cuda, nccl or hwloc.");
   m.def("version", [] {
     int v = 0;
     mtxcomm_get_version(&v);

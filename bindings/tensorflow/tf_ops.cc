@@ -12,11 +12,18 @@
 //   MtxcommBroadcast(tensor, root_rank) -> root's tensor.
 //   MtxcommAllgather(tensor [d0_r, ...]) -> [sum_r d0_r, ...], rank order.
 //   MtxcommReducescatter(tensor [d0, ...]) -> [d0/n (+1 on the first d0%n ranks), ...].
+//   MtxcommGroupedAllgather(tensors: list), MtxcommGroupedReducescatter(tensors: list): one
+//     negotiation for the list, one collective per tensor in list order.
+//   MtxcommAlltoall(tensor [d0, ...], splits int32[size] or int32[0]) -> (output
+//     [sum_r rows from r, ...], received_splits int32[size]): rows splits[j] go to rank j
+//     (an empty splits: d0 / size rows to each rank).
 //   MtxcommJoin() -> int32 scalar: this rank has no more work; returns, once every rank has
 //     joined, the last rank to join (bindings/common/engine.h).
-// Errors come back as TF statuses: ranks that disagree on a tensor's dtype or shape get
-// InvalidArgument naming the tensor and the ranks; a dead or shut-down peer gets Aborted or
-// DeadlineExceeded (MTXCOMM_TIMEOUT).
+//   MtxcommProcessInfo(info) -> int32 scalar: rank, local_rank, size or local_size when it runs.
+// Errors come back as TF statuses: ranks that disagree on a tensor's kind, op, root, dtype or
+// shape get FailedPrecondition naming the tensor and the ranks (as Horovod); a request wrong in
+// itself (a root out of range, alltoall splits that do not add up) InvalidArgument; a dead or
+// shut-down peer Aborted, or DeadlineExceeded (MTXCOMM_TIMEOUT).
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,19 +79,21 @@ absl::Status toTf(const Status& st) {
   }
 }
 
-// Dimension 0 unknown, the rest as the input's.
-absl::Status firstDimUnknown(InferenceContext* c) {
-  ShapeHandle in = c->input(0);
+// Output i: dimension 0 unknown, the rest as input i's.
+absl::Status firstDimUnknownAt(InferenceContext* c, int i) {
+  ShapeHandle in = c->input(i);
   if (!c->RankKnown(in)) {
-    c->set_output(0, c->UnknownShape());
+    c->set_output(i, c->UnknownShape());
     return absl::OkStatus();
   }
   if (c->Rank(in) == 0) return absl::InvalidArgumentError("the tensor must have rank >= 1");
   ShapeHandle out;
   TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-  c->set_output(0, out);
+  c->set_output(i, out);
   return absl::OkStatus();
 }
+
+absl::Status firstDimUnknown(InferenceContext* c) { return firstDimUnknownAt(c, 0); }
 
 absl::Status sameShapes(InferenceContext* c) {
   for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -140,6 +149,55 @@ REGISTER_OP("MtxcommReducescatter")
     .SetShapeFn(firstDimUnknown)
     .Doc("Reduction over ranks, then rank r keeps its share of the rows of dimension 0.");
 
+REGISTER_OP("MtxcommGroupedAllgather")
+    .Attr("T: list(" MTXCOMM_TF_TYPES ")")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknownAt(c, i));
+      return absl::OkStatus();
+    })
+    .Doc("Allgather of every tensor of the list, negotiated once.");
+
+REGISTER_OP("MtxcommGroupedReducescatter")
+    .Attr("T: list(" MTXCOMM_TF_TYPES ")")
+    .Attr("reduce_op: int")
+    .Attr("tensor_name: string = ''")
+    .Input("tensors: T")
+    .Output("outputs: T")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknownAt(c, i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduce-scatter of every tensor of the list, negotiated once.");
+
+REGISTER_OP("MtxcommAlltoall")
+    .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("tensor_name: string = ''")
+    .Input("tensor: T")
+    .Input("splits: int32")
+    .Output("output: T")
+    .Output("received_splits: int32")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(firstDimUnknownAt(c, 0));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc(
+        "Rows splits[j] of dimension 0 go to rank j, in order (no splits: dimension 0 split "
+        "evenly); returns the rows received from every rank, in rank order, and how many came "
+        "from each.");
+
+REGISTER_OP("MtxcommProcessInfo")
+    .Attr("info: {'rank', 'local_rank', 'size', 'local_size'}")
+    .Output("value: int32")
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc("This process's rank, local rank, the job's size or local size, when the op runs.");
+
 REGISTER_OP("MtxcommJoin")
     .Output("last_joined: int32")
     .SetIsStateful()
@@ -176,7 +234,17 @@ class MtxcommOp : public tf::AsyncOpKernel {
     e.request.op = op_;
     e.request.root = root_;
     std::vector<tf::Tensor> keep;  // holds the inputs alive until done
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
+    int dataInputs = ctx->num_inputs();
+    if (kind_ == Kind::kAlltoall) {
+      dataInputs = 1;
+      const tf::Tensor& splits = ctx->input(1);
+      OP_REQUIRES_ASYNC(ctx, splits.dims() == 1,
+                        absl::InvalidArgumentError("mtxcomm alltoall: splits must be a vector"),
+                        done);
+      const auto v = splits.vec<int32_t>();
+      for (int64_t j = 0; j < v.size(); ++j) e.request.splits.push_back(v(j));
+    }
+    for (int i = 0; i < dataInputs; ++i) {
       const tf::Tensor& t = ctx->input(i);
       TensorMeta m;
       OP_REQUIRES_ASYNC(
@@ -230,7 +298,38 @@ REGISTER_KERNEL_BUILDER(Name("MtxcommAllgather").Device(tf::DEVICE_CPU),
                         MtxcommKindOp<Kind::kAllgather>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommReducescatter").Device(tf::DEVICE_CPU),
                         MtxcommKindOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllgather").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedReducescatter").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommAlltoall").Device(tf::DEVICE_CPU),
+                        MtxcommKindOp<Kind::kAlltoall>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_CPU), MtxcommKindOp<Kind::kJoin>);
+
+class MtxcommProcessInfoOp : public tf::OpKernel {
+ public:
+  explicit MtxcommProcessInfoOp(tf::OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("info", &info_));
+  }
+  void Compute(tf::OpKernelContext* ctx) override {
+    const int value = info_ == "rank"         ? rank()
+                      : info_ == "local_rank" ? localRank()
+                      : info_ == "size"       ? size()
+                                              : localSize();
+    OP_REQUIRES(ctx, value >= 0,
+                absl::FailedPreconditionError("mtxcomm has not been initialised; call hvd.init() "
+                                              "before running " +
+                                              info_ + "_op()"));
+    tf::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({}), &out));
+    out->scalar<int32_t>()() = value;
+  }
+
+ private:
+  std::string info_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MtxcommProcessInfo").Device(tf::DEVICE_CPU), MtxcommProcessInfoOp);
 
 #if GOOGLE_CUDA
 // A TensorFlow built with CUDA places these ops on the GPU when their inputs live there. The
@@ -256,6 +355,25 @@ REGISTER_KERNEL_BUILDER(
     MtxcommKindOp<Kind::kReduceScatter>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_GPU).HostMemory("last_joined"),
                         MtxcommKindOp<Kind::kJoin>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllgather")
+                            .Device(tf::DEVICE_GPU)
+                            .HostMemory("tensors")
+                            .HostMemory("outputs"),
+                        MtxcommKindOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedReducescatter")
+                            .Device(tf::DEVICE_GPU)
+                            .HostMemory("tensors")
+                            .HostMemory("outputs"),
+                        MtxcommKindOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommAlltoall")
+                            .Device(tf::DEVICE_GPU)
+                            .HostMemory("tensor")
+                            .HostMemory("splits")
+                            .HostMemory("output")
+                            .HostMemory("received_splits"),
+                        MtxcommKindOp<Kind::kAlltoall>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommProcessInfo").Device(tf::DEVICE_GPU).HostMemory("value"),
+                        MtxcommProcessInfoOp);
 #endif
 
 }  // namespace

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Python tests of the TensorFlow binding (tests/python/README.md):
-#   1. test_ops.py + test_keras.py under mpirun at np=1 and np=2, test_ops.py at np=3
+#   1. test_ops.py + test_horovod_api.py + test_keras.py under mpirun at np=1 and np=2,
+#      test_ops.py + test_horovod_api.py at np=3
 #      (one pytest session per rank count: importing TensorFlow takes seconds per process);
 #   2. test_transparent.py and test_engine_jobs.py, each in one plain process (they launch
 #      their own mtxrun jobs).
@@ -34,11 +35,11 @@ run() {  # run NAME TIMEOUT_S COMMAND...
 
 MPIRUN=(mpirun)
 run "np=1 ops+keras" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py tests/python/test_keras.py
-run "np=2 ops+keras" 420 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py tests/python/test_keras.py
-run "np=3 ops" 420 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py
+  tests/python/test_ops.py tests/python/test_horovod_api.py tests/python/test_keras.py
+run "np=2 ops+keras" 480 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
+  tests/python/test_ops.py tests/python/test_horovod_api.py tests/python/test_keras.py
+run "np=3 ops" 480 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
+  tests/python/test_ops.py tests/python/test_horovod_api.py
 run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py
 run "engine jobs" 900 "$PY" "${PYTEST[@]}" tests/python/test_engine_jobs.py
 

@@ -427,3 +427,74 @@ def test_learning_rate_warmup_callback(hvd, hvdk, steps_per_epoch):
             else:
                 want.append(initial_lr)
     np.testing.assert_allclose(rec.lrs, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("staircase", [True, False], ids=["staircase", "smooth"])
+def test_learning_rate_schedule_callback(hvd, hvdk, staircase):
+    initial_lr, spe, epochs = 0.1, 4, 4
+    x, y = global_data(steps=spe)
+    model = make_model(seed=0)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=initial_lr), loss=loss_fn())
+    rec = Recorder()
+    model.fit(
+        x, y, batch_size=SIZE * B, epochs=epochs, shuffle=False, verbose=0,
+        callbacks=[
+            hvdk.callbacks.LearningRateScheduleCallback(
+                initial_lr, multiplier=lambda e: 0.5 ** e, start_epoch=1, end_epoch=3,
+                staircase=staircase),
+            rec,
+        ],
+    )
+    want, lr = [], initial_lr
+    for e in range(epochs):
+        for b in range(spe):
+            if 1 <= e < 3:
+                lr = initial_lr * 0.5 ** (e if staircase else e + b / spe)
+            want.append(lr)  # outside [start, end) the rate stays as it was
+    np.testing.assert_allclose(rec.lrs, want, rtol=1e-6)
+
+
+def test_broadcast_callback_keeps_local_variables(hvd, hvdk):
+    x, y = global_data(steps=2)
+    model = make_model(seed=hvd.rank())
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0), loss=loss_fn())
+    local = model.layers[-1].kernel
+    mine = keras.ops.convert_to_numpy(local).copy()
+    model.fit(
+        x, y, batch_size=SIZE * B, epochs=1, shuffle=False, verbose=0,
+        callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])],
+    )
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(local), mine)
+    first = weights_of(model)[0]
+    np.testing.assert_array_equal(first, rank0_initial_weights()[0])
+
+
+def test_partial_distributed_optimizer_keeps_local_gradients(hvd, hvdk):
+    r = hvd.rank()
+    shared = keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")
+    local = keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")
+    shared.build((None, 1))
+    local.build((None, 1))
+    opt = hvdk.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=[local])
+    # gradient (r + 1) for both kernels: the shared one is averaged, the local one divided by size
+    opt.apply([tf.fill([1, 1], r + 1.0), tf.fill([1, 1], r + 1.0)],
+              [shared.kernel, local.kernel])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(shared.kernel), [[-(SIZE + 1) / 2.0]])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(local.kernel), [[-(r + 1.0) / SIZE]])
+
+
+def test_sync_batch_normalization_equals_batch_norm_on_the_global_batch(hvd, hvdk):
+    r = hvd.rank()
+    rng = np.random.default_rng(5)
+    full = rng.normal(size=(SIZE * 3, 4)).astype(np.float32) * 3 + 1
+    mine = full[r * 3:(r + 1) * 3]
+    bn = keras.layers.BatchNormalization(axis=1, momentum=0.5)
+    sync = hvdk.SyncBatchNormalization(axis=1, momentum=0.5, fused=False)
+    want = keras.ops.convert_to_numpy(bn(full, training=True))[r * 3:(r + 1) * 3]
+    got = keras.ops.convert_to_numpy(sync(mine, training=True))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(sync.moving_mean),
+                               keras.ops.convert_to_numpy(bn.moving_mean), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(sync.moving_variance),
+                               keras.ops.convert_to_numpy(bn.moving_variance), rtol=1e-5)
+    assert hvd.SyncBatchNormalization is hvdk.SyncBatchNormalization

@@ -443,7 +443,8 @@ def test_allreduce_gradient(hvd, op, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_broadcast_gradient(hvd, mode):
-    # the root's input receives the sum of every rank's upstream gradient; other inputs none
+    # the root's input receives the average of every rank's upstream gradient (Horovod's
+    # gradient); other inputs zero
     r = hvd.rank()
     grads = []
     for root in range(SIZE):
@@ -457,7 +458,7 @@ def test_broadcast_gradient(hvd, mode):
             )
         )
     for root, grad in enumerate(grads):
-        want = sum(np.arange(4, dtype=np.float32) + k + 1 for k in range(SIZE))
+        want = sum(np.arange(4, dtype=np.float32) + k + 1 for k in range(SIZE)) / SIZE
         if r != root:
             want = np.zeros(4, np.float32)
         np.testing.assert_allclose(grad.numpy(), want, rtol=1e-6, err_msg=f"root {root}")
@@ -465,7 +466,8 @@ def test_broadcast_gradient(hvd, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_allgather_gradient(hvd, mode):
-    # rank r contributes r+1 rows; loss_k = sum(W_k * allgather(x)), W_k = (k+1) * B
+    # rank r contributes r+1 rows; loss_k = sum(W_k * allgather(x)), W_k = (k+1) * B; the
+    # upstream gradients are averaged over ranks (Horovod's gradient), then split by rows
     r = hvd.rank()
     total_rows = SIZE * (SIZE + 1) // 2
     b = np.arange(total_rows * 2, dtype=np.float32).reshape(total_rows, 2) + 1
@@ -475,7 +477,7 @@ def test_allgather_gradient(hvd, mode):
         lambda x: tf.reduce_sum(w * hvd.allgather(x, name=f"g_ag_{mode}")), x, mode == "function"
     )
     start = r * (r + 1) // 2
-    want = b[start : start + r + 1] * (SIZE * (SIZE + 1) / 2.0)
+    want = b[start : start + r + 1] * ((SIZE + 1) / 2.0)
     assert tuple(grad.shape) == (r + 1, 2)
     np.testing.assert_allclose(grad.numpy(), want, rtol=1e-6)
 
@@ -483,7 +485,8 @@ def test_allgather_gradient(hvd, mode):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_reducescatter_gradient(hvd, op, mode):
-    # loss_k = sum(W_k * y_k) for rank k's slice y_k -> d/dx_r = concat_k W_k (/ size for Average)
+    # loss_k = sum(W_k * y_k) for rank k's slice y_k -> Horovod's gradient: d/dx_r =
+    # concat_k W_k, times size() for Sum
     r = hvd.rank()
     dim0 = 2 * SIZE + 1
     rows = scatter_rows(dim0, SIZE)
@@ -499,8 +502,8 @@ def test_reducescatter_gradient(hvd, op, mode):
         mode == "function",
     )
     want = np.concatenate([wk(k) for k in range(SIZE)], axis=0)
-    if op == "Average":
-        want = want / SIZE
+    if op == "Sum":
+        want = want * SIZE
     np.testing.assert_allclose(grad.numpy(), want, rtol=1e-6)
 
 

@@ -38,7 +38,8 @@ engine = importlib.import_module("mtxcomm.tensorflow._mtxcomm_tf")
 # order two independent collectives differently would deadlock. TensorFlow's own list of such
 # ops (run, in any order) takes them.
 OP_TYPES = frozenset(("MtxcommAllreduce", "MtxcommGroupedAllreduce", "MtxcommBroadcast",
-                      "MtxcommAllgather", "MtxcommReducescatter", "MtxcommJoin"))
+                      "MtxcommAllgather", "MtxcommGroupedAllgather", "MtxcommReducescatter",
+                      "MtxcommGroupedReducescatter", "MtxcommAlltoall", "MtxcommJoin"))
 
 
 def _register_order_insensitive():

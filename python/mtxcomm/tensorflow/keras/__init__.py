@@ -20,9 +20,14 @@ from mtxcomm.tensorflow import (  # noqa: F401  (re-exported, as Horovod's keras
     broadcast, broadcast_object, broadcast_variables, cross_rank, cross_size,
     grouped_allreduce, init, is_initialized, join, cpu_share, local_rank, local_size, rank,
     reducescatter,
-    shutdown, size, DistributedGradientTape, _allreduce_gradients, _collective_count,
-    _resolve_op)
+    shutdown, size, DistributedGradientTape, PartialDistributedGradientTape,
+    _allreduce_gradients, _collective_count, _local_flags, _resolve_op, _source_keys,
+    alltoall, broadcast_, grouped_allgather, grouped_reducescatter, allgather_object,
+    rank_op, local_rank_op, size_op, local_size_op, mpi_built, mpi_enabled, nccl_built,
+    cuda_built, gloo_built, gloo_enabled, ccl_built, ddl_built, rocm_built, elastic,
+    mpi_threads_supported)
 from mtxcomm.tensorflow.keras import callbacks  # noqa: F401
+from mtxcomm.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 # Transparent mode sets, while a train step is traced, the factor each rank's gradients are
 # multiplied by before averaging (its share of an uneven global batch).
@@ -46,9 +51,24 @@ def _distributed_apply(self, grads, trainable_variables=None):
         grads = _allreduce_gradients(grads, op=self._mtx_op,
                                      sparse_as_dense=self._mtx_sparse_as_dense,
                                      compression=self._mtx_compression,
-                                     scale=_current_grad_scale())
+                                     scale=_current_grad_scale(),
+                                     local=_local_vars_flags(self, trainable_variables))
         return super(cls, self).apply(grads, trainable_variables)
     return _accumulate_then_apply(self, cls, grads, trainable_variables)
+
+
+def _local_vars_flags(self, trainable_variables):
+    if not self._mtx_local:
+        return None
+    if trainable_variables is None:
+        trainable_variables = self._trainable_variables
+    return _local_flags(list(trainable_variables), self._mtx_local)
+
+
+def _register_local_var(self, var):
+    """The gradient of var is not reduced over ranks (a variable each rank keeps its own, as in
+    model parallelism); with op=Average it is divided by size() as the others are."""
+    self._mtx_local |= _source_keys(var)
 
 
 def _accumulate_then_apply(self, cls, grads, trainable_variables):
@@ -78,7 +98,8 @@ def _accumulate_then_apply(self, cls, grads, trainable_variables):
                   for g, v in zip(grads, trainable_variables)]
         averaged = _allreduce_gradients(
             [None if s is None else tf.convert_to_tensor(s) for s in summed], op=self._mtx_op,
-            compression=self._mtx_compression)
+            compression=self._mtx_compression,
+            local=_local_vars_flags(self, trainable_variables))
         super(cls, self).apply(averaged, trainable_variables)
         for a in accs:
             a.assign(tf.zeros_like(a))
@@ -176,7 +197,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          "optimizer before its first step")
     base = type(optimizer)
     cls = type(base.__name__, (base,), {"apply": _distributed_apply,
-                                        "build": _distributed_build})
+                                        "build": _distributed_build,
+                                        "register_local_var": _register_local_var})
     cls.__module__ = base.__module__
     cls.__qualname__ = base.__qualname__
     cls._mtx_dist_class = cls
@@ -185,7 +207,37 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     optimizer._mtx_sparse_as_dense = bool(sparse_as_dense)
     optimizer._mtx_compression = compression
     optimizer._mtx_passes = int(backward_passes_per_step)
+    optimizer._mtx_local = set()
     return optimizer
+
+
+def PartialDistributedOptimizer(optimizer, name=None, compression=Compression.none,
+                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=True,
+                                groups=None, process_set=None, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose worker-local variables are the trainable weights of
+    local_layers (a Keras layer or a list of them): their gradients are not reduced (divided by
+    size() with Average when scale_local_gradients)."""
+    if not scale_local_gradients:
+        raise NotImplementedError("PartialDistributedOptimizer: local gradients are always "
+                                  "scaled as the reduced ones are (scale_local_gradients=True)")
+    opt = DistributedOptimizer(optimizer, name=name, compression=compression,
+                               sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, op=op,
+                               backward_passes_per_step=backward_passes_per_step,
+                               average_aggregated_gradients=average_aggregated_gradients,
+                               groups=groups, process_set=process_set)
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        for w in layer.trainable_weights:
+            opt.register_local_var(w)
+    return opt
+
+
 
 
 def broadcast_global_variables(root_rank):

@@ -1,4 +1,5 @@
-"""Keras 3 callbacks of the Horovod API: broadcast at start, metric averaging, LR warmup."""
+"""Keras 3 callbacks of the Horovod API: broadcast at start, metric averaging, learning-rate
+warmup and schedule."""
 
 import keras
 import numpy as np
@@ -21,16 +22,25 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     root_rank's, so that all replicas start identical (random initialisation differs between
     ranks). Put it first in the callbacks list."""
 
-    def __init__(self, root_rank=0, device=""):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         self.root_rank = int(root_rank)
         self.broadcast_done = False
+        self._local = set()
+        for v in local_variables or ():
+            self.register_local_var(v)
+
+    def register_local_var(self, var):
+        """var keeps each rank's own value (it is not broadcast)."""
+        self._local |= _mtx._source_keys(var)
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
             return
-        _mtx.broadcast_variables(list(self.model.variables) +
-                                 _optimizer_variables(self.model), self.root_rank)
+        variables = list(self.model.variables) + _optimizer_variables(self.model)
+        local = _mtx._local_flags(variables, self._local)
+        _mtx.broadcast_variables([v for v, is_local in zip(variables, local) if not is_local],
+                                 self.root_rank)
         self.broadcast_done = True
 
 
@@ -57,7 +67,60 @@ class MetricAverageCallback(keras.callbacks.Callback):
         self._average(logs)
 
 
-class LearningRateWarmupCallback(keras.callbacks.Callback):
+class _LearningRateCallback(keras.callbacks.Callback):
+    def _set_lr(self, lr):
+        opt = self.model.optimizer
+        if isinstance(opt.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or \
+                callable(getattr(opt, "_learning_rate", None)):
+            raise ValueError("%s: the optimizer's learning rate is a schedule; it needs a "
+                             "number" % type(self).__name__)
+        opt.learning_rate = lr
+
+
+class LearningRateScheduleCallback(_LearningRateCallback):
+    """Sets the learning rate to initial_lr * multiplier(epoch) for start_epoch <= epoch <
+    end_epoch (end_epoch None: to the end); multiplier is a number or a function of the epoch.
+    staircase=True: set at the start of each epoch with the integer epoch; False: before each
+    batch with the fractional epoch (steps_per_epoch defaults to the one fit() reports).
+    Outside the range the rate is left as it is. The optimizer's learning rate must be a number
+    or variable, not a schedule."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None, verbose=0):
+        super().__init__()
+        self.initial_lr = float(initial_lr)
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self.current_epoch = 0
+
+    def _in_range(self, epoch):
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def on_train_begin(self, logs=None):
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = self.params.get("steps") or 1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+        if self.staircase and self._in_range(epoch):
+            self._set_lr(self.initial_lr * self.multiplier(epoch))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.staircase or not self._in_range(self.current_epoch):
+            return
+        e = self.current_epoch + float(batch) / self.steps_per_epoch
+        self._set_lr(self.initial_lr * self.multiplier(e))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self.model.optimizer.learning_rate))
+
+
+class LearningRateWarmupCallback(_LearningRateCallback):
     """Ramps the learning rate from initial_lr / size() to initial_lr over the first
     warmup_epochs epochs, batch by batch (Goyal et al., "Accurate, Large Minibatch SGD:
     Training ImageNet in 1 Hour", 2017): lr(e) = initial_lr / size * (e * (size - 1) /
@@ -75,14 +138,6 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
         self.current_epoch = 0
-
-    def _set_lr(self, lr):
-        opt = self.model.optimizer
-        if isinstance(opt.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or \
-                callable(getattr(opt, "_learning_rate", None)):
-            raise ValueError("LearningRateWarmupCallback: the optimizer's learning rate is a "
-                             "schedule; it needs a number")
-        opt.learning_rate = lr
 
     def multiplier(self, epoch):
         n = _mtx.size()
