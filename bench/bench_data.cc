@@ -22,16 +22,19 @@ int64_t inputValue(mtxcomm_op_t op, int rank, size_t i) {
   return static_cast<int64_t>(k) + 1;
 }
 
-// Integers: combine in the type, SUM and PROD wrapping (computed unsigned).
+// Integers: combine in the type, SUM and PROD wrapping (computed unsigned; types narrower than
+// unsigned int in unsigned int, which they would otherwise promote to signed int).
 template <typename T>
 struct IntCodec {
+  static constexpr bool kLogical = false;
   using Acc = T;
   using U = std::make_unsigned_t<T>;
+  using W = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, U>;
   static Acc make(int64_t v) { return static_cast<T>(v); }
   static Acc combine(mtxcomm_op_t op, Acc a, Acc b) {
     switch (op) {
       case MTXCOMM_PROD:
-        return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+        return static_cast<T>(static_cast<U>(static_cast<W>(a) * static_cast<W>(b)));
       case MTXCOMM_MIN:
         return std::min(a, b);
       case MTXCOMM_MAX:
@@ -44,11 +47,32 @@ struct IntCodec {
     return static_cast<T>(sum / static_cast<std::common_type_t<T, int>>(n));
   }
   static void store(Acc v, unsigned char* dst) { std::memcpy(dst, &v, sizeof(T)); }
+  static void storeResult(Acc v, unsigned char* dst) { store(v, dst); }
+};
+
+// bool: inputs are bytes, some of them non-canonical trues (0x02, 0xff); the reduction is
+// logical (SUM/MAX: OR, PROD/MIN: AND) and its result 0 or 1. The inputs do not depend on the
+// op (every op needs both values to be tested), and there is no AVG (the bench refuses it).
+struct BoolCodec {
+  static constexpr bool kLogical = true;
+  using Acc = uint8_t;
+  static Acc make(int64_t v) {
+    static constexpr uint8_t kBytes[5] = {0, 1, 2, 0xff, 1};
+    return kBytes[v % 5];
+  }
+  static Acc combine(mtxcomm_op_t op, Acc a, Acc b) {
+    const bool x = a != 0, y = b != 0;
+    return op == MTXCOMM_PROD || op == MTXCOMM_MIN ? (x && y) : (x || y);
+  }
+  static Acc average(Acc sum, int) { return sum; }  // not reached
+  static void store(Acc v, unsigned char* dst) { *dst = v; }
+  static void storeResult(Acc v, unsigned char* dst) { *dst = v != 0; }
 };
 
 // Floating types: accumulate in Acc (float32 for the 16-bit types), round once in store.
 template <typename Acc, uint16_t (*kNarrow)(float)>
 struct FloatCodec {
+  static constexpr bool kLogical = false;
   static Acc make(int64_t v) { return static_cast<Acc>(v); }
   static Acc combine(mtxcomm_op_t op, Acc a, Acc b) {
     switch (op) {
@@ -71,6 +95,7 @@ struct FloatCodec {
       std::memcpy(dst, &v, sizeof(Acc));
     }
   }
+  static void storeResult(Acc v, unsigned char* dst) { store(v, dst); }
 };
 
 template <typename Codec>
@@ -79,16 +104,17 @@ void buildLines(mtxcomm_op_t op, int nranks, size_t elemSize,
                 std::vector<unsigned char>& reduced) {
   inputs.assign(nranks, std::vector<unsigned char>(2 * kPeriod * elemSize));
   reduced.assign(2 * kPeriod * elemSize, 0);
+  const mtxcomm_op_t inputOp = Codec::kLogical ? MTXCOMM_SUM : op;
   for (size_t j = 0; j < 2 * kPeriod; ++j) {
-    auto acc = Codec::make(inputValue(op, 0, j));
+    auto acc = Codec::make(inputValue(inputOp, 0, j));
     Codec::store(acc, inputs[0].data() + j * elemSize);
     for (int r = 1; r < nranks; ++r) {
-      const auto v = Codec::make(inputValue(op, r, j));
+      const auto v = Codec::make(inputValue(inputOp, r, j));
       Codec::store(v, inputs[r].data() + j * elemSize);
       acc = Codec::combine(op, acc, v);
     }
     if (op == MTXCOMM_AVG) acc = Codec::average(acc, nranks);
-    Codec::store(acc, reduced.data() + j * elemSize);
+    Codec::storeResult(acc, reduced.data() + j * elemSize);
   }
 }
 
@@ -134,7 +160,9 @@ TestData::TestData(mtxcomm_datatype_t dtype, mtxcomm_op_t op, int nranks)
         std::is_same_v<T, Float16Bits>, FloatCodec<float, floatToHalf>,
         std::conditional_t<
             std::is_same_v<T, Bfloat16Bits>, FloatCodec<float, floatToBfloat16>,
-            std::conditional_t<std::is_floating_point_v<T>, FloatCodec<T, nullptr>, IntCodec<T>>>>;
+            std::conditional_t<std::is_same_v<T, BoolByte>, BoolCodec,
+                               std::conditional_t<std::is_floating_point_v<T>,
+                                                  FloatCodec<T, nullptr>, IntCodec<T>>>>>;
     buildLines<Codec>(op, nranks, elemSize_, inputLines_, reducedLine_);
   });
 }

@@ -4,7 +4,8 @@
 // Inputs are small integers with period kPeriod in i, so every floating sum is exact in the
 // accumulation type and the expected value is computed the way the library's contract says
 // (16-bit floats: float32 then one rounding; integers wrap; AVG = SUM / nranks, integers
-// truncating). The check is bitwise.
+// truncating; bool: bytes with non-canonical trues among them, reduced logically to 0/1). The
+// check is bitwise.
 #ifndef MTXCOMM_BENCH_BENCH_DATA_H_
 #define MTXCOMM_BENCH_BENCH_DATA_H_
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "bench/bench_device.h"
+#include "lib/base/dtype.h"
 #include "lib/comm/c_api.h"
 
 namespace mtxcomm {
@@ -165,12 +166,30 @@ MPI_Datatype mpiDatatype(mtxcomm_datatype_t dt) {
       return MPI_FLOAT;
     case MTXCOMM_FLOAT64:
       return MPI_DOUBLE;
+    case MTXCOMM_INT16:
+      return MPI_INT16_T;
+    case MTXCOMM_UINT16:
+      return MPI_UINT16_T;
+    case MTXCOMM_BOOL:
+      return MPI_UINT8_T;  // with MPI_LOR/MPI_LAND (mpiOp)
     default:
       return MPI_DATATYPE_NULL;  // float16, bfloat16: MPI has no such type
   }
 }
 
-MPI_Op mpiOp(mtxcomm_op_t op) {
+MPI_Op mpiOp(mtxcomm_op_t op, mtxcomm_datatype_t dt) {
+  if (isBoolType(dt)) {
+    switch (op) {
+      case MTXCOMM_SUM:
+      case MTXCOMM_MAX:
+        return MPI_LOR;
+      case MTXCOMM_PROD:
+      case MTXCOMM_MIN:
+        return MPI_LAND;
+      default:
+        return MPI_OP_NULL;  // avg: not defined on bool
+    }
+  }
   switch (op) {
     case MTXCOMM_SUM:
       return MPI_SUM;

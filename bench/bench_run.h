@@ -20,9 +20,11 @@ struct ReportedFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// MPI's datatype and op for ours; MPI_DATATYPE_NULL / MPI_OP_NULL where MPI has none.
+// MPI's datatype and op for ours; MPI_DATATYPE_NULL / MPI_OP_NULL where MPI has none. bool is
+// MPI_UINT8_T (MPI's logical ops take any C integer type, and read every nonzero byte as true)
+// with SUM/MAX as MPI_LOR and PROD/MIN as MPI_LAND: mtxcomm's bool semantics.
 MPI_Datatype mpiDatatype(mtxcomm_datatype_t dt);
-MPI_Op mpiOp(mtxcomm_op_t op);
+MPI_Op mpiOp(mtxcomm_op_t op, mtxcomm_datatype_t dt);
 
 // Mean, min and max over ranks of each rank's average call time (valid on rank 0).
 struct Latency {

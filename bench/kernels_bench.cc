@@ -89,6 +89,8 @@ BENCHMARK_CAPTURE(bmReduceSum, float64, MTXCOMM_FLOAT64)->Apply(reduceSizes);
 BENCHMARK_CAPTURE(bmReduceSum, int32, MTXCOMM_INT32)->Apply(reduceSizes);
 BENCHMARK_CAPTURE(bmReduceSum, float16, MTXCOMM_FLOAT16)->Apply(reduceSizes);
 BENCHMARK_CAPTURE(bmReduceSum, bfloat16, MTXCOMM_BFLOAT16)->Apply(reduceSizes);
+BENCHMARK_CAPTURE(bmReduceSum, int16, MTXCOMM_INT16)->Apply(reduceSizes);
+BENCHMARK_CAPTURE(bmReduceSum, bool, MTXCOMM_BOOL)->Apply(reduceSizes);  // logical OR
 BENCHMARK_CAPTURE(bmWiden, float16, MTXCOMM_FLOAT16)->Arg(16 * kMiB);
 BENCHMARK_CAPTURE(bmWiden, bfloat16, MTXCOMM_BFLOAT16)->Arg(16 * kMiB);
 BENCHMARK_CAPTURE(bmNarrow, float16, MTXCOMM_FLOAT16)->Arg(16 * kMiB);

@@ -77,6 +77,9 @@ void validate(const Options& opt, int worldSize, BenchContext& ctx, RunInfo& inf
 
   ctx.dtype = parseDatatypeOrThrow(opt.dtype);
   ctx.op = reduces ? parseOpOrThrow(opt.op) : MTXCOMM_SUM;
+  if (const char* why = reduces ? opDeclinesDatatype(ctx.op, ctx.dtype) : nullptr) {
+    throw UsageError("-o " + opt.op + " -T " + opt.dtype + ": " + why);
+  }
   ctx.elemSize = datatypeSize(ctx.dtype);
   ctx.inPlace = opt.inPlace;
   ctx.root = opt.root;
@@ -108,7 +111,7 @@ void validate(const Options& opt, int worldSize, BenchContext& ctx, RunInfo& inf
                        ": MPI has no such datatype (use -T float32 or drop --vs-mpi)");
     }
     if (reduces) {
-      ctx.mpiOp = mpiOp(ctx.op);
+      ctx.mpiOp = mpiOp(ctx.op, ctx.dtype);
       if (ctx.mpiOp == MPI_OP_NULL) {
         throw UsageError(std::string("--vs-mpi is unsupported for -o ") + opName(ctx.op) +
                          ": MPI has no such reduction op");

@@ -86,6 +86,9 @@ constexpr int kMaxIpcRanks = 16;
 // Why path cannot take this call (args as the user passed them: AVG, 16-bit types), or
 // nullptr when it can.
 const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t);
+// Whether NCCL has a reduction for dt (not int16, uint16, bool: devicePathDeclines keeps their
+// reductions off the nccl path, which moves them as bytes in the other collectives).
+bool ncclReducesDatatype(mtxcomm_datatype_t dt);
 
 // Which path takes a call is chosen by the communicator's selector (lib/comm/select.h), from
 // devicePathDeclines and the agreed DeviceTopology.

@@ -9,6 +9,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device.h"
 #include "gpu/device_paths.h"
+#include "gpu/reduce_kernels.h"
 #include "lib/base/dtype.h"
 #include "lib/base/liveness.h"
 #include "lib/base/log.h"
@@ -124,9 +125,16 @@ class CudaDeviceComm : public DeviceComm {
     }
     if (host_.size() > 1 && a.count > 0) return false;
     DeviceGuard guard(device_);
-    if (a.count > 0 && a.sendbuf && a.recvbuf && a.sendbuf != a.recvbuf) {
+    const auto stream = static_cast<cudaStream_t>(a.stream);
+    if (a.count > 0 && a.sendbuf && a.recvbuf && collectiveReduces(a.coll) && isBoolType(a.dtype)) {
+      // A one-rank bool reduction still writes 0/1: recvbuf = sendbuf OR sendbuf.
+      ReduceSources src;
+      src.n = 1;
+      src.p[0] = a.sendbuf;
+      launchReduce(a.dtype, MTXCOMM_MAX, a.recvbuf, src, a.count, 1, stream);
+    } else if (a.count > 0 && a.sendbuf && a.recvbuf && a.sendbuf != a.recvbuf) {
       MTXCOMM_CUDA_CHECK(cudaMemcpyAsync(a.recvbuf, a.sendbuf, a.count * datatypeSize(a.dtype),
-                                         cudaMemcpyDefault, static_cast<cudaStream_t>(a.stream)));
+                                         cudaMemcpyDefault, stream));
     }
     return true;
   }

@@ -40,12 +40,21 @@ const char* devicePathName(DevicePath p) {
   return "?";
 }
 
+bool ncclReducesDatatype(mtxcomm_datatype_t dt) {
+  return dt != MTXCOMM_INT16 && dt != MTXCOMM_UINT16 && dt != MTXCOMM_BOOL;
+}
+
 const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t) {
   if (args.coll == Collective::kAlltoall) return "alltoall runs on host buffers only";
   switch (path) {
     case DevicePath::kNccl:
       if (!t.ncclBuilt) return "this mtxcomm was built without NCCL";
       if (!t.distinctGpus) return "ranks share a GPU (NCCL needs one GPU per rank)";
+      // NCCL has no 16-bit integer or bool type (and its uint8 max is not a logical OR for
+      // bytes other than 0 and 1); the data-movement collectives carry them as bytes.
+      if (collectiveReduces(args.coll) && !ncclReducesDatatype(args.dtype)) {
+        return "NCCL has no int16, uint16 or bool reduction";
+      }
       // mtxcomm rounds 16-bit floats once per element; NCCL's ring rounds at every hop.
       if (collectiveReduces(args.coll) && isHalfType(args.dtype) && t.nranks > 2 &&
           args.op != MTXCOMM_MIN && args.op != MTXCOMM_MAX) {

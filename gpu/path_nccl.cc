@@ -7,7 +7,9 @@
 //   - AVG is ncclSum followed by mtxcomm's division kernel on the result, so the numbers are
 //     mtxcomm's (sum, then divide; integers truncate) rather than ncclAvg's pre-multiplication.
 // Selection keeps away the calls whose numbers NCCL does not promise as mtxcomm does:
-// float16/bfloat16 sums on more than 2 ranks (rounded per hop) and floating min/max (NaN).
+// float16/bfloat16 sums on more than 2 ranks (rounded per hop) and floating min/max (NaN); and
+// the reductions of int16, uint16 and bool, which NCCL has no type for (broadcast and allgather
+// move them as bytes: ncclUint8, count x element size).
 // Source: NCCL's API (nccl.h, "Creating a communicator with options" in the NCCL docs).
 #include <nccl.h>
 
@@ -16,6 +18,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/device_paths.h"
 #include "gpu/reduce_kernels.h"
+#include "lib/base/dtype.h"
 
 namespace mtxcomm {
 namespace gpu {
@@ -51,6 +54,12 @@ ncclDataType_t ncclType(mtxcomm_datatype_t dt) {
       return ncclFloat32;
     case MTXCOMM_FLOAT64:
       return ncclFloat64;
+    case MTXCOMM_INT16:
+    case MTXCOMM_UINT16:
+    case MTXCOMM_BOOL:
+      // Moved as bytes by NcclPath::run; their reductions never reach this path.
+      fail(MTXCOMM_UNSUPPORTED, "nccl: no NCCL datatype for ", datatypeName(dt),
+           " reductions (the selector keeps them off this path)");
     default:
       fail(MTXCOMM_INVALID_ARGUMENT, "nccl: invalid datatype ", static_cast<int>(dt));
   }
@@ -91,15 +100,19 @@ class NcclPath : public PathRunner {
   }
 
   void run(const CollArgs& a, cudaStream_t stream) override {
-    const ncclDataType_t t = ncclType(a.dtype);
-    const ncclRedOp_t op = ncclOp(a.op);
+    const bool reduces = collectiveReduces(a.coll);
+    // A data-movement collective of a type NCCL lacks moves its bytes.
+    const bool asBytes = !reduces && !ncclReducesDatatype(a.dtype);
+    const ncclDataType_t t = asBytes ? ncclUint8 : ncclType(a.dtype);
+    const size_t count = asBytes ? a.count * datatypeSize(a.dtype) : a.count;
+    const ncclRedOp_t op = reduces ? ncclOp(a.op) : ncclSum;
     switch (a.coll) {
       case Collective::kAllreduce:
         checkNccl(ncclAllReduce(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
                   "ncclAllReduce", nccl_);
         break;
       case Collective::kBroadcast:
-        checkNccl(ncclBroadcast(a.sendbuf, a.recvbuf, a.count, t, a.root, nccl_, stream),
+        checkNccl(ncclBroadcast(a.sendbuf, a.recvbuf, count, t, a.root, nccl_, stream),
                   "ncclBroadcast", nccl_);
         break;
       case Collective::kReduce:
@@ -107,7 +120,7 @@ class NcclPath : public PathRunner {
                   "ncclReduce", nccl_);
         break;
       case Collective::kAllgather:
-        checkNccl(ncclAllGather(a.sendbuf, a.recvbuf, a.count, t, nccl_, stream), "ncclAllGather",
+        checkNccl(ncclAllGather(a.sendbuf, a.recvbuf, count, t, nccl_, stream), "ncclAllGather",
                   nccl_);
         break;
       case Collective::kReduceScatter:

@@ -1,4 +1,5 @@
-// CUDA reduction kernels: dst = s0 op s1 op ... op s(n-1) [/ divisor], every dtype and op.
+// CUDA reduction kernels: dst = s0 op s1 op ... op s(n-1) [/ divisor], every dtype and op (bool:
+// SUM/MAX as OR and PROD/MIN as AND on 0/1, no AVG; as the host kernels, lib/base/reduce.h).
 //
 // One grid-stride kernel per (type, op). Each thread loads 16 bytes from every source per step
 // (uint4, when all pointers are 16-byte aligned), accumulates in the accumulation type (float32
@@ -56,6 +57,14 @@ struct Elem<__nv_bfloat16> {
   using Acc = float;
   __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ static __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
+};
+// bool: any nonzero byte is true; accumulated as 0/1, where MAX is OR and MIN is AND (launchOp
+// maps the ops), so every byte written is 0 or 1.
+template <>
+struct Elem<BoolByte> {
+  using Acc = uint8_t;
+  __device__ static uint8_t load(BoolByte v) { return v.byte != 0; }
+  __device__ static BoolByte store(uint8_t a) { return BoolByte{a}; }
 };
 
 // Integers compute in the unsigned type, so SUM and PROD wrap (two's complement).
@@ -185,17 +194,36 @@ void launchTyped(const ReduceTargets& dst, const ReduceSources& src, size_t coun
 template <typename T>
 void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& src, size_t count,
               int divisor, cudaStream_t stream) {
-  switch (op) {
-    case MTXCOMM_SUM:
-      return launchTyped<T, OpSum>(dst, src, count, divisor, stream);
-    case MTXCOMM_PROD:
-      return launchTyped<T, OpProd>(dst, src, count, divisor, stream);
-    case MTXCOMM_MIN:
-      return launchTyped<T, OpMin>(dst, src, count, divisor, stream);
-    case MTXCOMM_MAX:
-      return launchTyped<T, OpMax>(dst, src, count, divisor, stream);
-    default:
-      fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid op ", static_cast<int>(op));
+  if constexpr (std::is_same_v<T, BoolByte>) {
+    if (divisor > 1) {
+      fail(MTXCOMM_INVALID_ARGUMENT,
+           "device reduction: op avg is not defined for datatype bool (a divisor of ", divisor,
+           ")");
+    }
+    switch (op) {
+      case MTXCOMM_SUM:
+      case MTXCOMM_MAX:
+        return launchTyped<T, OpMax>(dst, src, count, divisor, stream);  // OR
+      case MTXCOMM_PROD:
+      case MTXCOMM_MIN:
+        return launchTyped<T, OpMin>(dst, src, count, divisor, stream);  // AND
+      default:
+        fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid op ", static_cast<int>(op),
+             " for bool");
+    }
+  } else {
+    switch (op) {
+      case MTXCOMM_SUM:
+        return launchTyped<T, OpSum>(dst, src, count, divisor, stream);
+      case MTXCOMM_PROD:
+        return launchTyped<T, OpProd>(dst, src, count, divisor, stream);
+      case MTXCOMM_MIN:
+        return launchTyped<T, OpMin>(dst, src, count, divisor, stream);
+      case MTXCOMM_MAX:
+        return launchTyped<T, OpMax>(dst, src, count, divisor, stream);
+      default:
+        fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid op ", static_cast<int>(op));
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // count 0; ranks that disagree on a call get an error, never wrong data.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -268,7 +269,61 @@ TEST(Api, NullHandlesAndOutputPointers) {
   }
   EXPECT_STREQ(mtxcomm_get_error_string(static_cast<mtxcomm_result_t>(99)), "unknown result code");
   EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_BFLOAT16), 2u);
-  EXPECT_EQ(mtxcomm_datatype_size(static_cast<mtxcomm_datatype_t>(10)), 0u);
+  EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_INT16), 2u);
+  EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_UINT16), 2u);
+  EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_BOOL), 1u);
+  EXPECT_EQ(mtxcomm_datatype_size(MTXCOMM_NUM_DATATYPES), 0u);
+  EXPECT_EQ(mtxcomm_datatype_size(static_cast<mtxcomm_datatype_t>(13)), 0u);
+}
+
+// AVG on bool is refused on every collective that takes an op, before any byte moves (the
+// receive buffers keep their bytes), with a message naming the op and the datatype, also with
+// count 0; every rank refusing leaves the communicator usable. The other ops on bool, and AVG on
+// the new integer types, are accepted.
+TEST(Api, BoolAvgIsRejectedOnEveryReducingCollective) {
+  runRanks(3, [](mtxcomm_comm_t comm, int rank) {
+    uint8_t send[6] = {1, 0, 2, 0xff, 0, 1};
+    uint8_t recv[6] = {0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a};
+    const std::vector<std::function<mtxcomm_result_t(size_t)>> calls = {
+        [&](size_t c) {
+          return mtxcomm_allreduce(send, recv, c, MTXCOMM_BOOL, MTXCOMM_AVG, comm, nullptr);
+        },
+        [&](size_t c) {
+          return mtxcomm_allreduce(recv, recv, c, MTXCOMM_BOOL, MTXCOMM_AVG, comm, nullptr);
+        },
+        [&](size_t c) {
+          return mtxcomm_reduce(send, recv, c, MTXCOMM_BOOL, MTXCOMM_AVG, 0, comm, nullptr);
+        },
+        [&](size_t c) {
+          return mtxcomm_reduce(send, recv, c, MTXCOMM_BOOL, MTXCOMM_AVG, 2, comm, nullptr);
+        },
+        [&](size_t c) {
+          return mtxcomm_reduce_scatter(send, recv, c, MTXCOMM_BOOL, MTXCOMM_AVG, comm, nullptr);
+        },
+    };
+    const char* names[] = {"allreduce", "allreduce", "reduce", "reduce", "reduce_scatter"};
+    for (size_t i = 0; i < calls.size(); ++i) {
+      for (size_t count : {size_t{2}, size_t{0}}) {
+        EXPECT_EQ(calls[i](count), MTXCOMM_INVALID_ARGUMENT) << "case " << i << " count " << count;
+        const std::string msg = mtxcomm_get_last_error(comm);
+        EXPECT_TRUE(contains(msg, "avg")) << msg;
+        EXPECT_TRUE(contains(msg, "bool")) << msg;
+        EXPECT_TRUE(contains(msg, names[i])) << msg;
+        EXPECT_TRUE(contains(msg, "rank " + std::to_string(rank))) << msg;
+      }
+    }
+    for (uint8_t b : recv) EXPECT_EQ(b, 0x5a) << "a refused call wrote its receive buffer";
+    expectUsable(comm, 3);
+    // The same calls with the logical ops go through.
+    for (mtxcomm_op_t op : {MTXCOMM_SUM, MTXCOMM_PROD, MTXCOMM_MIN, MTXCOMM_MAX}) {
+      EXPECT_EQ(mtxcomm_allreduce(send, recv, 2, MTXCOMM_BOOL, op, comm, nullptr), MTXCOMM_SUCCESS)
+          << mtxcomm_get_last_error(comm);
+    }
+    int16_t s = static_cast<int16_t>(rank == 0 ? -7 : 0);
+    EXPECT_EQ(mtxcomm_allreduce(&s, &s, 1, MTXCOMM_INT16, MTXCOMM_AVG, comm, nullptr),
+              MTXCOMM_SUCCESS);
+    EXPECT_EQ(s, -2);
+  });
 }
 
 TEST(Api, ZeroCountSucceedsWithNullBuffersAndKeepsRanksInStep) {

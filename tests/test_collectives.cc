@@ -72,6 +72,7 @@ std::vector<Case> matrix(int n, const std::vector<size_t>& counts,
         for (mtxcomm_op_t op : kOps) {
           if (!reduces && op != MTXCOMM_SUM) continue;
           if (!allOps && op != MTXCOMM_SUM && op != MTXCOMM_AVG) continue;
+          if (reduces && !opApplies(dt, op)) continue;  // bool AVG: BoolReductions below
           for (size_t count : counts) {
             if (coll == Collective::kAlltoall) {
               cases.push_back({coll, algo, dt, op, count, false, 0});
@@ -168,6 +169,106 @@ TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
         }
       },
       cfg);
+}
+
+// bool reductions are logical across ranks: SUM and MAX give OR, PROD and MIN give AND, written
+// as 0/1 whatever true bytes the ranks pass (0x02, 0x80, 0xff: a byte-wise sum, product, min or
+// max would give other bytes), for every algorithm of allreduce, reduce and reduce_scatter, in
+// place and out of place.
+TEST(BoolReductions, MixedValuesAcrossRanksGiveOrAndAnd) {
+  constexpr size_t kBlock = 8;
+  // Element e of rank r's block.
+  auto byteOf = [](int r, int n, size_t e) -> uint8_t {
+    switch (e) {
+      case 0:
+        return 0x02;  // true everywhere
+      case 1:
+        return 0;  // false everywhere
+      case 2:
+        return r == n - 1 ? 0xff : 0;  // true on the last rank only
+      case 3:
+        return r == 0 ? 0 : 0x01;  // false on rank 0 only
+      case 4:
+        return r % 2 ? 0x80 : 0x01;  // true everywhere: 0x80 + 0x80 wraps to 0, 0x01 * 0x80 = 0x80
+      case 5:
+        return r % 2 ? 0 : 0xff;  // alternating
+      case 6:
+        return 0x80;  // true everywhere; a byte sum wraps to 0 on even counts of ranks
+      default:
+        return r == 0 ? 0x02 : 0x01;  // true everywhere; the byte max is 2
+    }
+  };
+  for (int n : {1, 2, 3, 4, 5, 7}) {
+    for (Collective coll :
+         {Collective::kAllreduce, Collective::kReduce, Collective::kReduceScatter}) {
+      for (const char* algo : algorithmNames(coll)) {
+        if (std::string(algo) == "hierarchical") continue;  // declines on one node
+        Config cfg;
+        cfg.algo[static_cast<int>(coll)] = algo;
+        runRanks(
+            n,
+            [&](mtxcomm_comm_t comm, int rank) {
+              const bool scatter = coll == Collective::kReduceScatter;
+              const size_t inCount = scatter ? kBlock * n : kBlock;
+              for (mtxcomm_op_t op : {MTXCOMM_SUM, MTXCOMM_MAX, MTXCOMM_PROD, MTXCOMM_MIN}) {
+                const bool isAnd = op == MTXCOMM_PROD || op == MTXCOMM_MIN;
+                for (bool inPlace : {false, true}) {
+                  SCOPED_TRACE(::testing::Message()
+                               << collectiveName(coll) << "/" << algo << " n=" << n << " "
+                               << opName(op) << (inPlace ? " in place" : " out of place"));
+                  std::vector<uint8_t> send(inCount), recv(inCount, 0x5a);
+                  for (size_t i = 0; i < inCount; ++i) send[i] = byteOf(rank, n, i % kBlock);
+                  if (inPlace) recv = send;
+                  const uint8_t* sendArg = inPlace ? recv.data() : send.data();
+                  uint8_t* recvArg = recv.data() + (inPlace && scatter ? rank * kBlock : 0);
+                  mtxcomm_result_t rc = MTXCOMM_INTERNAL_ERROR;
+                  if (coll == Collective::kAllreduce) {
+                    rc = mtxcomm_allreduce(sendArg, recvArg, kBlock, MTXCOMM_BOOL, op, comm,
+                                           nullptr);
+                  } else if (coll == Collective::kReduce) {
+                    rc = mtxcomm_reduce(sendArg, recvArg, kBlock, MTXCOMM_BOOL, op, n - 1, comm,
+                                        nullptr);
+                  } else {
+                    rc = mtxcomm_reduce_scatter(sendArg, recvArg, kBlock, MTXCOMM_BOOL, op, comm,
+                                                nullptr);
+                  }
+                  ASSERT_EQ(rc, MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comm);
+                  if (coll == Collective::kReduce && rank != n - 1) continue;
+                  for (size_t e = 0; e < kBlock; ++e) {
+                    bool any = false, all = true;
+                    for (int r = 0; r < n; ++r) {
+                      any = any || byteOf(r, n, e) != 0;
+                      all = all && byteOf(r, n, e) != 0;
+                    }
+                    EXPECT_EQ(+recvArg[e], (isAnd ? all : any) ? 1 : 0) << "element " << e;
+                  }
+                  // The cases whose answer is known by heart, so the reference cannot hide a bug.
+                  EXPECT_EQ(+recvArg[0], 1);
+                  EXPECT_EQ(+recvArg[1], 0);
+                  EXPECT_EQ(+recvArg[4], 1);
+                  EXPECT_EQ(+recvArg[6], 1);
+                  EXPECT_EQ(+recvArg[7], 1);
+                  if (n > 1) {
+                    EXPECT_EQ(+recvArg[2], isAnd ? 0 : 1);
+                    EXPECT_EQ(+recvArg[3], isAnd ? 0 : 1);
+                    EXPECT_EQ(+recvArg[5], isAnd ? 0 : 1);
+                  } else {
+                    EXPECT_EQ(+recvArg[2], 1);  // one rank: its own value, as 0/1
+                    EXPECT_EQ(+recvArg[3], 0);
+                  }
+                  if (!inPlace) {
+                    for (size_t i = 0; i < inCount; ++i) {
+                      ASSERT_EQ(send[i], byteOf(rank, n, i % kBlock)) << "send buffer written";
+                    }
+                  }
+                }
+              }
+            },
+            cfg);
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, PrimeCountMatrix, ::testing::Values(1, 2, 3, 4, 5, 8),

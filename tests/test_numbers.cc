@@ -116,6 +116,46 @@ TEST(Api, IntegerAvgTruncatesTowardZeroAndSumWraps) {
   });
 }
 
+TEST(Api, Int16AvgTruncatesTowardZeroAndSumAndProdWrap) {
+  for (const char* algo : algorithmNames(Collective::kAllreduce)) {
+    Config cfg;
+    cfg.algo[static_cast<int>(Collective::kAllreduce)] = algo;
+    runRanks(
+        3,
+        [&](mtxcomm_comm_t comm, int rank) {
+          SCOPED_TRACE(algo);
+          int16_t a[3] = {static_cast<int16_t>(rank == 0 ? -7 : 0), 20000, -32768};
+          // sums -7, 60000 (wraps to -5536) and -98304 (wraps to -32768)
+          ASSERT_EQ(mtxcomm_allreduce(a, a, 3, MTXCOMM_INT16, MTXCOMM_AVG, comm, nullptr),
+                    MTXCOMM_SUCCESS)
+              << mtxcomm_get_last_error(comm);
+          EXPECT_EQ(a[0], -2);     // -7 / 3 truncates toward zero
+          EXPECT_EQ(a[1], -1845);  // -5536 / 3 = -1845.33
+          EXPECT_EQ(a[2], -10922);
+          int16_t s[2] = {20000, 300};
+          ASSERT_EQ(mtxcomm_allreduce(s, s, 2, MTXCOMM_INT16, MTXCOMM_SUM, comm, nullptr),
+                    MTXCOMM_SUCCESS);
+          EXPECT_EQ(s[0], -5536);  // 60000 wraps
+          EXPECT_EQ(s[1], 900);
+          int16_t p = 300;  // 300^3 = 27000000 = 64704 mod 65536, as int16 -832
+          ASSERT_EQ(mtxcomm_allreduce(&p, &p, 1, MTXCOMM_INT16, MTXCOMM_PROD, comm, nullptr),
+                    MTXCOMM_SUCCESS);
+          EXPECT_EQ(p, -832);
+          uint16_t u[2] = {40000, static_cast<uint16_t>(rank == 0 ? 1 : 40000)};
+          // u[0]: 120000 wraps to 54464, / 3 = 18154; u[1]: 80001 wraps to 14465, / 3 = 4821
+          ASSERT_EQ(mtxcomm_allreduce(u, u, 2, MTXCOMM_UINT16, MTXCOMM_AVG, comm, nullptr),
+                    MTXCOMM_SUCCESS);
+          EXPECT_EQ(u[0], 18154);
+          EXPECT_EQ(u[1], 4821);
+          uint16_t m = static_cast<uint16_t>(rank == 1 ? 65535 : rank);
+          ASSERT_EQ(mtxcomm_allreduce(&m, &m, 1, MTXCOMM_UINT16, MTXCOMM_MAX, comm, nullptr),
+                    MTXCOMM_SUCCESS);
+          EXPECT_EQ(m, 65535);
+        },
+        cfg);
+  }
+}
+
 TEST(Api, MoreThanTwoToThe31BytesAndElements) {
   // int8, count = 2^31 + 13 (> 2 GiB, > INT_MAX elements), in place on 2 ranks (4.3 GB).
   const size_t count = (size_t{1} << 31) + 13;

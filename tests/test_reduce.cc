@@ -297,6 +297,8 @@ void checkSixteenBitType(mtxcomm_datatype_t dt) {
 
 TEST(ReduceBuffers, Int8) { checkIntType<int8_t>(MTXCOMM_INT8); }
 TEST(ReduceBuffers, Uint8) { checkIntType<uint8_t>(MTXCOMM_UINT8); }
+TEST(ReduceBuffers, Int16) { checkIntType<int16_t>(MTXCOMM_INT16); }
+TEST(ReduceBuffers, Uint16) { checkIntType<uint16_t>(MTXCOMM_UINT16); }
 TEST(ReduceBuffers, Int32) { checkIntType<int32_t>(MTXCOMM_INT32); }
 TEST(ReduceBuffers, Uint32) { checkIntType<uint32_t>(MTXCOMM_UINT32); }
 TEST(ReduceBuffers, Int64) { checkIntType<int64_t>(MTXCOMM_INT64); }
@@ -305,6 +307,66 @@ TEST(ReduceBuffers, Float32) { checkFloatType<float>(MTXCOMM_FLOAT32); }
 TEST(ReduceBuffers, Float64) { checkFloatType<double>(MTXCOMM_FLOAT64); }
 TEST(ReduceBuffers, Float16) { checkSixteenBitType(MTXCOMM_FLOAT16); }
 TEST(ReduceBuffers, Bfloat16) { checkSixteenBitType(MTXCOMM_BFLOAT16); }
+
+// bool: random bytes, a third of them 0 and many non-canonical trues; every op against the
+// logical reference (SUM/MAX: OR, PROD/MIN: AND), in every aliasing arrangement, and every
+// byte written is 0 or 1.
+TEST(ReduceBuffers, Bool) {
+  const uint8_t trues[] = {1, 0x02, 0x80, 0xff, 0x7f};
+  auto inputs = [&](size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> v(n);
+    for (uint8_t& x : v) {
+      const uint32_t r = rng();
+      x = r % 3 == 0 ? 0 : (r % 3 == 1 ? trues[(r >> 8) % 5] : static_cast<uint8_t>(r >> 16));
+    }
+    return v;
+  };
+  for (size_t n : kCounts) {
+    const auto a = inputs(n, 21 + static_cast<uint32_t>(n));
+    const auto b = inputs(n, 23 + static_cast<uint32_t>(n));
+    for (mtxcomm_op_t op : kOps) {
+      SCOPED_TRACE(std::string("bool ") + opName(op) + " n=" + std::to_string(n));
+      const bool isAnd = op == MTXCOMM_PROD || op == MTXCOMM_MIN;
+      for (const auto& got : runAllArrangements(MTXCOMM_BOOL, op, a, b)) {
+        for (size_t i = 0; i < n; ++i) {
+          const bool x = a[i] != 0, y = b[i] != 0;
+          const uint8_t want = (isAnd ? (x && y) : (x || y)) ? 1 : 0;
+          ASSERT_EQ(+got[i], +want) << "i=" << i << " a=" << +a[i] << " b=" << +b[i];
+        }
+      }
+      // dst == a == b: x op x is x itself, written as 0 or 1.
+      auto self = a;
+      reduceBuffers(MTXCOMM_BOOL, op, self.data(), self.data(), self.data(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(+self[i], a[i] != 0 ? 1 : 0) << "i=" << i;
+    }
+  }
+}
+
+TEST(ReduceBuffers, BoolNonCanonicalTruesGiveOne) {
+  auto one = [](mtxcomm_op_t op, uint8_t a, uint8_t b) {
+    uint8_t out = 0x55;
+    reduceBuffers(MTXCOMM_BOOL, op, &out, &a, &b, 1);
+    return +out;
+  };
+  for (mtxcomm_op_t op : {MTXCOMM_SUM, MTXCOMM_MAX}) {  // OR
+    SCOPED_TRACE(opName(op));
+    EXPECT_EQ(one(op, 0x02, 0x00), 1);
+    EXPECT_EQ(one(op, 0x00, 0xff), 1);
+    EXPECT_EQ(one(op, 0xff, 0xff), 1);  // not 0xfe (a wrapping sum) nor 0xff
+    EXPECT_EQ(one(op, 0x80, 0x80), 1);  // not 0 (a wrapping sum)
+    EXPECT_EQ(one(op, 0x02, 0x01), 1);  // not 0x02 (a byte max) nor 0x03
+    EXPECT_EQ(one(op, 0x00, 0x00), 0);
+  }
+  for (mtxcomm_op_t op : {MTXCOMM_PROD, MTXCOMM_MIN}) {  // AND
+    SCOPED_TRACE(opName(op));
+    EXPECT_EQ(one(op, 0x02, 0xff), 1);  // not 0x02 (a byte min) nor 0xfe (a wrapping product)
+    EXPECT_EQ(one(op, 0x02, 0x80), 1);  // not 0 (a wrapping product: 0x100)
+    EXPECT_EQ(one(op, 0xff, 0x00), 0);
+    EXPECT_EQ(one(op, 0x00, 0x01), 0);
+    EXPECT_EQ(one(op, 0x00, 0x00), 0);
+  }
+}
 
 TEST(ReduceBuffers, IntegerWrap) {
   auto one = [](mtxcomm_datatype_t dt, mtxcomm_op_t op, auto a, auto b) {
@@ -319,6 +381,17 @@ TEST(ReduceBuffers, IntegerWrap) {
   EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_SUM, uint8_t{255}, uint8_t{2}), uint8_t{1});
   EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_PROD, uint8_t{255}, uint8_t{255}), uint8_t{1});
   EXPECT_EQ(one(MTXCOMM_UINT8, MTXCOMM_PROD, uint8_t{16}, uint8_t{17}), uint8_t{16});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_SUM, int16_t{32767}, int16_t{1}), int16_t{-32768});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_SUM, int16_t{-32768}, int16_t{-1}), int16_t{32767});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_PROD, int16_t{-32768}, int16_t{-1}), int16_t{-32768});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_PROD, int16_t{256}, int16_t{256}), int16_t{0});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_PROD, int16_t{300}, int16_t{300}), int16_t{24464});
+  EXPECT_EQ(one(MTXCOMM_INT16, MTXCOMM_MIN, int16_t{-32768}, int16_t{32767}), int16_t{-32768});
+  EXPECT_EQ(one(MTXCOMM_UINT16, MTXCOMM_SUM, uint16_t{65535}, uint16_t{2}), uint16_t{1});
+  // 65535 * 65535 overflows int, to which uint16_t operands would promote.
+  EXPECT_EQ(one(MTXCOMM_UINT16, MTXCOMM_PROD, uint16_t{65535}, uint16_t{65535}), uint16_t{1});
+  EXPECT_EQ(one(MTXCOMM_UINT16, MTXCOMM_PROD, uint16_t{40000}, uint16_t{3}), uint16_t{54464});
+  EXPECT_EQ(one(MTXCOMM_UINT16, MTXCOMM_MAX, uint16_t{65535}, uint16_t{0}), uint16_t{65535});
   EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_SUM, INT32_MAX, int32_t{1}), INT32_MIN);
   EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_PROD, INT32_MIN, int32_t{-1}), INT32_MIN);
   EXPECT_EQ(one(MTXCOMM_INT32, MTXCOMM_PROD, int32_t{65536}, int32_t{65536}), 0);
@@ -421,6 +494,7 @@ TEST(ReduceBuffers, CountZeroAcceptsNull) {
       EXPECT_NO_THROW(
           reduceBuffers(static_cast<mtxcomm_datatype_t>(dt), op, nullptr, nullptr, nullptr, 0));
     }
+    if (dt == MTXCOMM_BOOL) continue;  // no AVG on bool, whatever the count (below)
     EXPECT_NO_THROW(divideBuffer(static_cast<mtxcomm_datatype_t>(dt), nullptr, 0, 3));
   }
   float x = 5.0f;
@@ -463,13 +537,40 @@ TEST(ReduceBuffers, InvalidArguments) {
   expectInvalidArgument([&] { reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_AVG, x, x, x, 2); }, "avg");
   expectInvalidArgument(
       [&] { reduceBuffers(MTXCOMM_NUM_DATATYPES, MTXCOMM_SUM, nullptr, nullptr, nullptr, 0); },
-      "10");
+      std::to_string(MTXCOMM_NUM_DATATYPES));
   expectInvalidArgument([&] { divideBuffer(static_cast<mtxcomm_datatype_t>(99), x, 2, 2); }, "99");
   expectInvalidArgument([&] { divideBuffer(MTXCOMM_FLOAT32, x, 2, 0); }, "0");
   uint16_t h = 0;
   expectInvalidArgument([&] { widenToFloat(MTXCOMM_FLOAT32, &h, x, 1); }, "float32");
   expectInvalidArgument([&] { narrowFromFloat(MTXCOMM_INT8, x, &h, 1); }, "int8");
+  expectInvalidArgument([&] { narrowFromFloat(MTXCOMM_INT16, x, &h, 1); }, "int16");
   EXPECT_EQ(x[0], 1.0f);
+}
+
+// AVG is not defined on bool: the reduction kernel refuses the op as for every type, and the
+// division refuses the type (also with count 0), leaving the buffer as it was.
+TEST(ReduceBuffers, BoolAvgIsRefused) {
+  uint8_t b[3] = {0x02, 0, 1};
+  expectInvalidArgument([&] { reduceBuffers(MTXCOMM_BOOL, MTXCOMM_AVG, b, b, b, 3); }, "avg");
+  expectInvalidArgument([&] { divideBuffer(MTXCOMM_BOOL, b, 3, 2); }, "bool");
+  expectInvalidArgument([&] { divideBuffer(MTXCOMM_BOOL, b, 3, 2); }, "avg");
+  expectInvalidArgument([&] { divideBuffer(MTXCOMM_BOOL, nullptr, 0, 2); }, "bool");
+  EXPECT_EQ(b[0], 0x02);
+  EXPECT_EQ(b[1], 0);
+  EXPECT_EQ(b[2], 1);
+  EXPECT_EQ(opDeclinesDatatype(MTXCOMM_AVG, MTXCOMM_BOOL) != nullptr, true);
+  EXPECT_NE(std::string(opDeclinesDatatype(MTXCOMM_AVG, MTXCOMM_BOOL)).find("avg"),
+            std::string::npos);
+  EXPECT_NE(std::string(opDeclinesDatatype(MTXCOMM_AVG, MTXCOMM_BOOL)).find("bool"),
+            std::string::npos);
+  for (int d = 0; d < MTXCOMM_NUM_DATATYPES; ++d) {
+    const auto dt = static_cast<mtxcomm_datatype_t>(d);
+    for (int o = 0; o < MTXCOMM_NUM_OPS; ++o) {
+      const auto op = static_cast<mtxcomm_op_t>(o);
+      EXPECT_EQ(opDeclinesDatatype(op, dt) != nullptr, dt == MTXCOMM_BOOL && op == MTXCOMM_AVG)
+          << datatypeName(dt) << " " << opName(op);
+    }
+  }
 }
 
 // ---- divideBuffer --------------------------------------------------------------------------
@@ -494,6 +595,7 @@ void checkDivideTruncates(mtxcomm_datatype_t dt) {
 }
 TEST(DivideBuffer, SignedTruncatesTowardZero) {
   checkDivideTruncates<int8_t>(MTXCOMM_INT8);
+  checkDivideTruncates<int16_t>(MTXCOMM_INT16);
   checkDivideTruncates<int32_t>(MTXCOMM_INT32);
   checkDivideTruncates<int64_t>(MTXCOMM_INT64);
 }
@@ -517,6 +619,8 @@ void checkDivideAgainstScalar(mtxcomm_datatype_t dt) {
 TEST(DivideBuffer, IntegersMatchTruncatingDivision) {
   checkDivideAgainstScalar<int8_t>(MTXCOMM_INT8);
   checkDivideAgainstScalar<uint8_t>(MTXCOMM_UINT8);
+  checkDivideAgainstScalar<int16_t>(MTXCOMM_INT16);
+  checkDivideAgainstScalar<uint16_t>(MTXCOMM_UINT16);
   checkDivideAgainstScalar<int32_t>(MTXCOMM_INT32);
   checkDivideAgainstScalar<uint32_t>(MTXCOMM_UINT32);
   checkDivideAgainstScalar<int64_t>(MTXCOMM_INT64);
@@ -538,6 +642,30 @@ TEST(DivideBuffer, ExhaustiveInt8AndUint8SmallDivisors) {
       ASSERT_EQ(u[i], i / d) << d;
     }
   }
+}
+
+// Every int16 and uint16 value (the division goes through float32: exact for |x| < 2^24).
+TEST(DivideBuffer, ExhaustiveInt16AndUint16) {
+  for (int d : {1, 2, 3, 5, 7, 8, 13, 255, 256, 257, 1000, 32767, 32768, 65535, 65536, 1000003}) {
+    std::vector<int16_t> s(65536);
+    std::vector<uint16_t> u(65536);
+    for (int i = 0; i < 65536; ++i) {
+      s[i] = static_cast<int16_t>(i - 32768);
+      u[i] = static_cast<uint16_t>(i);
+    }
+    divideBuffer(MTXCOMM_INT16, s.data(), s.size(), d);
+    divideBuffer(MTXCOMM_UINT16, u.data(), u.size(), d);
+    for (int i = 0; i < 65536; ++i) {
+      ASSERT_EQ(s[i], (i - 32768) / d) << "int16 " << i - 32768 << " / " << d;
+      ASSERT_EQ(u[i], i / d) << "uint16 " << i << " / " << d;
+    }
+  }
+  // Truncation toward zero, not floor: -7 / 2 is -3, -32768 / 3 is -10922.
+  int16_t x[3] = {-7, -32768, 32767};
+  divideBuffer(MTXCOMM_INT16, x, 3, 3);
+  EXPECT_EQ(x[0], -2);
+  EXPECT_EQ(x[1], -10922);
+  EXPECT_EQ(x[2], 10922);
 }
 
 TEST(DivideBuffer, Uint64LargeValues) {
@@ -744,17 +872,27 @@ TEST(Bfloat16, RoundingCases) {
 // ---- Datatype and op tables ----------------------------------------------------------------
 
 TEST(Dtype, Tables) {
-  const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-  const char* names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                         "uint64", "float16", "bfloat16", "float32", "float64"};
+  // The numbers are the ABI: appended, never renumbered.
+  static_assert(MTXCOMM_FLOAT64 == 9 && MTXCOMM_INT16 == 10 && MTXCOMM_UINT16 == 11 &&
+                    MTXCOMM_BOOL == 12 && MTXCOMM_NUM_DATATYPES == 13,
+                "datatype numbers");
+  const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 2, 2, 1};
+  const char* names[] = {"int8",     "uint8",   "int32",   "uint32", "int64",  "uint64", "float16",
+                         "bfloat16", "float32", "float64", "int16",  "uint16", "bool"};
+  static_assert(sizeof(names) / sizeof(names[0]) == MTXCOMM_NUM_DATATYPES, "every datatype");
   for (int i = 0; i < MTXCOMM_NUM_DATATYPES; ++i) {
     const auto dt = static_cast<mtxcomm_datatype_t>(i);
     EXPECT_TRUE(isValidDatatype(dt));
     EXPECT_EQ(datatypeSize(dt), sizes[i]);
+    EXPECT_EQ(mtxcomm_datatype_size(dt), sizes[i]);
     EXPECT_STREQ(datatypeName(dt), names[i]);
     EXPECT_EQ(parseDatatype(datatypeName(dt)), dt);
-    EXPECT_EQ(isFloatingType(dt), i >= MTXCOMM_FLOAT16);
+    EXPECT_EQ(isFloatingType(dt), i >= MTXCOMM_FLOAT16 && i <= MTXCOMM_FLOAT64);
     EXPECT_EQ(isHalfType(dt), dt == MTXCOMM_FLOAT16 || dt == MTXCOMM_BFLOAT16);
+    EXPECT_EQ(isBoolType(dt), dt == MTXCOMM_BOOL);
+    // dispatchDatatype's storage type has the element's size.
+    EXPECT_EQ(dispatchDatatype(dt, [](auto tag) { return sizeof(typename decltype(tag)::type); }),
+              sizes[i]);
   }
   for (int bad : {-1, static_cast<int>(MTXCOMM_NUM_DATATYPES), 1000}) {
     const auto dt = static_cast<mtxcomm_datatype_t>(bad);
@@ -785,6 +923,29 @@ TEST(Dtype, Tables) {
   EXPECT_STREQ(opName(MTXCOMM_NUM_OPS), "invalid");
   EXPECT_EQ(parseOp("invalid"), std::nullopt);
   EXPECT_EQ(parseOp("SUM"), std::nullopt);
+}
+
+// storeElement writes bool as its byte (non-canonical trues for test data); loadElement reads
+// any nonzero byte as 1. int16/uint16 wrap like the other integers.
+TEST(Dtype, StoreAndLoadElementNewTypes) {
+  uint8_t b[3] = {0, 0, 0};
+  storeElement(MTXCOMM_BOOL, b, 0, 2);
+  storeElement(MTXCOMM_BOOL, b, 1, 255);
+  storeElement(MTXCOMM_BOOL, b, 2, 0);
+  EXPECT_EQ(b[0], 0x02);
+  EXPECT_EQ(b[1], 0xff);
+  EXPECT_EQ(b[2], 0);
+  EXPECT_EQ(loadElement(MTXCOMM_BOOL, b, 0), 1.0);
+  EXPECT_EQ(loadElement(MTXCOMM_BOOL, b, 1), 1.0);
+  EXPECT_EQ(loadElement(MTXCOMM_BOOL, b, 2), 0.0);
+  int16_t s = 0;
+  storeElement(MTXCOMM_INT16, &s, 0, 32768);  // wraps
+  EXPECT_EQ(s, -32768);
+  EXPECT_EQ(loadElement(MTXCOMM_INT16, &s, 0), -32768.0);
+  uint16_t u = 0;
+  storeElement(MTXCOMM_UINT16, &u, 0, -1);
+  EXPECT_EQ(u, 65535);
+  EXPECT_EQ(loadElement(MTXCOMM_UINT16, &u, 0), 65535.0);
 }
 
 }  // namespace

@@ -31,8 +31,12 @@ size_t TensorMeta::elements() const {
 namespace {
 
 const char* dtypeName(mtxcomm_datatype_t t) {
-  static const char* kNames[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                 "uint64", "float16", "bfloat16", "float32", "float64"};
+  // Indexed by mtxcomm_datatype_t (the bindings see the public API only, not lib/base/dtype.h).
+  static constexpr const char* kNames[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                           "uint64", "float16", "bfloat16", "float32", "float64",
+                                           "int16",  "uint16",  "bool"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == MTXCOMM_NUM_DATATYPES,
+                "a name for every datatype");
   return t >= 0 && t < MTXCOMM_NUM_DATATYPES ? kNames[t] : "?";
 }
 

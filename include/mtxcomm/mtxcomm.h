@@ -10,10 +10,15 @@
  * - Same answer everywhere: every rank receives a bitwise-identical result. For a fixed
  *   algorithm, communicator size and count, the result is the same run after run.
  * - Numbers: float16 and bfloat16 accumulate in float32 and are rounded (to nearest even) once
- *   per element at the end. Integer SUM and PROD wrap (two's complement). AVG is SUM followed by a
- *   division by the communicator size: for floating types in the accumulation type (float32 for
- *   the 16-bit types), for integer types the wrapped sum divided truncating toward zero, keeping
- *   the datatype. NaN propagates through SUM, PROD, MIN and MAX.
+ *   per element at the end. Integer SUM and PROD wrap (two's complement; int16 and uint16 too).
+ *   AVG is SUM followed by a division by the communicator size: for floating types in the
+ *   accumulation type (float32 for the 16-bit types), for integer types the wrapped sum divided
+ *   truncating toward zero, keeping the datatype. NaN propagates through SUM, PROD, MIN and MAX.
+ * - bool (MTXCOMM_BOOL): one byte per element; 0 is false, any other byte is true. Reductions are
+ *   logical and write 0 or 1: SUM and MAX are logical OR, PROD and MIN are logical AND. AVG on
+ *   bool is MTXCOMM_INVALID_ARGUMENT (naming the op and the datatype), on every collective that
+ *   takes an op. Collectives that only move data (broadcast, allgather, alltoall, alltoallv)
+ *   copy the bytes as they are.
  * - Counts and offsets are size_t end to end: more than 2^31 elements and more than 2 GiB work.
  *   A count is a number of elements, never bytes.
  * - Buffers (as in NCCL): in place is sendbuf == recvbuf; for allgather, in place is
@@ -41,7 +46,8 @@
  *   one process per rank, GPUs shared or not), host_staging (pinned host buffers, any
  *   communicator); MTXCOMM_CUDA_PATH forces one (ucx_cuda is not built yet).
  * - Numbers are those above on every path (the nccl path is not used where NCCL's differ:
- *   16-bit sums on more than 2 ranks, floating MIN/MAX).
+ *   16-bit float sums on more than 2 ranks, floating MIN/MAX; nor for int16, uint16 and bool
+ *   reductions, which NCCL has no type for).
  * - Errors: a failed CUDA or NCCL call is MTXCOMM_CUDA_ERROR naming the call and CUDA's
  *   message (the communicator is then poisoned, as for a failed peer). Mixed host/device
  *   buffers, buffers on another device, or a stream with host buffers are
@@ -52,8 +58,8 @@
  * Errors
  * ------
  * Every call returns an mtxcomm_result_t. Invalid arguments (NULL buffer with count > 0, bad
- * datatype, op or root, count * element size overflowing size_t, partial overlap, a stream
- * that does not fit the buffers) are rejected on the calling rank before any byte moves:
+ * datatype, op or root, AVG on bool, count * element size overflowing size_t, partial overlap, a
+ * stream that does not fit the buffers) are rejected on the calling rank before any byte moves:
  * MTXCOMM_INVALID_ARGUMENT (MTXCOMM_UNSUPPORTED for a stream this build or machine cannot use).
  * When every rank rejects the same call the communicator stays usable. Every call, rejected or not,
  * advances the communicator's call sequence, so if only some ranks reject a call, the others' call
@@ -128,9 +134,16 @@ typedef enum {
   MTXCOMM_BFLOAT16 = 7, /* bfloat16: the upper 16 bits of a binary32 */
   MTXCOMM_FLOAT32 = 8,
   MTXCOMM_FLOAT64 = 9,
-  MTXCOMM_NUM_DATATYPES = 10
+  MTXCOMM_INT16 = 10,
+  MTXCOMM_UINT16 = 11,
+  MTXCOMM_BOOL = 12, /* one byte: 0 false, any other byte true; reductions are logical (above) */
+  MTXCOMM_NUM_DATATYPES = 13
 } mtxcomm_datatype_t;
 
+/* The values above are part of the ABI: a new datatype is appended, never renumbered. */
+
+/* Reduction ops. Every op applies to every datatype except AVG on MTXCOMM_BOOL (refused with
+ * MTXCOMM_INVALID_ARGUMENT); on bool, SUM and MAX are logical OR, PROD and MIN logical AND. */
 typedef enum {
   MTXCOMM_SUM = 0,
   MTXCOMM_PROD = 1,

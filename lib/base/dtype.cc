@@ -24,7 +24,12 @@ constexpr std::array<DatatypeInfo, MTXCOMM_NUM_DATATYPES> kDatatypes = {{
     {"bfloat16", 2, true},
     {"float32", 4, true},
     {"float64", 8, true},
+    {"int16", 2, false},
+    {"uint16", 2, false},
+    {"bool", 1, false},
 }};
+static_assert(kDatatypes[MTXCOMM_NUM_DATATYPES - 1].name != nullptr,
+              "kDatatypes has a row for every mtxcomm_datatype_t");
 
 // Indexed by mtxcomm_op_t.
 constexpr std::array<const char*, MTXCOMM_NUM_OPS> kOpNames = {"sum", "prod", "min", "max", "avg"};
@@ -81,6 +86,14 @@ std::optional<mtxcomm_op_t> parseOp(std::string_view name) {
 
 bool isFloatingType(mtxcomm_datatype_t dt) {
   return isValidDatatype(dt) && kDatatypes[dt].floating;
+}
+
+const char* opDeclinesDatatype(mtxcomm_op_t op, mtxcomm_datatype_t dt) {
+  if (op == MTXCOMM_AVG && isBoolType(dt)) {
+    return "op avg is not defined for datatype bool (bool reductions are logical: sum and max "
+           "are OR, prod and min are AND)";
+  }
+  return nullptr;
 }
 
 }  // namespace mtxcomm

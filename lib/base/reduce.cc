@@ -13,9 +13,11 @@
 //   declines the pmuludq emulation); they run scalar there and vectorise in the AVX2 clone.
 //   The dst == a == b loops (x op x) vectorise except int64 SUM/PROD in the SSE2 clone.
 // - widenToFloat / narrowFromFloat: both 16-bit formats, both directions.
-// - divideBuffer: float32/float64/float16/bfloat16, and int8/uint8/int32 (exact division
-//   through float/double, see divideBuffer). uint32/int64/uint64 use scalar integer division:
-//   SIMD has no integer divide and the double trick is not exact for 64-bit values.
+// - divideBuffer: float32/float64/float16/bfloat16, and int8/uint8/int16/uint16/int32 (exact
+//   division through float/double, see divideBuffer). uint32/int64/uint64 use scalar integer
+//   division: SIMD has no integer divide and the double trick is not exact for 64-bit values.
+// - bool: reduced as bytes normalised to 0/1 (Logical below) with SUM/MAX as MAX (= OR) and
+//   PROD/MIN as MIN (= AND), so it shares the vectorised uint8 MIN/MAX loops' shape.
 //
 // Aliasing: dst may equal a or b exactly. Each operation has separate loops for dst == a,
 // dst == b and distinct buffers, so __restrict is only ever put on pointers that do not alias.
@@ -129,6 +131,15 @@ struct Bfloat16 {
   static uint16_t store(float x) { return floatToBfloat16Inline(x); }
 };
 
+// bool: any nonzero byte is true; computed as 0/1, so MAX is OR and MIN is AND, and every result
+// written is 0 or 1.
+struct Logical {
+  using Storage = uint8_t;
+  using Compute = uint8_t;
+  static uint8_t load(uint8_t x) { return static_cast<uint8_t>(x != 0); }
+  static uint8_t store(uint8_t x) { return x; }
+};
+
 // The codec of each storage type of dispatchDatatype (lib/base/dtype.h).
 template <class T>
 struct CodecOfT {
@@ -142,19 +153,29 @@ template <>
 struct CodecOfT<Bfloat16Bits> {
   using type = Bfloat16;
 };
+template <>
+struct CodecOfT<BoolByte> {
+  using type = Logical;
+};
 template <class T>
 using CodecOf = typename CodecOfT<T>::type;
 
 // ---- Operations ---------------------------------------------------------------------------
 
 // Integer SUM/PROD compute in the unsigned type (wraps, no signed-overflow UB); the conversion
-// back to a signed type is modular (defined in C++20, and by GCC/Clang before).
+// back to a signed type is modular (defined in C++20, and by GCC/Clang before). Types narrower
+// than unsigned int compute in unsigned int: they would otherwise promote to (signed) int.
+template <class T>
+using WrapType =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
 struct SumOp {
   template <class T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+      using W = WrapType<T>;
+      return static_cast<T>(
+          static_cast<std::make_unsigned_t<T>>(static_cast<W>(a) + static_cast<W>(b)));
     } else {
       return a + b;
     }
@@ -165,9 +186,10 @@ struct ProdOp {
   template <class T>
   static T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      // For 8-bit types the operands promote to int; 255 * 255 fits, so no overflow there either.
-      return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+      // 16-bit operands must not promote to int: 65535 * 65535 overflows it.
+      using W = WrapType<T>;
+      return static_cast<T>(
+          static_cast<std::make_unsigned_t<T>>(static_cast<W>(a) * static_cast<W>(b)));
     } else {
       return a * b;
     }
@@ -267,17 +289,26 @@ void reduceTyped(void* dstv, const void* av, const void* bv, size_t count) {
 
 template <class Codec>
 void reduceOp(mtxcomm_op_t op, void* dst, const void* a, const void* b, size_t count) {
-  switch (op) {
-    case MTXCOMM_SUM:
-      return reduceTyped<Codec, SumOp>(dst, a, b, count);
-    case MTXCOMM_PROD:
-      return reduceTyped<Codec, ProdOp>(dst, a, b, count);
-    case MTXCOMM_MIN:
-      return reduceTyped<Codec, MinOp>(dst, a, b, count);
-    case MTXCOMM_MAX:
-      return reduceTyped<Codec, MaxOp>(dst, a, b, count);
-    default:
-      break;  // validated by the caller
+  if constexpr (std::is_same_v<Codec, Logical>) {
+    // On 0/1 values MAX is OR and MIN is AND: SUM/MAX = OR, PROD/MIN = AND.
+    if (op == MTXCOMM_SUM || op == MTXCOMM_MAX) {
+      reduceTyped<Codec, MaxOp>(dst, a, b, count);
+    } else {
+      reduceTyped<Codec, MinOp>(dst, a, b, count);
+    }
+  } else {
+    switch (op) {
+      case MTXCOMM_SUM:
+        return reduceTyped<Codec, SumOp>(dst, a, b, count);
+      case MTXCOMM_PROD:
+        return reduceTyped<Codec, ProdOp>(dst, a, b, count);
+      case MTXCOMM_MIN:
+        return reduceTyped<Codec, MinOp>(dst, a, b, count);
+      case MTXCOMM_MAX:
+        return reduceTyped<Codec, MaxOp>(dst, a, b, count);
+      default:
+        break;  // validated by the caller
+    }
   }
 }
 
@@ -350,6 +381,9 @@ void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void
 
 void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor) {
   if (!isValidDatatype(dt)) failDatatype("divideBuffer", dt);
+  if (const char* why = opDeclinesDatatype(MTXCOMM_AVG, dt)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "divideBuffer: ", why);
+  }
   if (divisor <= 0) {
     fail(MTXCOMM_INVALID_ARGUMENT, "divideBuffer: divisor ", divisor, " is not positive");
   }
@@ -359,10 +393,12 @@ void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor) {
     T* p = static_cast<T*>(x);
     if constexpr (std::is_same_v<T, Float16Bits> || std::is_same_v<T, Bfloat16Bits>) {
       divideHalf<CodecOf<T>>(static_cast<uint16_t*>(x), count, static_cast<float>(divisor));
+    } else if constexpr (std::is_same_v<T, BoolByte>) {
+      // refused above
     } else if constexpr (std::is_floating_point_v<T>) {
       divideFloat(p, count, static_cast<T>(divisor));
-    } else if constexpr (sizeof(T) == 1) {
-      divideViaFloat(p, count, static_cast<float>(divisor));
+    } else if constexpr (sizeof(T) <= 2) {
+      divideViaFloat(p, count, static_cast<float>(divisor));  // |x| < 2^16: exact in float
     } else if constexpr (std::is_same_v<T, int32_t>) {
       divideViaFloat(p, count, static_cast<double>(divisor));
     } else {
@@ -401,6 +437,8 @@ void storeElement(mtxcomm_datatype_t dt, void* buf, size_t i, double v) {
       static_cast<uint16_t*>(buf)[i] = floatToHalfInline(static_cast<float>(v));
     } else if constexpr (std::is_same_v<T, Bfloat16Bits>) {
       static_cast<uint16_t*>(buf)[i] = floatToBfloat16Inline(static_cast<float>(v));
+    } else if constexpr (std::is_same_v<T, BoolByte>) {
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
     } else if constexpr (std::is_floating_point_v<T>) {
       static_cast<T*>(buf)[i] = static_cast<T>(v);
     } else {
@@ -416,6 +454,8 @@ double loadElement(mtxcomm_datatype_t dt, const void* buf, size_t i) {
       return halfToFloatInline(static_cast<const uint16_t*>(buf)[i]);
     } else if constexpr (std::is_same_v<T, Bfloat16Bits>) {
       return bfloat16ToFloatInline(static_cast<const uint16_t*>(buf)[i]);
+    } else if constexpr (std::is_same_v<T, BoolByte>) {
+      return static_cast<const uint8_t*>(buf)[i] != 0 ? 1.0 : 0.0;
     } else {
       return static_cast<double>(static_cast<const T*>(buf)[i]);
     }

@@ -2,6 +2,8 @@
 //
 // Numbers (the library's contract, ../include/mtxcomm/mtxcomm.h):
 // - integer SUM and PROD wrap (two's complement, computed in the unsigned type);
+// - bool (one byte, nonzero is true) is logical: SUM and MAX are OR, PROD and MIN are AND, and
+//   every byte written is 0 or 1; AVG (divideBuffer) is refused;
 // - MIN and MAX propagate NaN (if either operand is NaN the result is that NaN, the first
 //   operand's NaN when both are); otherwise the usual comparison;
 // - float16 and bfloat16 operands are converted to float32, combined, and rounded to nearest
@@ -25,7 +27,8 @@ void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void
                    size_t count);
 
 // x[i] = x[i] / divisor. Integers truncate toward zero and keep the type; floating types divide
-// in their own type (float16/bfloat16 in float32, rounded once). divisor > 0.
+// in their own type (float16/bfloat16 in float32, rounded once). divisor > 0. Throws
+// MTXCOMM_INVALID_ARGUMENT for bool (AVG is not defined on it).
 void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor);
 
 // IEEE binary16 <-> binary32, round to nearest even; NaN stays NaN, overflow gives Inf.
@@ -41,10 +44,11 @@ void widenToFloat(mtxcomm_datatype_t dt, const uint16_t* in, float* out, size_t 
 void narrowFromFloat(mtxcomm_datatype_t dt, const float* in, uint16_t* out, size_t count);
 
 // Element i of buf (datatype dt) set to v: integers through int64_t (truncated toward zero,
-// then wrapped to the type), floating types rounded to nearest (16-bit ones from float32).
+// then wrapped to the type), floating types rounded to nearest (16-bit ones from float32); bool
+// stores the byte as uint8 would (so 2 stores the non-canonical true 0x02).
 // For test data, benchmarks and bindings; not a kernel.
 void storeElement(mtxcomm_datatype_t dt, void* buf, size_t i, double v);
-// Element i of buf as a double (16-bit floats through float32).
+// Element i of buf as a double (16-bit floats through float32; bool as 0 or 1).
 double loadElement(mtxcomm_datatype_t dt, const void* buf, size_t i);
 
 }  // namespace mtxcomm

@@ -90,6 +90,9 @@ void checkArgs(const CollArgs& a, int rank, int n) {
   if (collectiveReduces(a.coll) && !isValidOp(a.op)) {
     fail(MTXCOMM_INVALID_ARGUMENT, "invalid op ", static_cast<int>(a.op));
   }
+  if (collectiveReduces(a.coll)) {
+    if (const char* why = opDeclinesDatatype(a.op, a.dtype)) fail(MTXCOMM_INVALID_ARGUMENT, why);
+  }
   if (collectiveRooted(a.coll) && (a.root < 0 || a.root >= n)) {
     fail(MTXCOMM_INVALID_ARGUMENT, "root ", a.root, " is out of range [0, ", n, ")");
   }

@@ -13,9 +13,10 @@
 
 namespace mtxcomm {
 
-// Throws MTXCOMM_INVALID_ARGUMENT naming the argument: datatype, op, root, a count whose bytes
-// overflow size_t, a NULL buffer with a count, partially overlapping buffers; alltoall and
-// alltoallv: any overlap, NULL count or displacement arrays, sendcounts[rank] != recvcounts[rank].
+// Throws MTXCOMM_INVALID_ARGUMENT naming the argument: datatype, op (also an op the datatype
+// does not take: AVG on bool), root, a count whose bytes overflow size_t, a NULL buffer with a
+// count, partially overlapping buffers; alltoall and alltoallv: any overlap, NULL count or
+// displacement arrays, sendcounts[rank] != recvcounts[rank].
 void checkArgs(const CollArgs& args, int rank, int nranks);
 
 // Elements this rank's recvbuf holds for the call (what AVG divides and narrowing writes).

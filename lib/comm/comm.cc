@@ -14,6 +14,7 @@
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/reduce.h"
 #include "lib/base/topology.h"
 #include "lib/comm/call_args.h"
 #include "lib/comm/select.h"
@@ -95,6 +96,11 @@ void Comm::run(const CollArgs& user) {
       }
     } else if (user.count > 0 && user.recvbuf && user.sendbuf) {
       std::memmove(user.recvbuf, user.sendbuf, user.count * es);
+      // A one-rank bool reduction still writes 0/1 (x OR x), as a reduction over ranks does.
+      if (collectiveReduces(user.coll) && isBoolType(user.dtype)) {
+        reduceBuffers(MTXCOMM_BOOL, MTXCOMM_MAX, user.recvbuf, user.recvbuf, user.recvbuf,
+                      user.count);
+      }
     }
     return;
   }

@@ -60,13 +60,36 @@ struct AlltoallvLayout {
 };
 
 inline bool isSigned(mtxcomm_datatype_t dt) {
-  return dt == MTXCOMM_INT8 || dt == MTXCOMM_INT32 || dt == MTXCOMM_INT64 || isFloatingType(dt);
+  return dt == MTXCOMM_INT8 || dt == MTXCOMM_INT16 || dt == MTXCOMM_INT32 || dt == MTXCOMM_INT64 ||
+         isFloatingType(dt);
 }
 
-// The input of rank r at element i for op, as an exact small integer.
+// Whether a case of op on dt is a valid call (AVG on bool is refused: tested on its own).
+inline bool opApplies(mtxcomm_datatype_t dt, mtxcomm_op_t op) {
+  return opDeclinesDatatype(op, dt) == nullptr;
+}
+
+// bool: the byte of rank r at element i, the same for every op. Elements with i % 4 == 0 are
+// true on every rank, i % 4 == 1 false on every rank, the others mixed over the ranks; the trues
+// are 1 and the non-canonical 0x02, 0x80 and 0xff.
+inline double boolInput(int r, long ii) {
+  static constexpr int kTrue[4] = {1, 0x02, 0xff, 0x80};
+  const int t = kTrue[(r + ii) % 4];
+  switch (ii % 4) {
+    case 0:
+      return t;
+    case 1:
+      return 0;
+    default:
+      return (r * 3 + ii) % 3 == 0 ? 0 : t;
+  }
+}
+
+// The input of rank r at element i for op, as an exact small integer (bool: a byte).
 inline double inputValue(mtxcomm_datatype_t dt, mtxcomm_op_t op, int r, size_t i) {
   const bool sgn = isSigned(dt);
   const long ii = static_cast<long>(i % 1000);
+  if (isBoolType(dt)) return boolInput(r, ii);
   switch (op) {
     case MTXCOMM_SUM:
     case MTXCOMM_AVG:
@@ -88,10 +111,21 @@ inline void storeValue(mtxcomm_datatype_t dt, void* buf, size_t i, double v) {
 
 // The expected reduction over n ranks at element i, with the library's documented semantics:
 // integers wrap, integer AVG = wrapped sum / n truncated; floating AVG = sum / n in the
-// accumulation type (float32 for the 16-bit types). All float inputs are small integers, so
-// every partial result is exact.
+// accumulation type (float32 for the 16-bit types); bool: any nonzero byte is true, SUM and MAX
+// are OR, PROD and MIN are AND, and the result is 0 or 1 (also on one rank). All float inputs
+// are small integers, so every partial result is exact.
 inline void storeExpected(mtxcomm_datatype_t dt, mtxcomm_op_t op, int n, size_t i, void* out) {
   const size_t es = datatypeSize(dt);
+  if (isBoolType(dt)) {
+    const bool all = op == MTXCOMM_PROD || op == MTXCOMM_MIN;  // AND; else OR
+    bool acc = all;
+    for (int r = 0; r < n; ++r) {
+      const bool v = inputValue(dt, op, r, i) != 0;
+      acc = all ? (acc && v) : (acc || v);
+    }
+    static_cast<uint8_t*>(out)[i] = acc ? 1 : 0;
+    return;
+  }
   if (!isFloatingType(dt)) {
     // Two's complement arithmetic modulo 2^(8*es), in uint64.
     uint64_t acc = static_cast<uint64_t>(static_cast<int64_t>(inputValue(dt, op, 0, i)));

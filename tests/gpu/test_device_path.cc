@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gpu/device.h"
@@ -78,6 +79,31 @@ TEST(DevicePath, NcclKeepsAwayFromCallsWhoseNumbersDiffer) {
   EXPECT_EQ(
       selectDevicePath(call(Collective::kAllreduce, MTXCOMM_FLOAT16), four, "auto", 0).devicePath,
       DevicePath::kCudaIpc);
+}
+
+// NCCL has no int16, uint16 or bool type: their reductions go to cuda_ipc (mtxcomm's kernels),
+// their broadcast and allgather stay on NCCL (moved as bytes).
+TEST(DevicePath, NcclDeclinesReductionsOfTypesItLacks) {
+  const DeviceTopology two = topo(2, true, true, true, true);
+  for (mtxcomm_datatype_t dt : {MTXCOMM_INT16, MTXCOMM_UINT16, MTXCOMM_BOOL}) {
+    EXPECT_FALSE(ncclReducesDatatype(dt));
+    for (Collective c : {Collective::kAllreduce, Collective::kReduce, Collective::kReduceScatter}) {
+      for (mtxcomm_op_t op : {MTXCOMM_SUM, MTXCOMM_MAX, MTXCOMM_MIN, MTXCOMM_PROD}) {
+        const char* why = devicePathDeclines(DevicePath::kNccl, call(c, dt, op), two);
+        ASSERT_NE(why, nullptr) << collectiveName(c) << " " << op;
+        EXPECT_NE(std::string(why).find("NCCL has no int16, uint16 or bool"), std::string::npos)
+            << why;
+        EXPECT_EQ(selectDevicePath(call(c, dt, op), two, "auto", 0).devicePath,
+                  DevicePath::kCudaIpc);
+      }
+    }
+    for (Collective c : {Collective::kBroadcast, Collective::kAllgather}) {
+      EXPECT_EQ(devicePathDeclines(DevicePath::kNccl, call(c, dt), two), nullptr);
+    }
+  }
+  for (mtxcomm_datatype_t dt : {MTXCOMM_INT8, MTXCOMM_UINT8, MTXCOMM_INT32, MTXCOMM_FLOAT64}) {
+    EXPECT_TRUE(ncclReducesDatatype(dt));
+  }
 }
 
 TEST(DevicePath, ForcedPathThatCannotApplyIsUnsupportedNamingIt) {
