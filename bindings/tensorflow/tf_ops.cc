@@ -41,16 +41,19 @@ namespace tf = ::tensorflow;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
-#define MTXCOMM_TF_TYPES \
-  "{int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double}"
+#define MTXCOMM_TF_TYPES                                                                       \
+  "{int8, uint8, int16, uint16, int32, uint32, int64, uint64, half, bfloat16, float, double, " \
+  "bool}"
 
 bool toMtxcomm(tf::DataType t, mtxcomm_datatype_t* out) {
   static const std::pair<tf::DataType, mtxcomm_datatype_t> kTypes[] = {
-      {tf::DT_INT8, MTXCOMM_INT8},     {tf::DT_UINT8, MTXCOMM_UINT8},
-      {tf::DT_INT32, MTXCOMM_INT32},   {tf::DT_UINT32, MTXCOMM_UINT32},
-      {tf::DT_INT64, MTXCOMM_INT64},   {tf::DT_UINT64, MTXCOMM_UINT64},
-      {tf::DT_HALF, MTXCOMM_FLOAT16},  {tf::DT_BFLOAT16, MTXCOMM_BFLOAT16},
-      {tf::DT_FLOAT, MTXCOMM_FLOAT32}, {tf::DT_DOUBLE, MTXCOMM_FLOAT64}};
+      {tf::DT_INT8, MTXCOMM_INT8},         {tf::DT_UINT8, MTXCOMM_UINT8},
+      {tf::DT_INT16, MTXCOMM_INT16},       {tf::DT_UINT16, MTXCOMM_UINT16},
+      {tf::DT_BOOL, MTXCOMM_BOOL},         {tf::DT_INT32, MTXCOMM_INT32},
+      {tf::DT_UINT32, MTXCOMM_UINT32},     {tf::DT_INT64, MTXCOMM_INT64},
+      {tf::DT_UINT64, MTXCOMM_UINT64},     {tf::DT_HALF, MTXCOMM_FLOAT16},
+      {tf::DT_BFLOAT16, MTXCOMM_BFLOAT16}, {tf::DT_FLOAT, MTXCOMM_FLOAT32},
+      {tf::DT_DOUBLE, MTXCOMM_FLOAT64}};
   for (const auto& [tfType, type] : kTypes) {
     if (tfType == t) {
       *out = type;

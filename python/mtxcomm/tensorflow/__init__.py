@@ -9,10 +9,13 @@ the README). Collectives are issued by TensorFlow ops that run asynchronously on
 engine which makes every rank run them in the same order (negotiation by tensor name, then
 tensor fusion); see ``bindings/common/engine.h``.
 
-Dtypes: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 (float16
-and bfloat16 are reduced in float32 and rounded once). Errors raise ``tf.errors.OpError``
-subclasses: ``InvalidArgumentError`` when ranks disagree on a tensor's dtype or shape (the
-message names the tensor and the ranks), ``AbortedError`` when a peer died or shut down,
+Dtypes: int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, float32,
+float64, bool (float16 and bfloat16 are reduced in float32 and rounded once; bool reductions are
+logical: Sum and Max are OR, Product and Min are AND, Average is an error). Errors raise
+``tf.errors.OpError`` subclasses, as Horovod's: ``FailedPreconditionError`` when ranks disagree
+on a tensor's kind, op, root, dtype or shape (the message names the tensor and the ranks),
+``InvalidArgumentError`` for a request wrong in itself (alltoall splits that do not add up, a
+root out of range), ``AbortedError`` when a peer died or shut down,
 ``DeadlineExceededError`` after ``MTXCOMM_TIMEOUT`` seconds without an answer,
 ``FailedPreconditionError`` before ``init()``.
 """
