@@ -318,7 +318,8 @@ TEST(Adasum, CountZeroAndOneRank) {
 
 TEST(Adasum, IntegersAndOtherCollectivesAreRefusedAndTheCommStaysUsable) {
   runRanks(3, [](mtxcomm_comm_t comm, int rank) {
-    for (mtxcomm_datatype_t dt : {MTXCOMM_INT32, MTXCOMM_UINT8, MTXCOMM_INT64}) {
+    for (mtxcomm_datatype_t dt : {MTXCOMM_INT32, MTXCOMM_UINT8, MTXCOMM_INT64, MTXCOMM_INT16,
+                                  MTXCOMM_UINT16, MTXCOMM_BOOL}) {
       int64_t v[4] = {1, 2, 3, 4}, out[4] = {0};
       EXPECT_EQ(mtxcomm_allreduce(v, out, 4, dt, MTXCOMM_ADASUM, comm, nullptr),
                 MTXCOMM_INVALID_ARGUMENT);

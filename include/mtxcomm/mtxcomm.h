@@ -159,7 +159,7 @@ typedef enum {
 /* MTXCOMM_ADASUM: the adaptive summation of Maleki et al., "Scaling Distributed Training with
  * Adaptive Summation" (MLSys 2021), as Horovod's Adasum op. Only mtxcomm_allreduce takes it, and
  * only for MTXCOMM_FLOAT16, MTXCOMM_BFLOAT16, MTXCOMM_FLOAT32 and MTXCOMM_FLOAT64; any other
- * collective that takes an op (reduce, reduce_scatter) or any integer datatype is
+ * collective that takes an op (reduce, reduce_scatter) or any other datatype (integers, bool) is
  * MTXCOMM_INVALID_ARGUMENT naming the op and the collective or datatype, before any byte moves
  * (the communicator stays usable). Device buffers: MTXCOMM_UNSUPPORTED.
  * - The pair: adasum(a, b) = (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b over whole
