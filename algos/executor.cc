@@ -23,6 +23,8 @@ void runLocal(const Step& step, const Schedule& s) {
   for (const LocalOp& l : step.local) {
     if (l.kind == LocalOp::kReduce) {
       reduceBuffers(s.dtype(), s.op(), l.dst, l.a, l.b, l.count);
+    } else if (l.kind == LocalOp::kAdasum) {
+      adasumBuffers(s.dtype(), l.dst, l.a, l.b, l.count);
     } else {
       std::memcpy(l.dst, l.a, l.count);
     }

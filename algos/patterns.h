@@ -54,6 +54,16 @@ inline int foldOldRank(int newrank, int n) {
   return newrank < r ? 2 * newrank + 1 : newrank + r;
 }
 
+// The fold of n ranks onto q = powerOfTwoFloor(n) by the upper ranks (Adasum's tree): each
+// rank r >= q hands its vector to r - q, the ranks [0, q) run the tree, and r - q hands the
+// result back. upperFoldPeer: the rank's partner in that fold (r - q for r >= q, r + q for
+// r < n - q), or -1 for a rank with none.
+inline int upperFoldPeer(int rank, int n) {
+  const int q = powerOfTwoFloor(n);
+  if (rank >= q) return rank - q;
+  return rank + q < n ? rank + q : -1;
+}
+
 // Binomial tree rooted at vrank 0 (vrank = (rank - root) mod n), as in MPICH's broadcast:
 // the parent of vrank v > 0 is v with its lowest set bit cleared; binomialLowBit(v) is that bit
 // (for v == 0: the smallest power of two >= n). The subtree of v covers vranks

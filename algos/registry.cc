@@ -18,6 +18,11 @@ const char* needsSeveralNodes(const CollArgs&, const CommInfo& info) {
   return info.topo && info.topo->numNodes() > 1 ? nullptr
                                                 : "all ranks are on one node: nothing to compose";
 }
+const char* needsAdasumOp(const CollArgs& args, const CommInfo&) {
+  return args.op == MTXCOMM_ADASUM ? nullptr
+                                   : "computes op adasum only (the other ops have the other "
+                                     "allreduce algorithms)";
+}
 const char* needsShmSubSlots(const CollArgs& args, const CommInfo& info) {
   if (const char* why = needsShm(args, info)) return why;
   return alltoallShmSubSlotBytes(info.shmSlotBytes, info.nranks) > 0
@@ -37,6 +42,9 @@ const std::vector<Algorithm>& algorithms() {
       {Collective::kAllreduce, "rabenseifner",
        "recursive-halving reduce-scatter + recursive-doubling allgather; log rounds, optimal bytes",
        acceptsAll, buildAllreduceRabenseifner, nullptr, nullptr},
+      {Collective::kAllreduce, "adasum",
+       "adaptive summation (op adasum only): recursive-doubling tree, upper ranks folded onto r-q",
+       needsAdasumOp, buildAllreduceAdasum, nullptr, nullptr},
       {Collective::kBroadcast, "binomial", "binomial tree from the root; latency-optimal",
        acceptsAll, buildBroadcastBinomial, nullptr, nullptr},
       {Collective::kBroadcast, "scatter_allgather",
@@ -84,6 +92,16 @@ const std::vector<Algorithm>& algorithms() {
        needsSeveralNodes, nullptr, nullptr, composeBroadcastHierarchical},
   };
   return kAll;
+}
+
+bool isAdasumAlgorithm(const Algorithm& a) { return a.build == buildAllreduceAdasum; }
+
+const char* algorithmDeclines(const Algorithm& a, const CollArgs& args, const CommInfo& info) {
+  if (collectiveReduces(args.coll) && args.op == MTXCOMM_ADASUM && !isAdasumAlgorithm(a)) {
+    return "takes no op adasum (not an elementwise reduction: only the adasum algorithm computes "
+           "it)";
+  }
+  return a.declines(args, info);
 }
 
 const Algorithm* findAlgorithm(Collective c, std::string_view name) {

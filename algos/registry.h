@@ -63,6 +63,13 @@ struct Algorithm {
 
 // Every algorithm, grouped by collective, in a fixed order.
 const std::vector<Algorithm>& algorithms();
+// What selection asks of an algorithm (nullptr: it can take the call): the op rule, then
+// a.declines. The op rule: MTXCOMM_ADASUM is no elementwise reduction, so only the allreduce
+// algorithm "adasum" takes it, and that one takes nothing else; every other reducing algorithm
+// (shm, hierarchical, the schedules) declines ADASUM.
+const char* algorithmDeclines(const Algorithm& a, const CollArgs& args, const CommInfo& info);
+// Whether a is the algorithm of op MTXCOMM_ADASUM (and takes no other op).
+bool isAdasumAlgorithm(const Algorithm& a);
 const Algorithm* findAlgorithm(Collective c, std::string_view name);
 // Names of the algorithms of c, e.g. {"ring", "recursive_doubling", "rabenseifner"}.
 std::vector<const char*> algorithmNames(Collective c);
@@ -71,6 +78,7 @@ std::vector<const char*> algorithmNames(Collective c);
 void buildAllreduceRing(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildAllreduceRecursiveDoubling(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildAllreduceRabenseifner(const CollArgs&, int, int, const AlgoParams&, Schedule&);
+void buildAllreduceAdasum(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildBroadcastBinomial(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildBroadcastScatterAllgather(const CollArgs&, int, int, const AlgoParams&, Schedule&);
 void buildAllgatherRing(const CollArgs&, int, int, const AlgoParams&, Schedule&);

@@ -30,6 +30,11 @@ void Schedule::reduce(void* dst, const void* a, const void* b, size_t count) {
   current().local.push_back(LocalOp{LocalOp::kReduce, dst, a, b, count});
 }
 
+void Schedule::adasum(void* dst, const void* a, const void* b, size_t count) {
+  if (count == 0) return;
+  current().local.push_back(LocalOp{LocalOp::kAdasum, dst, a, b, count});
+}
+
 void Schedule::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   current().local.push_back(LocalOp{LocalOp::kCopy, dst, src, nullptr, bytes});
@@ -65,6 +70,8 @@ std::string Schedule::toString() const {
     for (const LocalOp& l : s.local) {
       if (l.kind == LocalOp::kReduce) {
         os << " reduce " << l.count << " elements;";
+      } else if (l.kind == LocalOp::kAdasum) {
+        os << " adasum " << l.count << " elements;";
       } else {
         os << " copy " << l.count << " B;";
       }

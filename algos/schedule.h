@@ -1,7 +1,7 @@
 // A Schedule is one rank's part of one collective call as an explicit list of steps. A step
 // posts its sends and receives together, waits for all of them, then runs its local operations
-// (reduce, copy) in order. The executor (algos/executor.cc) runs it over any Transport; the same
-// schedule can be printed (toString) when debugging.
+// (reduce, copy, adasum) in order. The executor (algos/executor.cc) runs it over any Transport; the
+// same schedule can be printed (toString) when debugging.
 //
 // Overlap: a step marked overlapPrevious has its sends and receives posted *before* the local
 // operations of the previous step run, so a transfer proceeds while the previous segment is
@@ -27,12 +27,12 @@ struct CommOp {
 };
 
 struct LocalOp {
-  enum Kind { kReduce, kCopy };
+  enum Kind { kReduce, kCopy, kAdasum };
   Kind kind;
   void* dst;
-  const void* a;  // reduce: first operand; copy: source
-  const void* b;  // reduce: second operand
-  size_t count;   // reduce: elements; copy: bytes
+  const void* a;  // reduce, adasum: first operand; copy: source
+  const void* b;  // reduce, adasum: second operand
+  size_t count;   // reduce, adasum: elements; copy: bytes
 };
 
 struct Step {
@@ -58,6 +58,10 @@ class Schedule {
   }
   // dst[i] = a[i] (op) b[i], count elements. Skipped when count is 0.
   void reduce(void* dst, const void* a, const void* b, size_t count);
+  // dst = adasum(a, b) over the whole count elements (adasumBuffers, lib/base/reduce.h: one
+  // vector-wide operation, not elementwise: a and b are complete vectors). Skipped when count
+  // is 0.
+  void adasum(void* dst, const void* a, const void* b, size_t count);
   // Skipped when bytes is 0 or dst == src.
   void copy(void* dst, const void* src, size_t bytes);
   // Closes the current step (an empty step is dropped). The next step overlaps this one's

@@ -15,8 +15,18 @@ namespace {
 constexpr size_t kPeriod = 61;  // prime: rank r's pattern is rank 0's shifted by 7r
 
 // Rank r's input at element i: 1..61 (SUM, MIN, MAX, AVG, and the non-reducing collectives);
-// for PROD 2 at about one element in seven, else 1, so products stay small.
-int64_t inputValue(mtxcomm_op_t op, int rank, size_t i) {
+// for PROD 2 at about one element in seven, else 1, so products stay small. ADASUM: rank r owns
+// the elements whose k = i % 61 has k % nranks == r, holding k + 1 there and 0 elsewhere, so the
+// ranks' vectors (and every partial result of the tree) are orthogonal: each pair's dot product
+// is exactly 0, both coefficients exactly 1, and the adaptive sum is the plain sum, k + 1
+// everywhere (exact in every floating type).
+int64_t inputValue(mtxcomm_op_t op, int rank, int nranks, size_t i) {
+  if (op == MTXCOMM_ADASUM) {
+    const size_t k = i % kPeriod;
+    return k % static_cast<size_t>(nranks) == static_cast<size_t>(rank)
+               ? static_cast<int64_t>(k) + 1
+               : 0;
+  }
   const size_t k = (7 * static_cast<size_t>(rank) + i) % kPeriod;
   if (op == MTXCOMM_PROD) return k % 7 == 0 ? 2 : 1;
   return static_cast<int64_t>(k) + 1;
@@ -82,7 +92,7 @@ struct FloatCodec {
         return std::min(a, b);
       case MTXCOMM_MAX:
         return std::max(a, b);
-      default:
+      default:  // SUM, AVG; ADASUM of the orthogonal inputs above
         return a + b;
     }
   }
@@ -106,10 +116,10 @@ void buildLines(mtxcomm_op_t op, int nranks, size_t elemSize,
   reduced.assign(2 * kPeriod * elemSize, 0);
   const mtxcomm_op_t inputOp = Codec::kLogical ? MTXCOMM_SUM : op;
   for (size_t j = 0; j < 2 * kPeriod; ++j) {
-    auto acc = Codec::make(inputValue(inputOp, 0, j));
+    auto acc = Codec::make(inputValue(inputOp, 0, nranks, j));
     Codec::store(acc, inputs[0].data() + j * elemSize);
     for (int r = 1; r < nranks; ++r) {
-      const auto v = Codec::make(inputValue(inputOp, r, j));
+      const auto v = Codec::make(inputValue(inputOp, r, nranks, j));
       Codec::store(v, inputs[r].data() + j * elemSize);
       acc = Codec::combine(op, acc, v);
     }

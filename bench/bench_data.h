@@ -5,7 +5,8 @@
 // accumulation type and the expected value is computed the way the library's contract says
 // (16-bit floats: float32 then one rounding; integers wrap; AVG = SUM / nranks, integers
 // truncating; bool: bytes with non-canonical trues among them, reduced logically to 0/1). The
-// check is bitwise.
+// check is bitwise. For ADASUM the ranks' inputs are orthogonal (each element non-zero on one
+// rank only), so the adaptive sum equals the plain sum exactly (bench_data.cc).
 #ifndef MTXCOMM_BENCH_BENCH_DATA_H_
 #define MTXCOMM_BENCH_BENCH_DATA_H_
 

@@ -158,9 +158,10 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt) {
                  "force the algorithm (sets MTXCOMM_<COLLECTIVE>_ALGO); the names depend on the "
                  "collective, see below or mtxcomm_info");
   app.add_option("-T,--datatype", opt.dtype, "datatype: " + joined(dtypes) + " (default float32)");
-  CLI::Option* opOpt = app.add_option(
-      "-o,--op", opt.op,
-      "reduction op of allreduce, reduce and reduce_scatter: " + joined(ops) + " (default sum)");
+  CLI::Option* opOpt =
+      app.add_option("-o,--op", opt.op,
+                     "reduction op of allreduce, reduce and reduce_scatter: " + joined(ops) +
+                         " (default sum; adasum: allreduce of floating types only)");
   CLI::Option* rootOpt =
       app.add_option("-r,--root", opt.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--in-place", opt.inPlace, "in place (NCCL buffer conventions)");

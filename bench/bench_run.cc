@@ -200,7 +200,7 @@ MPI_Op mpiOp(mtxcomm_op_t op, mtxcomm_datatype_t dt) {
     case MTXCOMM_MAX:
       return MPI_MAX;
     default:
-      return MPI_OP_NULL;  // avg
+      return MPI_OP_NULL;  // avg, adasum
   }
 }
 

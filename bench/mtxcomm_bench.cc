@@ -77,6 +77,10 @@ void validate(const Options& opt, int worldSize, BenchContext& ctx, RunInfo& inf
 
   ctx.dtype = parseDatatypeOrThrow(opt.dtype);
   ctx.op = reduces ? parseOpOrThrow(opt.op) : MTXCOMM_SUM;
+  if (ctx.op == MTXCOMM_ADASUM && desc.coll != Collective::kAllreduce) {
+    throw UsageError("-o adasum: " + std::string(desc.name) +
+                     " does not take op adasum (only allreduce does)");
+  }
   if (const char* why = reduces ? opDeclinesDatatype(ctx.op, ctx.dtype) : nullptr) {
     throw UsageError("-o " + opt.op + " -T " + opt.dtype + ": " + why);
   }

@@ -140,6 +140,12 @@ class CudaDeviceComm : public DeviceComm {
   }
 
   void run(const CollArgs& a, DevicePath path) override {
+    // Adasum is not elementwise: no device path (chunked or NCCL) computes it. The communicator
+    // refuses it before here (lib/comm/comm.cc); this guard keeps every path from seeing it.
+    if (collectiveReduces(a.coll) && a.op == MTXCOMM_ADASUM) {
+      fail(MTXCOMM_UNSUPPORTED, "device path ", devicePathName(path),
+           ": op adasum is not supported on device buffers (host buffers only)");
+    }
     DeviceGuard guard(device_);
     try {
       runner(path).run(a, static_cast<cudaStream_t>(a.stream));

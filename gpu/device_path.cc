@@ -46,6 +46,9 @@ bool ncclReducesDatatype(mtxcomm_datatype_t dt) {
 
 const char* devicePathDeclines(DevicePath path, const CollArgs& args, const DeviceTopology& t) {
   if (args.coll == Collective::kAlltoall) return "alltoall runs on host buffers only";
+  if (collectiveReduces(args.coll) && args.op == MTXCOMM_ADASUM) {
+    return "op adasum runs on host buffers only";
+  }
   switch (path) {
     case DevicePath::kNccl:
       if (!t.ncclBuilt) return "this mtxcomm was built without NCCL";

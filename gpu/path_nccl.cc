@@ -76,6 +76,8 @@ ncclRedOp_t ncclOp(mtxcomm_op_t op) {
       return ncclMin;
     case MTXCOMM_MAX:
       return ncclMax;
+    case MTXCOMM_ADASUM:  // refused before (lib/comm/comm.cc, devicePathDeclines): a guard
+      fail(MTXCOMM_UNSUPPORTED, "nccl: op adasum is not supported on device buffers");
     default:
       fail(MTXCOMM_INVALID_ARGUMENT, "nccl: invalid op ", static_cast<int>(op));
   }

@@ -194,6 +194,9 @@ void launchTyped(const ReduceTargets& dst, const ReduceSources& src, size_t coun
 template <typename T>
 void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& src, size_t count,
               int divisor, cudaStream_t stream) {
+  if (op == MTXCOMM_ADASUM) {  // no elementwise kernel; refused before any device path runs
+    fail(MTXCOMM_UNSUPPORTED, "device reduction: op adasum is not supported on device buffers");
+  }
   if constexpr (std::is_same_v<T, BoolByte>) {
     if (divisor > 1) {
       fail(MTXCOMM_INVALID_ARGUMENT,

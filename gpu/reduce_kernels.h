@@ -33,7 +33,8 @@ struct ReduceTargets {
 // bfloat16 accumulate every source and the division in float32 and round once; integer
 // division truncates toward zero. dst may be one of the sources (same pointer). When every
 // pointer is 16-byte aligned the kernel loads and stores 16 bytes at a time. Throws
-// MTXCOMM_CUDA_ERROR when the launch fails, MTXCOMM_INVALID_ARGUMENT for a bad dtype or op.
+// MTXCOMM_CUDA_ERROR when the launch fails, MTXCOMM_INVALID_ARGUMENT for a bad dtype or op,
+// MTXCOMM_UNSUPPORTED for op ADASUM (host buffers only).
 void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const ReduceSources& src,
                   size_t count, int divisor, cudaStream_t stream);
 // The same, writing the result to every target (each may also be one of the sources, as long

@@ -30,7 +30,7 @@ cmake -S . -B build-asan "${common[@]}" -DMTXCOMM_FUZZ=ON -DMTXCOMM_FUZZ_SECONDS
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 # Only what runs here: the programs of the fast tests (a new FAST program in tests/CMakeLists.txt
 # belongs in this list), the trust cases and the fuzz targets.
-fast=(test_config test_engine test_patterns test_reduce test_schedule test_selection test_signals
+fast=(test_adasum test_config test_engine test_patterns test_reduce test_schedule test_selection test_signals
   test_store test_topology test_transport_contract)
 fuzz=(fuzz_store_request fuzz_auth_handshake fuzz_engine_request fuzz_tuning_json fuzz_config_env
   fuzz_tcp_frames)

@@ -101,6 +101,32 @@ TEST(Patterns, FoldIsABijectionOntoThePowerOfTwoGroup) {
   EXPECT_EQ(foldNewRank(5, 6), 3);
 }
 
+// Adasum's fold: the ranks >= q pair with r - q, each rank < q with at most one of them, and the
+// pairing is symmetric (brute force against the definition).
+TEST(Patterns, UpperFoldPairsEachUpperRankWithRMinusQ) {
+  for (int n = 1; n <= 33; ++n) {
+    const int q = powerOfTwoFloor(n);
+    for (int r = 0; r < n; ++r) {
+      const int peer = upperFoldPeer(r, n);
+      int want = -1;
+      for (int s = 0; s < n; ++s) {
+        if (s != r && (s == r + q || s == r - q)) want = s;
+      }
+      EXPECT_EQ(peer, want) << "n " << n << " r " << r;
+      if (peer >= 0) {
+        EXPECT_EQ(upperFoldPeer(peer, n), r) << "n " << n << " r " << r;
+        EXPECT_TRUE((r < q) != (peer < q)) << "n " << n << " r " << r;
+      }
+    }
+  }
+  // n = 6: q = 4; 4 -> 0, 5 -> 1; 2 and 3 have no partner.
+  EXPECT_EQ(upperFoldPeer(4, 6), 0);
+  EXPECT_EQ(upperFoldPeer(5, 6), 1);
+  EXPECT_EQ(upperFoldPeer(0, 6), 4);
+  EXPECT_EQ(upperFoldPeer(2, 6), -1);
+  EXPECT_EQ(upperFoldPeer(3, 8), -1);
+}
+
 TEST(Patterns, BinomialTreeReachesEveryRankOnce) {
   for (int n = 1; n <= 33; ++n) {
     std::vector<int> parentOf(n, -2);

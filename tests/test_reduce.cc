@@ -535,6 +535,8 @@ TEST(ReduceBuffers, InvalidArguments) {
   expectInvalidArgument(
       [&] { reduceBuffers(MTXCOMM_FLOAT32, static_cast<mtxcomm_op_t>(17), x, x, x, 2); }, "17");
   expectInvalidArgument([&] { reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_AVG, x, x, x, 2); }, "avg");
+  expectInvalidArgument([&] { reduceBuffers(MTXCOMM_FLOAT32, MTXCOMM_ADASUM, x, x, x, 2); },
+                        "adasum");
   expectInvalidArgument(
       [&] { reduceBuffers(MTXCOMM_NUM_DATATYPES, MTXCOMM_SUM, nullptr, nullptr, nullptr, 0); },
       std::to_string(MTXCOMM_NUM_DATATYPES));
@@ -567,10 +569,97 @@ TEST(ReduceBuffers, BoolAvgIsRefused) {
     const auto dt = static_cast<mtxcomm_datatype_t>(d);
     for (int o = 0; o < MTXCOMM_NUM_OPS; ++o) {
       const auto op = static_cast<mtxcomm_op_t>(o);
-      EXPECT_EQ(opDeclinesDatatype(op, dt) != nullptr, dt == MTXCOMM_BOOL && op == MTXCOMM_AVG)
+      EXPECT_EQ(opDeclinesDatatype(op, dt) != nullptr,
+                (dt == MTXCOMM_BOOL && op == MTXCOMM_AVG) ||
+                    (op == MTXCOMM_ADASUM && !isFloatingType(dt)))
           << datatypeName(dt) << " " << opName(op);
     }
   }
+}
+
+// ---- adasumBuffers -------------------------------------------------------------------------
+
+// Small cases whose answer is exact in binary: orthogonal vectors add, equal vectors give the
+// vector, a zero vector leaves the other, opposite ones cancel, and a = (1, 1), b = (1, 0):
+// a.b = 1, |a|^2 = 2, |b|^2 = 1, so ca = 1 - 1/4 and cb = 1 - 1/2: (1.25, 0.75) (the pair is
+// symmetric: swapped, the same). In every floating type.
+TEST(AdasumBuffers, ExactSmallCases) {
+  struct Case {
+    std::vector<double> a, b, want;
+  };
+  const std::vector<Case> cases = {
+      {{1, 0}, {0, 1}, {1, 1}},       {{3, -2}, {2, 3}, {5, 1}},      {{1, 2}, {1, 2}, {1, 2}},
+      {{0, 0}, {-4, 8}, {-4, 8}},     {{-4, 8}, {0, 0}, {-4, 8}},     {{0, 0}, {0, 0}, {0, 0}},
+      {{1, 1}, {1, 0}, {1.25, 0.75}}, {{1, 0}, {1, 1}, {1.25, 0.75}}, {{2, 0}, {-2, 0}, {0, 0}},
+  };
+  for (mtxcomm_datatype_t dt :
+       {MTXCOMM_FLOAT16, MTXCOMM_BFLOAT16, MTXCOMM_FLOAT32, MTXCOMM_FLOAT64}) {
+    const size_t es = datatypeSize(dt);
+    for (const Case& c : cases) {
+      std::vector<unsigned char> a(2 * es), b(2 * es), out(2 * es);
+      for (size_t i = 0; i < 2; ++i) {
+        storeElement(dt, a.data(), i, c.a[i]);
+        storeElement(dt, b.data(), i, c.b[i]);
+      }
+      adasumBuffers(dt, out.data(), a.data(), b.data(), 2);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(loadElement(dt, out.data(), i), c.want[i])
+            << datatypeName(dt) << " a=(" << c.a[0] << "," << c.a[1] << ") b=(" << c.b[0] << ","
+            << c.b[1] << ") element " << i;
+      }
+    }
+  }
+}
+
+// Against the formula in double over a vector whose length is no multiple of the 8 partial
+// sums; dst == a and dst == b give the bits of the out-of-place call, and so do the operands
+// swapped (IEEE + and * commute, and the two coefficients are computed alike).
+TEST(AdasumBuffers, MatchesTheFormulaAndAliases) {
+  for (size_t n : {1u, 7u, 8u, 9u, 1003u}) {
+    std::vector<float> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<float>(std::sin(0.1 * static_cast<double>(i) + 1.0));
+      b[i] = static_cast<float>(0.5 * std::cos(0.3 * static_cast<double>(i)) + 0.2);
+    }
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ab += static_cast<double>(a[i]) * b[i];
+      aa += static_cast<double>(a[i]) * a[i];
+      bb += static_cast<double>(b[i]) * b[i];
+    }
+    const double ca = 1 - ab / (2 * aa), cb = 1 - ab / (2 * bb);
+    std::vector<float> out(n);
+    adasumBuffers(MTXCOMM_FLOAT32, out.data(), a.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const double want = ca * a[i] + cb * b[i];
+      EXPECT_NEAR(out[i], want, 1e-6 * (std::fabs(want) + 1)) << "n=" << n << " i=" << i;
+    }
+    std::vector<float> intoA = a, intoB = b;
+    adasumBuffers(MTXCOMM_FLOAT32, intoA.data(), intoA.data(), b.data(), n);
+    adasumBuffers(MTXCOMM_FLOAT32, intoB.data(), a.data(), intoB.data(), n);
+    EXPECT_EQ(0, std::memcmp(out.data(), intoA.data(), n * sizeof(float))) << "n=" << n;
+    EXPECT_EQ(0, std::memcmp(out.data(), intoB.data(), n * sizeof(float))) << "n=" << n;
+    std::vector<float> swapped(n);
+    adasumBuffers(MTXCOMM_FLOAT32, swapped.data(), b.data(), a.data(), n);
+    EXPECT_EQ(0, std::memcmp(out.data(), swapped.data(), n * sizeof(float))) << "n=" << n;
+  }
+}
+
+TEST(AdasumBuffers, NaNOrInfMakesEveryElementNaNAndIntegersAreRefused) {
+  float a[3] = {1, 2, 3}, b[3] = {4, std::numeric_limits<float>::quiet_NaN(), 6}, out[3];
+  adasumBuffers(MTXCOMM_FLOAT32, out, a, b, 3);
+  for (float v : out) EXPECT_TRUE(std::isnan(v));
+  const float inf = std::numeric_limits<float>::infinity();
+  float c[3] = {inf, 0, 1}, z[3] = {0, 0, 0};
+  adasumBuffers(MTXCOMM_FLOAT32, out, c, a, 3);
+  for (float v : out) EXPECT_TRUE(std::isnan(v));
+  adasumBuffers(MTXCOMM_FLOAT32, out, z, c, 3);  // a zero vector and an Inf: 0 * Inf in a.b
+  for (float v : out) EXPECT_TRUE(std::isnan(v));
+  int32_t i[2] = {1, 2};
+  expectInvalidArgument([&] { adasumBuffers(MTXCOMM_INT32, i, i, i, 2); }, "int32");
+  expectInvalidArgument([&] { adasumBuffers(static_cast<mtxcomm_datatype_t>(42), i, i, i, 2); },
+                        "42");
+  adasumBuffers(MTXCOMM_FLOAT32, nullptr, nullptr, nullptr, 0);  // count 0: nothing to do
 }
 
 // ---- divideBuffer --------------------------------------------------------------------------
@@ -911,7 +1000,8 @@ TEST(Dtype, Tables) {
   EXPECT_EQ(parseDatatype("Float32"), std::nullopt);
   EXPECT_EQ(parseDatatype("float32 "), std::nullopt);
 
-  const char* ops[] = {"sum", "prod", "min", "max", "avg"};
+  const char* ops[] = {"sum", "prod", "min", "max", "avg", "adasum"};
+  static_assert(sizeof(ops) / sizeof(ops[0]) == MTXCOMM_NUM_OPS, "one name per op");
   for (int i = 0; i < MTXCOMM_NUM_OPS; ++i) {
     const auto op = static_cast<mtxcomm_op_t>(i);
     EXPECT_TRUE(isValidOp(op));

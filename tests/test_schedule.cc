@@ -1,5 +1,5 @@
 // Schedules as data: a ring allreduce prints its steps, and ring schedules never send a message
-// larger than one segment.
+// larger than one segment; adasum's fold and tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "algos/schedule.h"
 #include "common/test_util.h"
 #include "lib/base/call.h"
+#include "lib/base/error.h"
 
 namespace mtxcomm {
 namespace {
@@ -103,6 +104,44 @@ TEST(Schedule, RingMessagesAreAtMostOneSegment) {
     EXPECT_LE(largest, seg) << s.toString();
     EXPECT_GT(sent, 2 * seg) << s.toString();  // several segments were sent
   }
+}
+
+// Adasum on 3 ranks (q = 2): rank 2 sends its vector to rank 0 and later receives the result;
+// rank 0 combines adasum(own, rank 2's), exchanges with rank 1 and combines with its own vector
+// first (the lower rank's is a), then sends the result to rank 2; rank 1 has no fold partner.
+TEST(Schedule, AdasumFoldsTheUpperRanksOntoRMinusQ) {
+  float in[4] = {0}, out[4] = {0};
+  CollArgs a;
+  a.count = 4;
+  a.elemSize = 4;
+  a.dtype = MTXCOMM_FLOAT32;
+  a.op = MTXCOMM_ADASUM;
+  a.sendbuf = in;
+  a.recvbuf = out;
+  Schedule r0(MTXCOMM_FLOAT32, 4, MTXCOMM_ADASUM);
+  buildAllreduceAdasum(a, 0, 3, AlgoParams(), r0);
+  ASSERT_EQ(r0.steps().size(), 3u);
+  EXPECT_EQ(r0.toString(),
+            "step 0: recv 16 B <- rank 2; adasum 4 elements;\n"
+            "step 1: send 16 B -> rank 1; recv 16 B <- rank 1; adasum 4 elements;\n"
+            "step 2: send 16 B -> rank 2;\n");
+  EXPECT_EQ(r0.steps()[0].local[0].a, in);  // the lower rank's vector first
+  EXPECT_EQ(r0.steps()[1].local[0].a, out);
+  Schedule r1(MTXCOMM_FLOAT32, 4, MTXCOMM_ADASUM);
+  buildAllreduceAdasum(a, 1, 3, AlgoParams(), r1);
+  EXPECT_EQ(r1.toString(),
+            "step 0: copy 16 B;\n"
+            "step 1: send 16 B -> rank 0; recv 16 B <- rank 0; adasum 4 elements;\n");
+  EXPECT_EQ(r1.steps()[1].local[0].b, out);  // rank 0's vector is a on rank 1 too
+  Schedule r2(MTXCOMM_FLOAT32, 4, MTXCOMM_ADASUM);
+  buildAllreduceAdasum(a, 2, 3, AlgoParams(), r2);
+  EXPECT_EQ(r2.toString(),
+            "step 0: send 16 B -> rank 0;\n"
+            "step 1: recv 16 B <- rank 0;\n");
+  // Any other op is refused by the builder itself.
+  a.op = MTXCOMM_SUM;
+  Schedule sum(MTXCOMM_FLOAT32, 4, MTXCOMM_SUM);
+  EXPECT_THROW(buildAllreduceAdasum(a, 0, 3, AlgoParams(), sum), Error);
 }
 
 }  // namespace

@@ -76,6 +76,49 @@ TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {
   }
 }
 
+// Op adasum goes to the adasum algorithm alone: on one node with a segment (not shm), on
+// several nodes (not hierarchical), and when another algorithm is forced (a visible fallback);
+// the adasum algorithm declines every other op, and has a finite predicted time.
+TEST(Selection, AdasumRunsOnlyOnTheAdasumAlgorithm) {
+  CollArgs a;
+  a.coll = Collective::kAllreduce;
+  a.count = 1000;
+  a.elemSize = 4;
+  a.dtype = MTXCOMM_FLOAT32;
+  a.op = MTXCOMM_ADASUM;
+  int standIn = 0;
+  const CommInfo shm{4, reinterpret_cast<ShmGroup*>(&standIn)};
+  const Topology twoNodes = Topology::forTest({0, 0, 1, 1});
+  CommInfo nodes{4, nullptr};
+  nodes.topo = &twoNodes;
+  for (const CommInfo& info : {CommInfo{4, nullptr}, CommInfo{5, nullptr}, shm, nodes}) {
+    EXPECT_STREQ(defaultAlgorithm(a, info)->name, "adasum");
+    for (const Algorithm& alg : algorithms()) {
+      if (alg.coll != Collective::kAllreduce) continue;
+      const bool isAdasum = std::string(alg.name) == "adasum";
+      EXPECT_EQ(isAdasumAlgorithm(alg), isAdasum) << alg.name;
+      EXPECT_EQ(algorithmDeclines(alg, a, info) == nullptr, isAdasum) << alg.name;
+      Selection s = selectAlgorithm(a, info, alg.name, 0);
+      EXPECT_STREQ(s.algorithm->name, "adasum") << "forced " << alg.name;
+      if (!isAdasum) {
+        EXPECT_TRUE(contains(s.why, "fallback")) << s.why;
+      }
+    }
+  }
+  Selection s = selectAlgorithm(a, shm, "auto", 0);
+  EXPECT_EQ(s.why, "auto: op adasum");
+  EXPECT_LT(s.predicted, 1.0);
+  // Every other op: adasum declines, even when forced.
+  const Algorithm* adasum = findAlgorithm(Collective::kAllreduce, "adasum");
+  ASSERT_NE(adasum, nullptr);
+  for (mtxcomm_op_t op : {MTXCOMM_SUM, MTXCOMM_PROD, MTXCOMM_MIN, MTXCOMM_MAX}) {
+    a.op = op;
+    EXPECT_NE(algorithmDeclines(*adasum, a, CommInfo{4, nullptr}), nullptr);
+    EXPECT_STRNE(defaultAlgorithm(a, CommInfo{4, nullptr})->name, "adasum");
+    EXPECT_STRNE(selectAlgorithm(a, CommInfo{4, nullptr}, "adasum", 0).algorithm->name, "adasum");
+  }
+}
+
 TEST(Selection, LastAlgorithmReflectsTheForcedChoice) {
   Config cfg;
   cfg.algo[static_cast<int>(Collective::kAllreduce)] = "rabenseifner";

@@ -41,7 +41,8 @@ const char* dtypeName(mtxcomm_datatype_t t) {
 }
 
 const char* opName(mtxcomm_op_t op) {
-  static const char* kNames[] = {"sum", "prod", "min", "max", "avg"};
+  static const char* kNames[] = {"sum", "prod", "min", "max", "avg", "adasum"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == MTXCOMM_NUM_OPS, "one name per op");
   return op >= 0 && op < MTXCOMM_NUM_OPS ? kNames[op] : "?";
 }
 

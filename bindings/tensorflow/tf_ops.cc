@@ -224,7 +224,8 @@ class MtxcommOp : public tf::AsyncOpKernel {
       OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op));
       OP_REQUIRES(
           c, op >= 0 && op < MTXCOMM_NUM_OPS,
-          absl::InvalidArgumentError("reduce_op must be in [0, 5), got " + std::to_string(op)));
+          absl::InvalidArgumentError("reduce_op must be in [0, " + std::to_string(MTXCOMM_NUM_OPS) +
+                                     "), got " + std::to_string(op)));
       op_ = static_cast<mtxcomm_op_t>(op);
     }
     if (kind == Kind::kBroadcast) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));

@@ -14,6 +14,8 @@
  *   AVG is SUM followed by a division by the communicator size: for floating types in the
  *   accumulation type (float32 for the 16-bit types), for integer types the wrapped sum divided
  *   truncating toward zero, keeping the datatype. NaN propagates through SUM, PROD, MIN and MAX.
+ *   MTXCOMM_ADASUM (adaptive summation, allreduce of floating types only) has its own rules, at
+ *   mtxcomm_op_t.
  * - bool (MTXCOMM_BOOL): one byte per element; 0 is false, any other byte is true. Reductions are
  *   logical and write 0 or 1: SUM and MAX are logical OR, PROD and MIN are logical AND. AVG on
  *   bool is MTXCOMM_INVALID_ARGUMENT (naming the op and the datatype), on every collective that
@@ -150,8 +152,35 @@ typedef enum {
   MTXCOMM_MIN = 2,
   MTXCOMM_MAX = 3,
   MTXCOMM_AVG = 4,
-  MTXCOMM_NUM_OPS = 5
+  MTXCOMM_ADASUM = 5, /* adaptive summation: mtxcomm_allreduce of floating types only (below) */
+  MTXCOMM_NUM_OPS = 6
 } mtxcomm_op_t;
+
+/* MTXCOMM_ADASUM: the adaptive summation of Maleki et al., "Scaling Distributed Training with
+ * Adaptive Summation" (MLSys 2021), as Horovod's Adasum op. Only mtxcomm_allreduce takes it, and
+ * only for MTXCOMM_FLOAT16, MTXCOMM_BFLOAT16, MTXCOMM_FLOAT32 and MTXCOMM_FLOAT64; any other
+ * collective that takes an op (reduce, reduce_scatter) or any other datatype (integers, bool) is
+ * MTXCOMM_INVALID_ARGUMENT naming the op and the collective or datatype, before any byte moves
+ * (the communicator stays usable). Device buffers: MTXCOMM_UNSUPPORTED.
+ * - The pair: adasum(a, b) = (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b over whole
+ *   vectors (count elements), a term's coefficient taken as 1 when its norm is 0 (adasum(0, b)
+ *   = b). Orthogonal vectors add (a + b); equal vectors give a.
+ * - The tree, over n ranks: with q the largest power of two <= n, (1) each rank r >= q sends
+ *   its vector to rank r - q, which replaces its own v by adasum(v_{r-q}, v_r); (2) the ranks
+ *   r < q run log2(q) levels of recursive doubling: at level k (distance d = 2^k) ranks r and
+ *   r ^ d exchange their current vectors and both replace theirs by adasum(lower rank's vector,
+ *   higher rank's vector); (3) each rank r >= q receives the result from rank r - q. E.g. on 4
+ *   ranks: adasum(adasum(v0, v1), adasum(v2, v3)); on 3: adasum(adasum(v0, v2), v1).
+ * - Numbers: per pair, the dot product and both squared norms are accumulated in double (element
+ *   i into partial sum i % 8, the 8 added pairwise in a fixed order), the coefficients and the
+ *   combination are computed in double, and each level's output is rounded once to the datatype
+ *   (float16 and bfloat16 through float32: their elements are widened for the arithmetic only,
+ *   and 16-bit vectors travel as 16 bits). Both partners of a pair compute the same operands in
+ *   the same order: every rank gets the same bits, and a fixed communicator size and count give
+ *   the same bits run after run. An Inf or NaN in any input makes the whole result NaN. count 0
+ *   succeeds and moves nothing; on one rank the result is the rank's own vector.
+ * - Only the allreduce algorithm "adasum" computes it, whatever MTXCOMM_ALLREDUCE_ALGO names (a
+ *   forced other algorithm falls back to it with a warning). */
 
 /* ---- Communicators ---------------------------------------------------------------------- */
 

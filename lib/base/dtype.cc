@@ -2,6 +2,7 @@
 #include "lib/base/dtype.h"
 
 #include <array>
+#include <string>
 
 namespace mtxcomm {
 namespace {
@@ -32,7 +33,8 @@ static_assert(kDatatypes[MTXCOMM_NUM_DATATYPES - 1].name != nullptr,
               "kDatatypes has a row for every mtxcomm_datatype_t");
 
 // Indexed by mtxcomm_op_t.
-constexpr std::array<const char*, MTXCOMM_NUM_OPS> kOpNames = {"sum", "prod", "min", "max", "avg"};
+constexpr std::array<const char*, MTXCOMM_NUM_OPS> kOpNames = {"sum", "prod", "min",
+                                                               "max", "avg",  "adasum"};
 
 struct Alias {
   std::string_view name;
@@ -92,6 +94,18 @@ const char* opDeclinesDatatype(mtxcomm_op_t op, mtxcomm_datatype_t dt) {
   if (op == MTXCOMM_AVG && isBoolType(dt)) {
     return "op avg is not defined for datatype bool (bool reductions are logical: sum and max "
            "are OR, prod and min are AND)";
+  }
+  if (op == MTXCOMM_ADASUM && isValidDatatype(dt) && !isFloatingType(dt)) {
+    // One message per datatype, naming it (the return type is a C string).
+    static const std::array<std::string, MTXCOMM_NUM_DATATYPES> kAdasum = [] {
+      std::array<std::string, MTXCOMM_NUM_DATATYPES> m;
+      for (int i = 0; i < MTXCOMM_NUM_DATATYPES; ++i) {
+        m[i] = std::string("op adasum is not defined for datatype ") + kDatatypes[i].name +
+               " (adasum takes float16, bfloat16, float32 or float64)";
+      }
+      return m;
+    }();
+    return kAdasum[dt].c_str();
   }
   return nullptr;
 }

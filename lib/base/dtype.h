@@ -20,7 +20,7 @@ size_t datatypeSize(mtxcomm_datatype_t dt);
 // "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
 // "float64", "int16", "uint16", "bool"; "invalid" otherwise.
 const char* datatypeName(mtxcomm_datatype_t dt);
-// "sum", "prod", "min", "max", "avg"; "invalid" otherwise.
+// "sum", "prod", "min", "max", "avg", "adasum"; "invalid" otherwise.
 const char* opName(mtxcomm_op_t op);
 // Inverse of datatypeName (also accepts "int", "float", "double", "half", "bf16").
 std::optional<mtxcomm_datatype_t> parseDatatype(std::string_view name);
@@ -33,8 +33,8 @@ inline bool isHalfType(mtxcomm_datatype_t dt) {
 // bool: one byte, 0 false, any other byte true; reductions are logical (SUM/MAX = OR,
 // PROD/MIN = AND) and write 0 or 1.
 inline bool isBoolType(mtxcomm_datatype_t dt) { return dt == MTXCOMM_BOOL; }
-// Why op cannot reduce dt (a message naming both), or nullptr when it can: AVG on bool. For
-// valid op and dt.
+// Why op cannot reduce dt (a message naming both), or nullptr when it can: AVG on bool, ADASUM
+// on anything but float16, bfloat16, float32 and float64. For valid op and dt.
 const char* opDeclinesDatatype(mtxcomm_op_t op, mtxcomm_datatype_t dt);
 
 // The storage types of the 16-bit floats in dispatchDatatype: their bits.

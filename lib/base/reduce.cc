@@ -312,6 +312,69 @@ void reduceOp(mtxcomm_op_t op, void* dst, const void* a, const void* b, size_t c
   }
 }
 
+// ---- Adasum (adasumBuffers) ----------------------------------------------------------------
+
+// Dot product and squared norms of two whole vectors, in double. Eight interleaved partial sums
+// (element i goes to lane i % 8, lanes added pairwise in a fixed order): a fixed order, so the
+// same inputs give the same bits on every rank, and independent lanes the compiler can put in
+// SIMD registers without reassociating anything.
+struct AdasumDots {
+  double ab = 0, aa = 0, bb = 0;
+};
+
+template <class Codec>
+AdasumDots adasumDots(const typename Codec::Storage* a, const typename Codec::Storage* b,
+                      size_t count) {
+  constexpr size_t kLanes = 8;
+  double ab[kLanes] = {}, aa[kLanes] = {}, bb[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const double x = static_cast<double>(Codec::load(a[i + j]));
+      const double y = static_cast<double>(Codec::load(b[i + j]));
+      ab[j] += x * y;
+      aa[j] += x * x;
+      bb[j] += y * y;
+    }
+  }
+  for (size_t j = 0; i < count; ++i, ++j) {
+    const double x = static_cast<double>(Codec::load(a[i]));
+    const double y = static_cast<double>(Codec::load(b[i]));
+    ab[j] += x * y;
+    aa[j] += x * x;
+    bb[j] += y * y;
+  }
+  auto total = [](const double* s) {
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  };
+  return {total(ab), total(aa), total(bb)};
+}
+
+// dst[i] = ca * a[i] + cb * b[i] in double, rounded once to the storage type (16-bit ones
+// through float32). dst may equal a or b: each element is read before it is written.
+template <class Codec>
+void adasumCombine(typename Codec::Storage* dst, const typename Codec::Storage* a,
+                   const typename Codec::Storage* b, size_t count, double ca, double cb) {
+  using C = typename Codec::Compute;
+  for (size_t i = 0; i < count; ++i) {
+    const double v =
+        ca * static_cast<double>(Codec::load(a[i])) + cb * static_cast<double>(Codec::load(b[i]));
+    dst[i] = Codec::store(static_cast<C>(v));
+  }
+}
+
+template <class Codec>
+void adasumTyped(void* dst, const void* av, const void* bv, size_t count) {
+  using S = typename Codec::Storage;
+  const S* a = static_cast<const S*>(av);
+  const S* b = static_cast<const S*>(bv);
+  const AdasumDots d = adasumDots<Codec>(a, b, count);
+  // A zero vector's coefficient is 1 (its term is zero anyway, and the other vector is kept).
+  const double ca = d.aa == 0 ? 1.0 : 1.0 - d.ab / (2.0 * d.aa);
+  const double cb = d.bb == 0 ? 1.0 : 1.0 - d.ab / (2.0 * d.bb);
+  adasumCombine<Codec>(static_cast<S*>(dst), a, b, count, ca, cb);
+}
+
 // Integer division by a positive divisor through floating point: exact (truncating toward zero)
 // whenever |x| < 2^(mantissa bits + 1) of F. F's quotient is the correctly rounded x/d; its
 // distance to the next integer is >= 1/d, more than half an ulp of it when |x| < 2^24 (float) or
@@ -369,6 +432,11 @@ void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void
          "reduceBuffers: op avg is not a reduction kernel (the caller applies AVG as SUM "
          "followed by divideBuffer)");
   }
+  if (op == MTXCOMM_ADASUM) {
+    fail(MTXCOMM_INVALID_ARGUMENT,
+         "reduceBuffers: op adasum is not an elementwise reduction (allreduce runs it as the "
+         "adasum algorithm, over adasumBuffers)");
+  }
   if (!isValidOp(op)) {
     fail(MTXCOMM_INVALID_ARGUMENT, "reduceBuffers: invalid op ", static_cast<int>(op));
   }
@@ -376,6 +444,21 @@ void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void
   dispatchDatatype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     reduceOp<CodecOf<T>>(op, dst, a, b, count);
+  });
+}
+
+void adasumBuffers(mtxcomm_datatype_t dt, void* dst, const void* a, const void* b, size_t count) {
+  if (!isFloatingType(dt)) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "adasumBuffers: datatype ", static_cast<int>(dt), " (",
+         datatypeName(dt), ") is not float16, bfloat16, float32 or float64");
+  }
+  if (count == 0) return;
+  dispatchDatatype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, Float16Bits> ||
+                  std::is_same_v<T, Bfloat16Bits>) {
+      adasumTyped<CodecOf<T>>(dst, a, b, count);
+    }  // other types: refused above
   });
 }
 

@@ -21,10 +21,23 @@
 namespace mtxcomm {
 
 // dst[i] = a[i] (op) b[i] for i in [0, count). dst may be the same pointer as a or b (not a
-// partial overlap). op is SUM, PROD, MIN or MAX (AVG is SUM followed by divideBuffer).
-// Throws mtxcomm::Error(MTXCOMM_INVALID_ARGUMENT) for an invalid datatype or op.
+// partial overlap). op is SUM, PROD, MIN or MAX (AVG is SUM followed by divideBuffer; ADASUM is
+// no elementwise reduction: adasumBuffers below).
+// Throws mtxcomm::Error(MTXCOMM_INVALID_ARGUMENT) for an invalid datatype or op, AVG or ADASUM.
 void reduceBuffers(mtxcomm_datatype_t dt, mtxcomm_op_t op, void* dst, const void* a, const void* b,
                    size_t count);
+
+// dst = adasum(a, b), the adaptive sum of Maleki et al. (MLSys 2021) of two whole vectors of
+// count elements: dst[i] = ca * a[i] + cb * b[i] with ca = 1 - a.b / (2 |a|^2) and
+// cb = 1 - a.b / (2 |b|^2) (ca = 1 when |a| = 0, cb = 1 when |b| = 0). The dot product and both
+// squared norms are accumulated in double (8 interleaved partial sums, added in a fixed order);
+// the combination is computed in double and rounded once to dt (float16/bfloat16 through
+// float32). dt is FLOAT16, BFLOAT16, FLOAT32 or FLOAT64; dst may be the same pointer as a or b
+// (not a partial overlap). The pair is symmetric, and so are its bits (IEEE + and * commute and
+// both coefficients are computed alike); callers still pass the operands in the order the op
+// defines (the lower rank's vector first, MTXCOMM_ADASUM in include/mtxcomm/mtxcomm.h).
+// Throws MTXCOMM_INVALID_ARGUMENT for any other datatype.
+void adasumBuffers(mtxcomm_datatype_t dt, void* dst, const void* a, const void* b, size_t count);
 
 // x[i] = x[i] / divisor. Integers truncate toward zero and keep the type; floating types divide
 // in their own type (float16/bfloat16 in float32, rounded once). divisor > 0. Throws

@@ -91,6 +91,10 @@ void checkArgs(const CollArgs& a, int rank, int n) {
     fail(MTXCOMM_INVALID_ARGUMENT, "invalid op ", static_cast<int>(a.op));
   }
   if (collectiveReduces(a.coll)) {
+    if (a.op == MTXCOMM_ADASUM && a.coll != Collective::kAllreduce) {
+      fail(MTXCOMM_INVALID_ARGUMENT, "op adasum is not supported by ", collectiveName(a.coll),
+           " (only allreduce takes op adasum)");
+    }
     if (const char* why = opDeclinesDatatype(a.op, a.dtype)) fail(MTXCOMM_INVALID_ARGUMENT, why);
   }
   if (collectiveRooted(a.coll) && (a.root < 0 || a.root >= n)) {
@@ -183,8 +187,10 @@ AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
   avg_ = collectiveReduces(args_.coll) && args_.op == MTXCOMM_AVG;
   if (avg_) args_.op = MTXCOMM_SUM;
   outCount_ = resultCount(args_, rank, n);
-  // float16/bfloat16 reductions run in float32 and round once at the end.
-  widen_ = collectiveReduces(args_.coll) && isHalfType(args_.dtype);
+  // float16/bfloat16 reductions run in float32 and round once at the end. Not adasum: its kernel
+  // widens each pair itself and rounds every level's output (the op's definition, mtxcomm.h), so
+  // 16-bit vectors travel as 16 bits.
+  widen_ = collectiveReduces(args_.coll) && isHalfType(args_.dtype) && args_.op != MTXCOMM_ADASUM;
   if (!widen_) return;
   const size_t inCount = args_.coll == Collective::kReduceScatter ? args_.count * n : args_.count;
   wideIn_ = std::make_unique<Buffer>(inCount * sizeof(float));

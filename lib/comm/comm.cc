@@ -70,6 +70,9 @@ void Comm::run(const CollArgs& user) {
     if (onDevice && user.coll == Collective::kAlltoall) {
       fail(MTXCOMM_UNSUPPORTED, "device buffers are not supported by alltoall (host buffers only)");
     }
+    if (onDevice && collectiveReduces(user.coll) && user.op == MTXCOMM_ADASUM) {
+      fail(MTXCOMM_UNSUPPORTED, "op adasum is not supported on device buffers (host buffers only)");
+    }
   } catch (const Error& e) {
     // Peers waiting for this rank in this call learn at once that it rejected it.
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());

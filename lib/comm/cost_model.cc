@@ -80,6 +80,12 @@ double flatSeconds(Collective coll, std::string_view name, double n, int p, cons
       if (name == "rabenseifner") {
         return 2 * k * a + 2.0 * (q - 1) / q * n * b * lv.share + (q - 1.0) / q * n * g + fold;
       }
+      if (name == "adasum") {
+        // recursive_doubling's messages; per level two passes over both vectors (the dot
+        // product and norms, then the combination) instead of one reduction.
+        const double foldAdasum = q == p ? 0.0 : 2 * (a + n * b * lv.share) + 2 * n * g;
+        return k * (a + n * b * lv.share + 2 * n * g) + foldAdasum;
+      }
       break;
     }
     case Collective::kBroadcast:
@@ -142,7 +148,7 @@ double shmSeconds(Collective coll, double n, int p, const LevelCost& c, size_t s
 double bestFlatSeconds(Collective coll, double n, int p, const Level& lv, size_t segmentBytes) {
   double best = std::numeric_limits<double>::infinity();
   for (const Algorithm& a : algorithms()) {
-    if (a.coll != coll || !a.build) continue;
+    if (a.coll != coll || !a.build || isAdasumAlgorithm(a)) continue;  // levels of SUM etc.
     if (coll == Collective::kAllgather && std::string_view(a.name) == "recursive_doubling" &&
         !patterns::isPowerOfTwo(p)) {
       continue;

@@ -18,9 +18,11 @@ const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info) {
   // loads and stores: they win at every size (bench/RESULTS.md).
   // (alltoall's shm declines when a slot has no room for a sub-slot per rank: then the cost
   // model picks among the others.)
+  // (Op adasum: every algorithm but "adasum" declines it, algorithmDeclines, so the cost model
+  // below has that one candidate, on one node too.)
   if (info.shm) {
     const Algorithm* shm = findAlgorithm(args.coll, "shm");
-    if (shm && !shm->declines(args, info)) return shm;
+    if (shm && !algorithmDeclines(*shm, args, info)) return shm;
   }
   // A composition only pays when a node holds several ranks; with one rank per node it is the
   // flat algorithm plus overhead.
@@ -28,7 +30,7 @@ const Algorithm* defaultAlgorithm(const CollArgs& args, const CommInfo& info) {
   const Algorithm* best = nullptr;
   double bestTime = std::numeric_limits<double>::infinity();
   for (const Algorithm& a : algorithms()) {
-    if (a.coll != args.coll || a.declines(args, info)) continue;
+    if (a.coll != args.coll || algorithmDeclines(a, args, info)) continue;
     if (a.compose && !composes) continue;
     const double t = predictSeconds(a, args, info);
     if (!best || t < bestTime) {
@@ -49,11 +51,11 @@ Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std:
       fail(MTXCOMM_INVALID_USAGE, collectiveAlgoVar(args.coll), "=", forced,
            " names no algorithm of ", collectiveName(args.coll));
     }
-    if (const char* why = a->declines(args, info)) {
+    if (const char* why = algorithmDeclines(*a, args, info)) {
       static std::mutex mu;
-      static std::set<std::tuple<int, std::string, int>> warned;
+      static std::set<std::tuple<int, std::string, int, std::string>> warned;
       std::lock_guard<std::mutex> lock(mu);
-      if (warned.insert({static_cast<int>(args.coll), forced, n}).second) {
+      if (warned.insert({static_cast<int>(args.coll), forced, n, why}).second) {
         MTXCOMM_LOG(kWarn, rank, collectiveAlgoVar(args.coll), "=", forced, " cannot run on ", n,
                     " ranks (", why, "); falling back to the automatic choice");
       }
@@ -65,13 +67,21 @@ Selection selectAlgorithm(const CollArgs& args, const CommInfo& info, const std:
   }
   if (!sel.algorithm) {
     sel.algorithm = defaultAlgorithm(args, info);
-    if (sel.why.empty()) sel.why = info.shm ? "auto: one node, shared memory" : "auto: cost model";
+    if (!sel.algorithm) {
+      fail(MTXCOMM_INTERNAL_ERROR, "no ", collectiveName(args.coll), " algorithm takes op ",
+           opName(args.op), " on ", n, " ranks");
+    }
+    if (sel.why.empty()) {
+      sel.why = isAdasumAlgorithm(*sel.algorithm) ? "auto: op adasum"
+                : info.shm                        ? "auto: one node, shared memory"
+                                                  : "auto: cost model";
+    }
   }
   sel.predicted = predictSeconds(*sel.algorithm, args, info);
   if (logEnabled(LogLevel::kDebug)) {
     std::string others;
     for (const Algorithm& a : algorithms()) {
-      if (a.coll != args.coll || &a == sel.algorithm || a.declines(args, info)) continue;
+      if (a.coll != args.coll || &a == sel.algorithm || algorithmDeclines(a, args, info)) continue;
       others += strCat(others.empty() ? "" : ", ", a.name, " ",
                        formatSeconds(predictSeconds(a, args, info)));
     }

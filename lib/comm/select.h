@@ -5,7 +5,9 @@
 // overridable by MTXCOMM_<COLLECTIVE>_ALGO. On one node with a shared-memory segment the shm
 // algorithms are chosen (they win at every size, bench/RESULTS.md). A forced algorithm that
 // declines the call falls back to the automatic choice with a warning naming why (once per
-// collective/algorithm/reason). Each call's choice and its predicted time are logged at DEBUG.
+// collective/algorithm/size/reason). Op adasum runs only on the allreduce algorithm "adasum"
+// (algorithmDeclines, algos/registry.h): forcing another algorithm for it is such a fallback. Each
+// call's choice and its predicted time are logged at DEBUG.
 //
 // Device buffers (gpu/device.h): a path from the agreed DeviceTopology, in the order nccl,
 // cuda_ipc, host_staging (the first whose devicePathDeclines accepts the call), overridable by

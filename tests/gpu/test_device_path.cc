@@ -129,6 +129,28 @@ TEST(DevicePath, ForcedPathThatCannotApplyIsUnsupportedNamingIt) {
   }
 }
 
+// Op adasum is host-only: every device path declines it, so forcing one is MTXCOMM_UNSUPPORTED
+// naming the path (the communicator refuses it before selection, tests/gpu/test_gpu.cc).
+TEST(DevicePath, EveryPathDeclinesAdasum) {
+  const CollArgs a = call(Collective::kAllreduce, MTXCOMM_FLOAT32, MTXCOMM_ADASUM);
+  const DeviceTopology t = topo(4, true, true, true, true);
+  for (int p = 0; p < kNumDevicePaths; ++p) {
+    const char* why = devicePathDeclines(static_cast<DevicePath>(p), a, t);
+    ASSERT_NE(why, nullptr) << devicePathName(static_cast<DevicePath>(p));
+  }
+  EXPECT_NE(std::string(devicePathDeclines(DevicePath::kNccl, a, t)).find("adasum"),
+            std::string::npos);
+  for (const char* forced : {"nccl", "cuda_ipc", "host_staging"}) {
+    try {
+      selectDevicePath(a, t, forced, 0);
+      ADD_FAILURE() << forced << " was accepted for op adasum";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), MTXCOMM_UNSUPPORTED);
+      EXPECT_NE(std::string(e.what()).find("adasum"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(DevicePath, ChunkPlans) {
   // 10 MiB of floats through 4 MiB buffers: 3 chunks, 16-byte aligned.
   ChunkPlan p = planChunks(Collective::kAllreduce, 10 << 18, 4, 4, 4 << 20);

@@ -222,6 +222,39 @@ TEST(GpuErrors, MixedBuffersForcedPathsAndTheCommStaysUsable) {
   }
 }
 
+// Op adasum on device buffers: MTXCOMM_UNSUPPORTED before any byte moves (auto or a forced
+// path), the buffer untouched, and the communicator usable for adasum on host buffers.
+TEST(GpuErrors, AdasumOnDeviceBuffersIsUnsupported) {
+  for (const char* path : {"auto", "host_staging"}) {
+    Config cfg;
+    cfg.cudaPath = path;
+    testing::runRanks(
+        2,
+        [](mtxcomm_comm_t comm, int rank) {
+          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+          float* dev = nullptr;
+          ASSERT_EQ(cudaMalloc(&dev, 64 * sizeof(float)), cudaSuccess);
+          std::vector<float> host(64, 1.0f + rank);
+          ASSERT_EQ(cudaMemcpy(dev, host.data(), 64 * sizeof(float), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          EXPECT_EQ(mtxcomm_allreduce(dev, dev, 64, MTXCOMM_FLOAT32, MTXCOMM_ADASUM, comm, nullptr),
+                    MTXCOMM_UNSUPPORTED);
+          const std::string msg = mtxcomm_get_last_error(comm);
+          EXPECT_NE(msg.find("adasum"), std::string::npos) << msg;
+          std::vector<float> back(64, 0.0f);
+          ASSERT_EQ(cudaMemcpy(back.data(), dev, 64 * sizeof(float), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          EXPECT_EQ(back, host);
+          ASSERT_EQ(mtxcomm_allreduce(host.data(), host.data(), 64, MTXCOMM_FLOAT32, MTXCOMM_ADASUM,
+                                      comm, nullptr),
+                    MTXCOMM_SUCCESS)
+              << mtxcomm_get_last_error(comm);
+          cudaFree(dev);
+        },
+        cfg);
+  }
+}
+
 }  // namespace
 }  // namespace mtxcomm
 
