@@ -7,6 +7,11 @@
 
 namespace mtxcomm::binding {
 
+// A call every rank refused before moving a byte (MTXCOMM_INVALID_ARGUMENT: the ranks agreed on
+// its arguments, so they all refuse it, e.g. an op the datatype does not have) fails only its
+// own entries; the communicator stays usable and the engine goes on.
+bool OpExecutor::usable(const Status& st) { return st.code == MTXCOMM_INVALID_ARGUMENT; }
+
 Status OpExecutor::libraryStatus(mtxcomm_result_t rc, const std::string& what) const {
   if (rc == MTXCOMM_SUCCESS) return {};
   return {rc, "mtxcomm " + what + " failed on rank " + std::to_string(rank_) + ": " +
@@ -120,7 +125,7 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
       for (size_t k = p; k < q; ++k) {
         if (!st.ok() && status[pieces[k].op].ok()) status[pieces[k].op] = st;
       }
-      if (!st.ok()) {
+      if (!st.ok() && !usable(st)) {
         // The communicator is poisoned: report to these entries; the engine stops everything.
         for (ReadyOp* r : group) r->entry.done(status[r].ok() ? st : status[r]);
         return st;
@@ -324,7 +329,7 @@ Status OpExecutor::runOne(ReadyOp& op) {
   traceCall(op, trace, start, std::chrono::steady_clock::now(), bytes);
   if (!st.ok()) {
     op.entry.done(st);
-    return st;
+    return usable(st) ? Status{} : st;
   }
   op.entry.done(err.empty() ? Status{}
                             : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm " + describe(op) + ": " + err});

@@ -33,7 +33,8 @@ class OpExecutor {
   // are bucketed by dtype in their agreed order, and each bucket is reduced in fusion-buffer
   // sized pieces; a tensor larger than the fusion buffer, or alone in its piece, is reduced
   // straight from its input into its output. Calls every entry's done. Returns the library's
-  // failure when a collective failed (the communicator is then poisoned), else OK.
+  // failure when a collective failed and poisoned the communicator, else OK (a call every rank
+  // refused, MTXCOMM_INVALID_ARGUMENT, fails only its entries).
   Status runAllreduces(const std::vector<ReadyOp*>& group);
   // A broadcast, allgather, reduce-scatter (each of one or more tensors, one collective per
   // tensor) or alltoall. Calls the entry's done; returns as above.
@@ -43,6 +44,7 @@ class OpExecutor {
 
  private:
   Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
+  static bool usable(const Status& st);
   // "allgather 'name'", for errors.
   std::string describe(const ReadyOp& op) const;
   void* output(ReadyOp& op, size_t t, const std::vector<int64_t>& shape, std::string* err);

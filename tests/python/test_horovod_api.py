@@ -360,3 +360,17 @@ def test_elastic_state_sync_commit_restore(hvd):
         return k * 2
 
     assert train(state, 4) == 8 and calls == [(12, 4)]
+
+
+def test_bool_reductions_are_logical_and_average_is_refused(hvd):
+    r = hvd.rank()
+    x = tf.constant([r == 0, True, False, r % 2 == 1])
+    any_ = hvd.allreduce(x, op=hvd.Sum, name="bool_or")
+    all_ = hvd.allreduce(x, op=hvd.Min, name="bool_and")
+    assert any_.numpy().tolist() == [True, True, False, SIZE > 1]
+    assert all_.numpy().tolist() == [SIZE == 1, True, False, False]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bool"):
+        hvd.allreduce(x, name="bool_avg").numpy()  # Average, the default
+    # the refusal failed only that call: the engine goes on
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after_bool").numpy(),
+                                  [SIZE, SIZE])

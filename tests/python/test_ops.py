@@ -132,17 +132,79 @@ def test_op_constants_distinct(hvd):
     assert len(set(consts)) == len(OPS), f"op constants not distinct: {dict(zip(OPS, consts))}"
 
 
-def test_adasum_raises_and_never_averages(hvd):
-    """op=hvd.Adasum is not taken for "no op given" (which averages): it raises."""
-    assert hvd.Adasum is not None
+def adasum_pair(a, b):
+    """Maleki et al.'s adaptive sum of two vectors, in float64 (a term's coefficient is 1 when
+    its norm is 0)."""
+    dot, na, nb = float(a @ b), float(a @ a), float(b @ b)
+    ca = 1.0 - dot / (2.0 * na) if na > 0 else 1.0
+    cb = 1.0 - dot / (2.0 * nb) if nb > 0 else 1.0
+    return ca * a + cb * b
+
+
+def adasum_tree(vectors):
+    """The library's tree (docs/algorithms.md#adasum): ranks >= q (the largest power of two <=
+    n) fold onto r - q, then recursive doubling among the q lower ranks, lower rank first."""
+    v = [np.asarray(x, np.float64).ravel() for x in vectors]
+    n = len(v)
+    q = 1
+    while q * 2 <= n:
+        q *= 2
+    for r in range(q, n):
+        v[r - q] = adasum_pair(v[r - q], v[r])
+    d = 1
+    while d < q:
+        v = [adasum_pair(v[r], v[r ^ d]) if r & d == 0 else adasum_pair(v[r ^ d], v[r])
+             for r in range(q)] + v[q:]
+        d *= 2
+    return v[0]
+
+
+def adasum_input(k, shape):
+    rng = np.random.default_rng(100 + k)
+    return rng.normal(size=shape) + (k % 2)  # correlated parts: the coefficients matter
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.float32, tf.float64], ids=lambda d: d.name)
+def test_adasum_matches_the_formula(hvd, dtype):
     assert hvd.Adasum not in [op_const(hvd, op) for op in OPS]
+    shape = (4, 5)
+    x = tf.constant(adasum_input(hvd.rank(), shape), dtype=dtype)
+    got = hvd.allreduce(x, op=hvd.Adasum, name=f"adasum_{dtype.name}")
+    want = adasum_tree([adasum_input(k, shape) for k in range(SIZE)]).reshape(shape)
+    assert got.dtype == dtype
+    rtol = {tf.float16: 2e-2, tf.float32: 1e-5, tf.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(wide(got.numpy()), want, rtol=rtol, atol=rtol)
+    if SIZE > 1:  # it is not the sum nor the average
+        total = np.sum([adasum_input(k, shape) for k in range(SIZE)], axis=0)
+        assert not np.allclose(want, total) and not np.allclose(want, total / SIZE)
+
+
+def test_adasum_grouped_and_tape_combine_each_tensor_alone(hvd):
+    r = hvd.rank()
+    a, b = adasum_input(r, (3,)), adasum_input(r + 7, (6,))
+    got = hvd.grouped_allreduce([tf.constant(a), tf.constant(b)], op=hvd.Adasum, name="adasum_g")
+    want_a = adasum_tree([adasum_input(k, (3,)) for k in range(SIZE)])
+    want_b = adasum_tree([adasum_input(k + 7, (6,)) for k in range(SIZE)])
+    np.testing.assert_allclose(got[0].numpy(), want_a, rtol=1e-12)
+    np.testing.assert_allclose(got[1].numpy(), want_b, rtol=1e-12)
+    w = tf.Variable(np.zeros(3))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * tf.constant(a))
+    grad = hvd.DistributedGradientTape(tape, op=hvd.Adasum).gradient(loss, [w])[0]
+    np.testing.assert_allclose(grad.numpy(), want_a, rtol=1e-12)
+
+
+def test_adasum_refusals(hvd):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="adasum"):
+        hvd.allreduce(tf.constant([1, 2], tf.int32), op=hvd.Adasum, name="adasum_int").numpy()
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.reducescatter(tf.ones([2 * SIZE]), op=hvd.Adasum)
     x = tf.constant([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = hvd.allreduce(x, op=hvd.Adasum, name="adasum_nograd")
     with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(x, op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.grouped_allreduce([x], op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Adasum)
+        tape.gradient(y, x)
 
 
 def test_ranks_agree(hvd):

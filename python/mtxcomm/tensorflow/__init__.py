@@ -35,9 +35,12 @@ Product = 1
 Min = 2
 Max = 3
 Average = 4
-Adasum = 5  # not provided: passing it raises NotImplementedError (never a silent average)
+# Adaptive summation (Maleki et al., MLSys 2021), the library's MTXCOMM_ADASUM: allreduce of
+# floating-point tensors only, each tensor combined on its own (never fused), no gradient.
+Adasum = 5
 
-_OP_NAMES = {Sum: "Sum", Product: "Product", Min: "Min", Max: "Max", Average: "Average"}
+_OP_NAMES = {Sum: "Sum", Product: "Product", Min: "Min", Max: "Max", Average: "Average",
+             Adasum: "Adasum"}
 
 
 # ---- basics --------------------------------------------------------------------------------
@@ -221,18 +224,18 @@ class Compression:
 
 # ---- ops -----------------------------------------------------------------------------------
 
-def _resolve_op(op, average, what):
+def _resolve_op(op, average, what, adasum=True):
     if average is not None:
         if op is not None:
             raise ValueError("%s: give either op or the deprecated average, not both" % what)
         return Average if average else Sum
-    if op is not None and op == Adasum:
-        raise NotImplementedError("%s: Adasum is not provided by mtxcomm" % what)
     if op is None:
         return Average
     if op not in _OP_NAMES:
         raise ValueError("%s: op must be one of hvd.Sum, hvd.Average, hvd.Min, hvd.Max, "
-                         "hvd.Product, got %r" % (what, op))
+                         "hvd.Product, hvd.Adasum, got %r" % (what, op))
+    if op == Adasum and not adasum:
+        raise NotImplementedError("%s: Adasum is an allreduce op only" % what)
     return op
 
 
@@ -270,7 +273,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
       tensor: tf.Tensor or tf.Variable of any shape, or tf.IndexedSlices (then values and
         indices are allgathered and, for Average, values divided by size(); only Sum and
         Average).
-      op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max or hvd.Product. Integer Average
+      op: hvd.Average (default), hvd.Sum, hvd.Min, hvd.Max, hvd.Product, or hvd.Adasum
+        (floating tensors; the library's adaptive summation, docs/algorithms.md#adasum; no
+        gradient). Integer Average
         divides by size() truncating toward zero.
       prescale_factor, postscale_factor: multiply (floating tensors) before / after.
       name: the tensor's name for negotiation: the same call must have the same name on every
@@ -379,7 +384,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, prescale_fact
     rows of dimension 0: d0 // size() rows, one more on the first d0 % size() ranks.
     op: hvd.Average (default), Sum, Min, Max, Product."""
     _no_process_set(process_set, "reducescatter")
-    op = _resolve_op(op, None, "reducescatter")
+    op = _resolve_op(op, None, "reducescatter", adasum=False)
     tensor = _scale(tf.convert_to_tensor(tensor), prescale_factor)
     out = _ops.mtxcomm_reducescatter(tensor, reduce_op=op, tensor_name=_tensor_name(name))
     return _scale(out, postscale_factor)
@@ -390,7 +395,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, pres
     """reducescatter() of every tensor of the list, negotiated as one request; returns the list
     of this rank's shares."""
     _no_process_set(process_set, "grouped_reducescatter")
-    op = _resolve_op(op, None, "grouped_reducescatter")
+    op = _resolve_op(op, None, "grouped_reducescatter", adasum=False)
     tensors = [_scale(tf.convert_to_tensor(t), prescale_factor) for t in tensors]
     if not tensors:
         return []
@@ -557,6 +562,8 @@ def _allreduce_grad(op, grad):
     reduce_op = op.get_attr("reduce_op")
     if reduce_op in (Sum, Average):
         return _ops.mtxcomm_allreduce(grad, reduce_op=reduce_op)
+    if reduce_op == Adasum:
+        raise NotImplementedError("the gradient of an allreduce with op=Adasum is not provided")
     x, y = op.inputs[0], op.outputs[0]
     if reduce_op in (Min, Max):
         return _allreduce_sum(grad) * tf.cast(tf.equal(x, y), grad.dtype)
