@@ -36,8 +36,8 @@
 // The engine's parts: request.h (what is submitted, its wire format), negotiation.h (the
 // table every rank keeps, the response cache), executor.h (fusion and the collectives),
 // timeline.h (MTXCOMM_TIMELINE), engine.cc (the thread and its cycle). None includes framework
-// headers: the framework side (bindings/tensorflow/, a future bindings/torch/) provides
-// buffers and callbacks through Entry.
+// headers: the framework side (bindings/tensorflow/, bindings/python/ for the array API, a
+// future bindings/torch/) provides buffers and callbacks through Entry.
 #ifndef MTXCOMM_BINDINGS_COMMON_ENGINE_H_
 #define MTXCOMM_BINDINGS_COMMON_ENGINE_H_
 
