@@ -4,7 +4,9 @@
 #      test_ops.py + test_horovod_api.py at np=3
 #      (one pytest session per rank count: importing TensorFlow takes seconds per process);
 #   2. test_transparent.py and test_engine_jobs.py, each in one plain process (they launch
-#      their own mtxrun jobs).
+#      their own mtxrun jobs);
+#   3. test_arrays.py (the array API: NumPy, PyTorch and JAX arrays when importable) under
+#      mpirun at np=1, 2 and 3, one short session each.
 # Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
 # session passed. Usage: tests/python/run_suite.sh [PYTHON]   (default: .venv/bin/python)
 # Environment: MTXCOMM_PYTEST_ARGS adds pytest arguments (e.g. "-x" or "-k allreduce").
@@ -42,6 +44,10 @@ run "np=3 ops" 480 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
   tests/python/test_ops.py tests/python/test_horovod_api.py
 run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py
 run "engine jobs" 900 "$PY" "${PYTEST[@]}" tests/python/test_engine_jobs.py
+run "np=1 arrays" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
+run "np=2 arrays" 300 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
+run "np=3 arrays" 300 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
+  tests/python/test_arrays.py
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'run_suite: FAILED: %s\n' "${failed[@]}"
