@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment .venv (idempotent) with TensorFlow (the CPU wheel),
-# scikit-learn and pytest from PyPI, then installs this repository's Python package into it
-# (`pip install .`: scikit-build-core builds libmtxcomm and the TensorFlow binding with CMake,
-# incrementally in build-python/). PYTHON selects the interpreter (default: python3, >= 3.9).
+# scikit-learn and pytest from PyPI, and PyTorch (for the array API's torch tests), then
+# installs this repository's Python package into it (`pip install .`: scikit-build-core builds
+# libmtxcomm, the array API's module and the TensorFlow binding with CMake, incrementally in
+# build-python/). PYTHON selects the interpreter (default: python3, >= 3.9).
+# Usage: scripts/setup_python.sh [--no-torch]   (--no-torch: no PyTorch; its tests then skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+with_torch=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-torch) with_torch=0 ;;
+    *) echo "setup_python: unknown argument '$arg' (usage: $0 [--no-torch])" >&2; exit 2 ;;
+  esac
+done
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -14,5 +23,16 @@ if ! .venv/bin/python -c "import tensorflow, sklearn, pytest" >/dev/null 2>&1; t
   # TensorFlow first: the binding is compiled against the TensorFlow in this environment.
   .venv/bin/python -m pip install -q "tensorflow-cpu>=2.16" scikit-learn pytest
 fi
+if [ "$with_torch" = 1 ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  # The CPU wheel from PyTorch's own index (about 200 MB); where that index cannot be reached,
+  # PyPI's wheel, which is built with CUDA (several GB with its CUDA libraries) and runs on the
+  # CPU as well.
+  if ! .venv/bin/python -m pip install -q --retries 0 --timeout 30 torch \
+      --index-url https://download.pytorch.org/whl/cpu >/dev/null 2>&1; then
+    echo "setup_python: PyTorch's CPU index is not reachable; installing torch from PyPI" >&2
+    .venv/bin/python -m pip install -q torch
+  fi
+fi
 .venv/bin/python -m pip install -q .
 echo "setup_python: $(.venv/bin/python -c 'import tensorflow as tf, keras, mtxcomm.tensorflow; print("TensorFlow", tf.__version__, "Keras", keras.__version__, "mtxcomm.tensorflow OK")' 2>/dev/null | tail -1)"
+echo "setup_python: $(.venv/bin/python -c 'import mtxcomm; mtxcomm.allreduce; print("mtxcomm array API OK")' 2>/dev/null | tail -1)$(.venv/bin/python -c 'import torch; print(", torch", torch.__version__)' 2>/dev/null | tail -1)"
