@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "bindings/common/executor.h"
 #include "bindings/common/negotiation.h"
@@ -108,6 +109,8 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Entry> submitted_;  // guarded by mu_
+  // Names of this rank's requests submitted and not yet done (guarded by mu_).
+  std::unordered_set<std::string> inFlight_;
   bool shutdownRequested_ = false;
   bool stopped_ = false;
   Status failure_;  // guarded by mu_: set when the engine stopped for good
@@ -210,7 +213,22 @@ void Engine::enqueue(Entry e) {
                 "mtxcomm is not initialised: call init() first (or it was shut down)"};
     } else if (stopped_) {
       refuse = failure_;
+    } else if (!inFlight_.insert(e.request.name).second) {
+      // Which of two concurrent requests of one name pairs with which on the other ranks is
+      // not defined (threads, graph order): refused, as Horovod does, never a wrong pairing.
+      refuse = {MTXCOMM_INVALID_USAGE,
+                "mtxcomm " + std::string(kindName(e.request.kind)) + " '" + e.request.name +
+                    "': another request of this name is in flight on this rank (two concurrent "
+                    "collectives need different names)"};
     } else {
+      // The name is free again just before the caller hears the result.
+      e.done = [this, name = e.request.name, done = std::move(e.done)](const Status& st) {
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          inFlight_.erase(name);
+        }
+        done(st);
+      };
       const bool wasEmpty = submitted_.empty();
       submitted_.push_back(std::move(e));
       if (wasEmpty) {

@@ -98,6 +98,12 @@ absl::Status firstDimUnknownAt(InferenceContext* c, int i) {
 
 absl::Status firstDimUnknown(InferenceContext* c) { return firstDimUnknownAt(c, 0); }
 
+// Every output: dimension 0 unknown (the grouped allgather and reduce-scatter).
+absl::Status firstDimUnknownEach(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknownAt(c, i));
+  return absl::OkStatus();
+}
+
 absl::Status sameShapes(InferenceContext* c) {
   for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
   return absl::OkStatus();
@@ -158,10 +164,7 @@ REGISTER_OP("MtxcommGroupedAllgather")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknownAt(c, i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(firstDimUnknownEach)
     .Doc("Allgather of every tensor of the list, negotiated once.");
 
 REGISTER_OP("MtxcommGroupedReducescatter")
@@ -171,17 +174,15 @@ REGISTER_OP("MtxcommGroupedReducescatter")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimUnknownAt(c, i));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(firstDimUnknownEach)
     .Doc("Reduce-scatter of every tensor of the list, negotiated once.");
 
 REGISTER_OP("MtxcommAlltoall")
     .Attr("T: " MTXCOMM_TF_TYPES)
+    .Attr("Tsplits: {int32, int64} = DT_INT32")
     .Attr("tensor_name: string = ''")
     .Input("tensor: T")
-    .Input("splits: int32")
+    .Input("splits: Tsplits")
     .Output("output: T")
     .Output("received_splits: int32")
     .SetIsStateful()
@@ -243,10 +244,18 @@ class MtxcommOp : public tf::AsyncOpKernel {
       dataInputs = 1;
       const tf::Tensor& splits = ctx->input(1);
       OP_REQUIRES_ASYNC(ctx, splits.dims() == 1,
-                        absl::InvalidArgumentError("mtxcomm alltoall: splits must be a vector"),
+                        absl::InvalidArgumentError("mtxcomm alltoall '" + name_ +
+                                                   "': splits must be a vector, got shape " +
+                                                   splits.shape().DebugString()),
                         done);
-      const auto v = splits.vec<int32_t>();
-      for (int64_t j = 0; j < v.size(); ++j) e.request.splits.push_back(v(j));
+      // Checked against dimension 0 on every rank by the engine (Negotiation::check).
+      if (splits.dtype() == tf::DT_INT64) {
+        const auto v = splits.vec<int64_t>();
+        for (int64_t j = 0; j < v.size(); ++j) e.request.splits.push_back(v(j));
+      } else {
+        const auto v = splits.vec<int32_t>();
+        for (int64_t j = 0; j < v.size(); ++j) e.request.splits.push_back(v(j));
+      }
     }
     for (int i = 0; i < dataInputs; ++i) {
       const tf::Tensor& t = ctx->input(i);

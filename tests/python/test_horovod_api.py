@@ -374,3 +374,61 @@ def test_bool_reductions_are_logical_and_average_is_refused(hvd):
     # the refusal failed only that call: the engine goes on
     np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after_bool").numpy(),
                                   [SIZE, SIZE])
+
+
+@multi_rank
+def test_a_second_request_of_a_name_in_flight_is_refused_not_mispaired(hvd):
+    import threading
+    import time
+    r = hvd.rank()
+    results = {}
+
+    def call(key):
+        try:
+            results[key] = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum,
+                                         name="dup").numpy().tolist()
+        except tf.errors.FailedPreconditionError as e:
+            results[key] = e
+
+    if r == 0:
+        # Rank 0's first "dup" waits for the others; a second one meanwhile is refused at once.
+        t = threading.Thread(target=call, args=("thread",))
+        t.start()
+        time.sleep(0.5)
+        call("main")
+        hvd.allreduce(tf.ones([1]), name="dup_sync").numpy()
+        t.join()
+        refused = [k for k, v in results.items() if isinstance(v, Exception)]
+        assert len(refused) == 1, results
+        assert "in flight" in str(results[refused[0]]), results
+        (kept,) = [v for v in results.values() if not isinstance(v, Exception)]
+    else:
+        hvd.allreduce(tf.ones([1]), name="dup_sync").numpy()
+        call("main")
+        kept = results["main"]
+    assert kept == [SIZE * (SIZE + 1) / 2.0]
+
+
+def test_alltoall_splits_are_never_truncated(hvd):
+    splits = tf.constant([2 ** 32 + 1] + [0] * (SIZE - 1), tf.int64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="summing to 4294967297"):
+        hvd.alltoall(tf.ones([1, 2]), splits=splits, name="a2a_int64").numpy()
+    got, received = hvd.alltoall(tf.ones([SIZE, 2]), splits=tf.ones([SIZE], tf.int64),
+                                 name="a2a_int64_ok")
+    assert tuple(got.shape) == (SIZE, 2) and received.numpy().tolist() == [1] * SIZE
+    with pytest.raises(ValueError, match="integers"):
+        hvd.alltoall(tf.ones([SIZE]), splits=[0.5] * SIZE)
+
+
+def test_unpicklable_objects_raise_on_every_rank(hvd):
+    r = hvd.rank()
+    with pytest.raises(Exception) as e:
+        hvd.broadcast_object((lambda: 1) if r == 0 else None, root_rank=0, name="unpickle_bc")
+    if r != 0:
+        assert isinstance(e.value, ValueError) and "root rank 0" in str(e.value)
+    last = SIZE - 1
+    with pytest.raises(Exception) as e:
+        hvd.allgather_object((lambda: 2) if r == last else r, name="unpickle_ag")
+    if r != last:
+        assert isinstance(e.value, ValueError) and f"rank(s) {last}" in str(e.value)
+    assert hvd.allgather_object(r, name="after_unpickle") == list(range(SIZE))

@@ -291,7 +291,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError("allreduce of IndexedSlices supports Sum and Average, "
-                                      "got %s" % _OP_NAMES[op])
+                                      "got %s (densify the gradients first: "
+                                      "sparse_as_dense=True)" % _OP_NAMES[op])
         if not (_is_one(prescale_factor) and _is_one(postscale_factor)):
             raise NotImplementedError("allreduce of IndexedSlices does not support "
                                       "prescale_factor or postscale_factor")
@@ -411,7 +412,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     Args:
       tensor: [d0, ...], any supported dtype; the dimensions after the first must agree on
         every rank, d0 may differ.
-      splits: int vector of size() entries (rows sent to each rank, summing to d0), or None to
+      splits: integer vector (int32 or int64, never truncated) of size() entries (rows sent
+        to each rank, summing to d0), or None to
         send d0 / size() rows to every rank (d0 must then be a multiple of size()).
     Returns: the gathered tensor [sum of rows received, ...]; with splits given, the pair
       (gathered tensor, received_splits), received_splits an int32 vector of the rows received
@@ -422,7 +424,15 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     """
     _no_process_set(process_set, "alltoall")
     tensor = tf.convert_to_tensor(tensor)
-    s = tf.zeros([0], tf.int32) if splits is None else tf.cast(splits, tf.int32)
+    if splits is None:
+        s = tf.zeros([0], tf.int32)
+    else:
+        s = tf.convert_to_tensor(splits)
+        if not s.dtype.is_integer or s.dtype == tf.uint64:
+            raise ValueError("alltoall: splits must be integers (int8 to int64), got %s"
+                             % s.dtype.name)
+        if s.dtype not in (tf.int32, tf.int64):
+            s = tf.cast(s, tf.int64)  # exact: every other integer type fits
     out, received = _ops.mtxcomm_alltoall(tensor, s, tensor_name=_tensor_name(name))
     return out if splits is None else (out, received)
 
@@ -475,19 +485,35 @@ def _run(tensors, session=None):
     return sess.run(tensors)
 
 
+def _pickled(obj):
+    """(bytes as a uint8 array, None) or (None, the pickling error)."""
+    import pickle
+    import numpy as np
+    try:
+        return np.frombuffer(pickle.dumps(obj), dtype=np.uint8), None
+    except Exception as e:  # every rank must still take part in the collectives
+        return None, e
+
+
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None):
     """Every rank gets root_rank's picklable Python object (eagerly, or in a graph through
-    ``session`` / the default session)."""
+    ``session`` / the default session). An object the root cannot pickle raises on every rank
+    (the root's own error there, ValueError naming it elsewhere)."""
     import pickle
     import numpy as np
     _no_process_set(process_set, "broadcast_object")
     # The default name may not depend on obj: only the root's object is meaningful.
     name = name or "default"
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if rank() == root_rank else \
-        np.zeros([0], dtype=np.uint8)
-    n = _run(broadcast(tf.constant([payload.size], dtype=tf.int64), root_rank,
-                       name="broadcast_object/%s/size" % name), session)
-    buf = payload if rank() == root_rank else np.zeros([int(n[0])], dtype=np.uint8)
+    payload, error = _pickled(obj) if rank() == root_rank else (np.zeros([0], np.uint8), None)
+    size = -1 if error is not None else payload.size
+    n = int(_run(broadcast(tf.constant([size], dtype=tf.int64), root_rank,
+                           name="broadcast_object/%s/size" % name), session)[0])
+    if n < 0:
+        if error is not None:
+            raise error
+        raise ValueError("broadcast_object: root rank %d could not pickle its object"
+                         % root_rank)
+    buf = payload if rank() == root_rank else np.zeros([n], dtype=np.uint8)
     data = _run(broadcast(tf.constant(buf), root_rank, name="broadcast_object/%s" % name),
                 session)
     return obj if rank() == root_rank else pickle.loads(data.tobytes())
@@ -503,17 +529,25 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
 
 
 def allgather_object(obj, session=None, name=None, process_set=None):
-    """Every rank's picklable Python object, as a list in rank order, on every rank."""
+    """Every rank's picklable Python object, as a list in rank order, on every rank. An object
+    some rank cannot pickle raises on every rank (that rank's own error there, ValueError
+    naming the ranks elsewhere)."""
     import pickle
-    import numpy as np
     _no_process_set(process_set, "allgather_object")
     name = name or "default"  # the objects' types may differ between ranks
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = _run(allgather(tf.constant([payload.size], dtype=tf.int64),
-                           name="allgather_object/%s/sizes" % name), session)
+    payload, error = _pickled(obj)
+    size = -1 if error is not None else payload.size
+    sizes = _run(allgather(tf.constant([size], dtype=tf.int64),
+                           name="allgather_object/%s/sizes" % name), session).tolist()
+    bad = [r for r, n in enumerate(sizes) if n < 0]
+    if bad:
+        if error is not None:
+            raise error
+        raise ValueError("allgather_object: rank(s) %s could not pickle their object"
+                         % ",".join(map(str, bad)))
     data = _run(allgather(tf.constant(payload), name="allgather_object/%s" % name), session)
     out, off = [], 0
-    for n in sizes.tolist():
+    for n in sizes:
         out.append(pickle.loads(data[off:off + n].tobytes()))
         off += n
     return out
@@ -803,6 +837,16 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
                                    groups, process_set, local_sources=local)
 
 
+def _check_optimizer_options(process_set, groups, num_groups, gradient_predivide_factor):
+    """Horovod options of DistributedOptimizer that mtxcomm does not provide."""
+    if process_set is not None or groups is not None or num_groups:
+        raise NotImplementedError("DistributedOptimizer: process sets and groups are not "
+                                  "supported (all gradients go in one group)")
+    if gradient_predivide_factor != 1.0:
+        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor is not "
+                                  "supported")
+
+
 class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
     """A TensorFlow 1 optimizer (tf.compat.v1.train.Optimizer) whose compute_gradients averages
     the gradients over ranks."""
@@ -858,12 +902,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         raise ValueError("DistributedOptimizer expects a Keras 3 optimizer or a "
                          "tf.compat.v1.train.Optimizer, got %r" % type(optimizer).__name__)
-    if process_set is not None or groups is not None or num_groups:
-        raise NotImplementedError("DistributedOptimizer: process sets and groups are not "
-                                  "supported (all gradients go in one group)")
-    if gradient_predivide_factor != 1.0:
-        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor is not "
-                                  "supported")
+    _check_optimizer_options(process_set, groups, num_groups, gradient_predivide_factor)
     if backward_passes_per_step != 1:
         raise NotImplementedError("DistributedOptimizer: backward_passes_per_step > 1 is "
                                   "provided for Keras 3 optimizers only")

@@ -21,7 +21,8 @@ from mtxcomm.tensorflow import (  # noqa: F401  (re-exported, as Horovod's keras
     grouped_allreduce, init, is_initialized, join, cpu_share, local_rank, local_size, rank,
     reducescatter,
     shutdown, size, DistributedGradientTape, PartialDistributedGradientTape,
-    _allreduce_gradients, _collective_count, _local_flags, _resolve_op, _source_keys,
+    _allreduce_gradients, _check_optimizer_options, _collective_count, _local_flags,
+    _resolve_op, _source_keys,
     alltoall, broadcast_, grouped_allgather, grouped_reducescatter, allgather_object,
     rank_op, local_rank_op, size_op, local_size_op, mpi_built, mpi_enabled, nccl_built,
     cuda_built, gloo_built, gloo_enabled, ccl_built, ddl_built, rocm_built, elastic,
@@ -174,12 +175,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError("DistributedOptimizer expects a Keras 3 optimizer "
                          "(keras.optimizers.Optimizer), got %r" % type(optimizer).__name__)
-    if process_set is not None or groups is not None or num_groups:
-        raise NotImplementedError("DistributedOptimizer: process sets and groups are not "
-                                  "supported (all gradients go in one group)")
-    if gradient_predivide_factor != 1.0:
-        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor is not "
-                                  "supported")
+    _check_optimizer_options(process_set, groups, num_groups, gradient_predivide_factor)
     if not average_aggregated_gradients and backward_passes_per_step > 1:
         raise NotImplementedError("DistributedOptimizer: accumulated gradients are always "
                                   "averaged over the backward passes")
