@@ -36,6 +36,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -211,6 +212,135 @@ py::tuple run(int kind, const py::buffer& x, int dtype, const std::vector<int64_
   return py::make_tuple(static_cast<int>(st.code), st.message, result, call->resultShape, received);
 }
 
+// ---- asynchronous calls over raw addresses (the torch.distributed backend) -------------------
+//
+// submit() queues one request whose input and output buffers are given as addresses (a
+// tensor's data_ptr()) and returns at once with a Pending; the caller keeps the buffers alive
+// and untouched until the Pending is done (mtxcomm/torch keeps the tensors in its Work). Unlike
+// run(), several submits may be in flight, each under the name the caller gives (distinct
+// among those in flight on this rank: the engine refuses a second one), so the engine may fuse
+// them. Outputs are the caller's: allocate() checks the shape the engine agreed on against the
+// caller's and fails the request (on this rank) with a message naming both when they differ.
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  eng::Status status;
+  std::string kind;
+  std::vector<uintptr_t> outputs;
+  std::vector<std::vector<int64_t>> outShapes;
+  std::vector<int32_t> received;  // alltoall: rows received from each rank
+  std::string outError;
+
+  // Waits up to timeoutSeconds (< 0: forever) with the GIL released; true when done.
+  bool wait(double timeoutSeconds) {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lk(mu);
+    if (timeoutSeconds < 0) {
+      cv.wait(lk, [&] { return finished; });
+      return true;
+    }
+    return cv.wait_for(lk, std::chrono::duration<double>(timeoutSeconds), [&] { return finished; });
+  }
+  bool done() {
+    std::lock_guard<std::mutex> lk(mu);
+    return finished;
+  }
+};
+
+std::shared_ptr<Pending> submit(int kind, const std::string& name,
+                                const std::vector<uintptr_t>& inputs, int dtype,
+                                const std::vector<std::vector<int64_t>>& shapes, int op, int root,
+                                const std::optional<std::vector<int64_t>>& splits,
+                                const std::vector<uintptr_t>& outputs,
+                                const std::vector<std::vector<int64_t>>& outShapes) {
+  if (kind < 0 || kind >= eng::kNumKinds || kind == static_cast<int>(eng::Kind::kJoin)) {
+    throw py::value_error("mtxcomm._core.submit: bad kind " + std::to_string(kind));
+  }
+  if (dtype < 0 || dtype >= MTXCOMM_NUM_DATATYPES) {
+    throw py::value_error("mtxcomm._core.submit: bad dtype " + std::to_string(dtype));
+  }
+  if (op < 0 || op >= MTXCOMM_NUM_OPS) {
+    throw py::value_error("mtxcomm._core.submit: bad op " + std::to_string(op));
+  }
+  if (inputs.size() != shapes.size() || outputs.size() != outShapes.size() ||
+      outputs.size() != inputs.size() || inputs.empty()) {
+    throw py::value_error(
+        "mtxcomm._core.submit: one input address, shape, output address and "
+        "output shape per tensor");
+  }
+  const auto k = static_cast<eng::Kind>(kind);
+  auto p = std::make_shared<Pending>();
+  p->kind = eng::kindName(k);
+  p->outputs = outputs;
+  p->outShapes = outShapes;
+  eng::Entry e;
+  e.request.kind = k;
+  e.request.name = name;
+  e.request.op = static_cast<mtxcomm_op_t>(op);
+  e.request.root = root;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    e.request.tensors.push_back({static_cast<mtxcomm_datatype_t>(dtype), shapes[i]});
+    e.inputs.push_back(reinterpret_cast<const void*>(inputs[i]));
+  }
+  if (splits) e.request.splits = *splits;
+  e.allocate = [p, k](size_t i, const std::vector<int64_t>& s, std::string* err) -> void* {
+    if (k == eng::Kind::kAlltoall && i == 1) {
+      p->received.assign(elementsOf(s), 0);
+      return p->received.data();
+    }
+    if (i >= p->outputs.size()) {
+      *err = "no output " + std::to_string(i);
+      return nullptr;
+    }
+    if (s != p->outShapes[i]) {
+      p->outError = "the output has shape " + shapeString(p->outShapes[i]) +
+                    " but the result has shape " + shapeString(s);
+      *err = p->outError;
+      return nullptr;
+    }
+    return reinterpret_cast<void*>(p->outputs[i]);
+  };
+  e.done = [p](const eng::Status& st) {
+    std::lock_guard<std::mutex> lk(p->mu);
+    p->status = st;
+    p->finished = true;
+    p->cv.notify_all();
+  };
+  {
+    py::gil_scoped_release release;
+    eng::enqueue(std::move(e));
+  }
+  return p;
+}
+
+// join(): this rank is out of work (engine.h, Join) until every rank has joined; returns
+// (code, message, the last rank to join). Named "mtxcomm.join" as the TensorFlow op is, so a
+// process using both joins once.
+std::tuple<int, std::string, int> join() {
+  auto p = std::make_shared<Pending>();
+  p->kind = "join";
+  auto last = std::make_shared<int32_t>(-1);
+  eng::Entry e;
+  e.request.kind = eng::Kind::kJoin;
+  e.request.name = "mtxcomm.join";
+  e.allocate = [last](size_t, const std::vector<int64_t>&, std::string*) -> void* {
+    return last.get();
+  };
+  e.done = [p](const eng::Status& st) {
+    std::lock_guard<std::mutex> lk(p->mu);
+    p->status = st;
+    p->finished = true;
+    p->cv.notify_all();
+  };
+  {
+    py::gil_scoped_release release;
+    eng::enqueue(std::move(e));
+  }
+  p->wait(-1.0);
+  return std::make_tuple(static_cast<int>(p->status.code), p->status.message,
+                         static_cast<int>(*last));
+}
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -250,6 +380,39 @@ PYBIND11_MODULE(_core, m) {
   m.def("run", &run, py::arg("kind"), py::arg("x"), py::arg("dtype"), py::arg("shape"),
         py::arg("op"), py::arg("root"), py::arg("splits"), py::arg("out"), py::arg("out_shape"),
         "One collective through the engine; see core_module.cc.");
+  py::class_<Pending, std::shared_ptr<Pending>>(m, "Pending", "A submitted request (see submit).")
+      .def("wait", &Pending::wait, py::arg("timeout") = -1.0,
+           "Waits up to timeout seconds (< 0: forever), GIL released; True when done.")
+      .def("done", &Pending::done)
+      .def(
+          "status",
+          [](Pending& p) {
+            std::lock_guard<std::mutex> lk(p.mu);
+            eng::Status st = p.status;
+            if (!p.outError.empty()) {
+              st = {MTXCOMM_INVALID_ARGUMENT, "mtxcomm " + p.kind + " on rank " +
+                                                  std::to_string(eng::rank()) + ": " + p.outError};
+            }
+            return std::make_tuple(static_cast<int>(st.code), st.message);
+          },
+          "(code, message) once done.")
+      .def("received_splits", [](Pending& p) {
+        std::lock_guard<std::mutex> lk(p.mu);
+        return p.received;
+      });
+  m.def(
+      "build_feature",
+      [](const std::string& feature) {
+        int built = 0;
+        return mtxcomm_get_build_feature(feature.c_str(), &built) == MTXCOMM_SUCCESS && built;
+      },
+      "Whether the library was built with feature (\"mpi\", \"ucx\", \"cuda\", \"nccl\", "
+      "\"hwloc\").");
+  m.def("join", &join, "Joins (engine.h): returns (code, message, last rank to join).");
+  m.def("submit", &submit, py::arg("kind"), py::arg("name"), py::arg("inputs"), py::arg("dtype"),
+        py::arg("shapes"), py::arg("op"), py::arg("root"), py::arg("splits"), py::arg("outputs"),
+        py::arg("out_shapes"),
+        "Queues one request over raw addresses and returns a Pending; see core_module.cc.");
   m.def(
       "last_buffers", [] { return std::make_tuple(lastInput.load(), lastOutput.load()); },
       "(input, output) addresses handed to the engine by the last call, for the tests.");

@@ -26,6 +26,7 @@ import os
 import secrets
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -115,6 +116,27 @@ def placement(args, env):
     return mpi, threads, why
 
 
+def _first_host(args):
+    """The host of rank 0 (torch's MASTER_ADDR): the first of --host/--hostfile, else this
+    machine (127.0.0.1)."""
+    if args.hosts:
+        return args.hosts.split(",")[0].split(":")[0]
+    if args.hostfile:
+        with open(args.hostfile) as f:
+            for line in f:
+                line = line.split("#")[0].strip()
+                if line:
+                    return line.split()[0]
+    return "127.0.0.1"
+
+
+def _free_port():
+    """A TCP port free on this machine now (torch's MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def build_command(args, environ=None):
     """The mpirun argv and the environment for it."""
     env = dict(os.environ if environ is None else environ)
@@ -162,7 +184,15 @@ def build_command(args, environ=None):
         env["MTXCOMM_TRANSPARENT"] = "1"
         if args.all_ranks_output:
             env["MTXCOMM_TRANSPARENT_OUTPUT"] = "all"
+    # torch.distributed's env:// rendezvous (what torchrun gives a rank): the same on every
+    # rank here, RANK, LOCAL_RANK and LOCAL_WORLD_SIZE per rank from _rank_env.py.
+    torch_vars = {"MASTER_ADDR": _first_host(args), "WORLD_SIZE": str(args.np)}
+    for var, value in torch_vars.items():
+        env.setdefault(var, value)
+    if not env.get("MASTER_PORT"):
+        env["MASTER_PORT"] = str(_free_port())
     exported = ["PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV"] + list(threads)
+    exported += ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"]
     exported += sorted(k for k in env if k.startswith("MTXCOMM_"))
     for k in exported:
         if k in env:
@@ -171,7 +201,8 @@ def build_command(args, environ=None):
         argv += shlex.split(args.mpi_args)
     except ValueError as e:
         raise SystemExit("mtxrun: --mpi-args %r: %s" % (args.mpi_args, e))
-    argv += command
+    rank_env = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank_env.py")
+    argv += [sys.executable, rank_env] + command
     build_command.why = why
     return argv, env
 

@@ -6,7 +6,10 @@
 #   2. test_transparent.py and test_engine_jobs.py, each in one plain process (they launch
 #      their own mtxrun jobs);
 #   3. test_arrays.py (the array API: NumPy, PyTorch and JAX arrays when importable) under
-#      mpirun at np=1, 2 and 3, one short session each.
+#      mpirun at np=1, 2 and 3, one short session each;
+#   4. test_torch.py (the "mtxcomm" torch.distributed backend and mtxcomm.torch) under mtxrun
+#      (which sets torch's env:// variables) at np=1, 2 and 3, and test_torch_jobs.py (DDP,
+#      torchrun, killed ranks) in one plain process; skipped, saying so, without PyTorch.
 # Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
 # session passed. Usage: tests/python/run_suite.sh [PYTHON]   (default: .venv/bin/python)
 # Environment: MTXCOMM_PYTEST_ARGS adds pytest arguments (e.g. "-x" or "-k allreduce").
@@ -48,6 +51,17 @@ run "np=1 arrays" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" tests/python/tes
 run "np=2 arrays" 300 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
 run "np=3 arrays" 300 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
   tests/python/test_arrays.py
+
+if "$PY" -c "import torch" >/dev/null 2>&1; then
+  MTXRUN=("$(dirname "$PY")/mtxrun")
+  run "np=1 torch" 300 "${MTXRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" tests/python/test_torch.py
+  run "np=2 torch" 300 "${MTXRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" tests/python/test_torch.py
+  run "np=3 torch" 300 "${MTXRUN[@]}" -np 3 "$PY" "${PYTEST[@]}" tests/python/test_torch.py
+  run "torch jobs" 600 "$PY" "${PYTEST[@]}" tests/python/test_torch_jobs.py
+else
+  echo "=== torch sessions SKIPPED: '$PY -c \"import torch\"' fails (scripts/setup_python.sh" \
+       "--no-torch leaves PyTorch out)"
+fi
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'run_suite: FAILED: %s\n' "${failed[@]}"

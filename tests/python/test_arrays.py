@@ -16,7 +16,8 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import launched_rank, launched_size, rank_values
+from conftest import (assert_same, expected_reduce, launched_rank, launched_size, rank_values,
+                      values)
 
 SIZE = launched_size()
 RANK = launched_rank()
@@ -57,51 +58,6 @@ def np_dtype(d):
             pytest.skip(MISSING["ml_dtypes"] + ": no NumPy bfloat16")
         return np.dtype(BF16)
     return np.dtype(d)
-
-
-def values(shape, dtype, rank, offset=0):
-    """Rank's deterministic array (small values, exact in every dtype)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rank_values(shape, np.int64, rank, offset) > 0
-    return rank_values(shape, dtype, rank, offset)  # non-negative for unsigned dtypes
-
-
-def trunc_div(s, n):
-    return np.sign(s) * (np.abs(s) // n)
-
-
-def expected_reduce(arrays, op, dtype):
-    """The reduction the library specifies: integers exact (avg truncating toward zero), 16-bit
-    floats accumulated in float32 and rounded once, bool logical."""
-    dtype = np.dtype(dtype)
-    n = len(arrays)
-    if dtype == np.bool_:
-        stack = np.stack([np.asarray(a, dtype=bool) for a in arrays])
-        return (stack.any(0) if op in ("sum", "max") else stack.all(0)).astype(bool)
-    if dtype.kind in "iu":
-        stack = np.stack([np.asarray(a).astype(np.int64) for a in arrays])
-        r = {"sum": lambda: stack.sum(0), "avg": lambda: trunc_div(stack.sum(0), n),
-             "min": lambda: stack.min(0), "max": lambda: stack.max(0),
-             "prod": lambda: stack.prod(0)}[op]()
-        return np.asarray(r).astype(dtype)
-    acc = np.float32 if dtype.itemsize == 2 else dtype.type
-    stack = np.stack([np.asarray(a).astype(acc) for a in arrays])
-    r = {"sum": lambda: stack.sum(0), "avg": lambda: stack.sum(0) / acc(n),
-         "min": lambda: stack.min(0), "max": lambda: stack.max(0),
-         "prod": lambda: stack.prod(0)}[op]()
-    return np.asarray(r).astype(dtype)
-
-
-def assert_same(got, want, op="sum"):
-    got = np.asarray(got)
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    if op == "avg" and want.dtype.kind not in "iub":
-        tol = {2: 1e-2, 4: 1e-6, 8: 1e-14}[want.dtype.itemsize]
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol)
-    else:
-        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
 
 
 def address(a):

@@ -1,0 +1,474 @@
+"""The "mtxcomm" torch.distributed backend and the Horovod-style mtxcomm.torch, on every rank.
+
+Run under mtxrun (which gives torch.distributed's env:// its MASTER_ADDR, MASTER_PORT, RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) with 1, 2 and 3 ranks (tests/python/run_suite.sh):
+    mtxrun -np 3 python -m pytest -q -p no:cacheprovider tests/python/test_torch.py
+Every collective × dtype × op against closed-form values (conftest.expected_reduce), async Work
+and futures, errors. Every rank runs every test in the same order; a test's collectives come
+before its asserts. test_torch_jobs.py has the multi-process jobs (DDP, torchrun, killed ranks).
+"""
+
+import datetime
+import os
+
+import numpy as np
+import pytest
+from conftest import assert_same, expected_reduce, values
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup_python.sh "
+                                            "installs it; --no-torch leaves it out)")
+import torch.distributed as dist  # noqa: E402
+
+import mtxcomm.torch as hvd  # noqa: E402
+
+SIZE = int(os.environ.get("WORLD_SIZE", "1"))
+RANK = int(os.environ.get("RANK", "0"))
+multi_rank = pytest.mark.skipif(SIZE < 2, reason="needs at least 2 ranks")
+
+DTYPES = [torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32,
+          torch.int64, torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
+          torch.bool]
+IDS = [str(d).replace("torch.", "") for d in DTYPES]
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "prod": dist.ReduceOp.PRODUCT}
+NP = {torch.bfloat16: np.float32, torch.bool: np.bool_}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def group():
+    assert "mtxcomm" in dist.Backend.backend_list
+    dist.init_process_group("mtxcomm", timeout=datetime.timedelta(seconds=120))
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def backend():
+    """The default group's mtxcomm backend object itself (its Works are mtxcomm's)."""
+    return dist.group.WORLD._get_backend(torch.device("cpu"))
+
+
+def np_dtype(dt):
+    if dt in NP:
+        return NP[dt]
+    return torch.empty(0, dtype=dt).numpy().dtype
+
+
+def tensor_of(shape, dt, rank, offset=0):
+    """Rank's deterministic tensor (small values, exact in every dtype)."""
+    a = values(shape, np_dtype(dt), rank, offset)
+    return torch.from_numpy(np.array(a, copy=True)).to(dt)
+
+
+def as_np(t):
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy()
+    return t.numpy()
+
+
+def want_reduce(shape, dt, op, offset=0):
+    arrays = [values(shape, np_dtype(dt), r, offset) for r in range(SIZE)]
+    if dt == torch.bfloat16:
+        # bfloat16: accumulated in float32 and rounded once, as float16 (conftest).
+        got = expected_reduce(arrays, op, np.float32)
+        return torch.from_numpy(got).to(torch.bfloat16).float().numpy()
+    return expected_reduce(arrays, op, np_dtype(dt))
+
+
+def check(got, want, op, dt):
+    g = as_np(got)
+    if dt == torch.bfloat16:
+        w = np.asarray(want, dtype=np.float32)
+        if op == "avg":
+            np.testing.assert_allclose(g, w, rtol=1e-2)
+        else:
+            np.testing.assert_array_equal(g, w)
+        return
+    assert_same(g, np.asarray(want), op)
+
+
+def test_backend_is_mtxcomm():
+    assert dist.get_backend() == "mtxcomm"
+    assert dist.get_rank() == RANK and dist.get_world_size() == SIZE
+    assert hvd.rank() == RANK and hvd.size() == SIZE
+    assert os.environ["LOCAL_RANK"] == str(hvd.local_rank())
+    assert os.environ["LOCAL_WORLD_SIZE"] == str(hvd.local_size())
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", list(OPS))
+def test_allreduce(dt, op):
+    t = tensor_of((37,), dt, RANK)
+    if dt == torch.bool and op == "avg":
+        with pytest.raises(RuntimeError, match="avg is not defined for datatype bool"):
+            dist.all_reduce(t, op=OPS[op])
+        return
+    dist.all_reduce(t, op=OPS[op])
+    check(t, want_reduce((37,), dt, op), op, dt)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.int64, torch.bfloat16],
+                         ids=["float32", "int64", "bfloat16"])
+def test_allreduce_shapes_and_views(dt):
+    empty = torch.zeros(0, dtype=dt)
+    scalar = tensor_of((), dt, RANK)
+    big = tensor_of((3, 1000), dt, RANK)
+    # A non-contiguous view: reduced through a copy, written back into the caller's tensor.
+    base = tensor_of((8, 6), dt, RANK)
+    view = base.t()
+    dist.all_reduce(empty)
+    dist.all_reduce(scalar)
+    dist.all_reduce(big)
+    dist.all_reduce(view)
+    assert empty.numel() == 0
+    check(scalar, want_reduce((), dt, "sum"), "sum", dt)
+    check(big, want_reduce((3, 1000), dt, "sum"), "sum", dt)
+    check(base, want_reduce((8, 6), dt, "sum"), "sum", dt)
+
+
+def test_allreduce_coalesced():
+    ts = [tensor_of((5,), torch.float32, RANK), tensor_of((7, 2), torch.float32, RANK, 2),
+          tensor_of((3,), torch.float32, RANK, 1)]
+    dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX)
+    # The backend itself also takes several dtypes in one call (one request per dtype).
+    mixed = [tensor_of((4,), torch.int32, RANK), tensor_of((4,), torch.float64, RANK)]
+    backend().allreduce_coalesced(mixed, dist.AllreduceCoalescedOptions()).wait()
+    check(ts[0], want_reduce((5,), torch.float32, "max"), "max", torch.float32)
+    check(ts[1], want_reduce((7, 2), torch.float32, "max", 2), "max", torch.float32)
+    check(ts[2], want_reduce((3,), torch.float32, "max", 1), "max", torch.float32)
+    check(mixed[0], want_reduce((4,), torch.int32, "sum"), "sum", torch.int32)
+    check(mixed[1], want_reduce((4,), torch.float64, "sum"), "sum", torch.float64)
+
+
+def test_premul_sum_and_complex():
+    t = torch.full((4,), float(RANK + 1), dtype=torch.float64)
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    c = torch.full((3,), complex(RANK + 1, -RANK), dtype=torch.complex64)
+    dist.all_reduce(c)
+    total = SIZE * (SIZE + 1) / 2
+    assert t.tolist() == [0.5 * total] * 4
+    assert c.tolist() == [complex(total, -(SIZE - 1) * SIZE / 2)] * 3
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_broadcast_from_every_root(dt):
+    got = []
+    for root in range(SIZE):
+        t = tensor_of((9,), dt, RANK, offset=1)
+        dist.broadcast(t, src=root)
+        got.append(t)
+    for root, t in enumerate(got):
+        want = values((9,), np_dtype(dt), root, offset=1)
+        np.testing.assert_array_equal(as_np(t).astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_allgather(dt):
+    inp = tensor_of((2, 3), dt, RANK)
+    outs = [torch.empty((2, 3), dtype=dt) for _ in range(SIZE)]
+    dist.all_gather(outs, inp)
+    flat = torch.empty((2 * SIZE, 3), dtype=dt)
+    dist.all_gather_into_tensor(flat, inp)
+    for r in range(SIZE):
+        want = values((2, 3), np_dtype(dt), r).astype(np.float64)
+        np.testing.assert_array_equal(as_np(outs[r]).astype(np.float64), want)
+        np.testing.assert_array_equal(as_np(flat[2 * r:2 * r + 2]).astype(np.float64), want)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_reduce_scatter(dt, op):
+    full = tensor_of((SIZE, 4), dt, RANK)
+    out = torch.empty(4, dtype=dt)
+    dist.reduce_scatter_tensor(out, full, op=OPS[op])
+    listed = torch.empty((2,), dtype=dt)
+    dist.reduce_scatter(listed, [tensor_of((2,), dt, RANK, offset=j) for j in range(SIZE)],
+                        op=OPS[op])
+    check(out, want_reduce((SIZE, 4), dt, op)[RANK], op, dt)
+    check(listed, want_reduce((2,), dt, op, offset=RANK), op, dt)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "avg"])
+def test_reduce_keeps_non_root_tensors(op):
+    results = []
+    for root in range(SIZE):
+        t = tensor_of((6,), torch.float64, RANK)
+        dist.reduce(t, dst=root, op=OPS[op])
+        results.append(t)
+    for root, t in enumerate(results):
+        if RANK == root:
+            check(t, want_reduce((6,), torch.float64, op), op, torch.float64)
+        else:
+            assert torch.equal(t, tensor_of((6,), torch.float64, RANK))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.int64, torch.bool, torch.bfloat16],
+                         ids=["float32", "int64", "bool", "bfloat16"])
+def test_all_to_all(dt):
+    # Equal splits: rank r sends row block j (2 rows of 3) to rank j.
+    inp = torch.stack([tensor_of((2, 3), dt, RANK, offset=j) for j in range(SIZE)]).reshape(
+        2 * SIZE, 3)
+    out = torch.empty_like(inp)
+    dist.all_to_all_single(out, inp)
+    # Uneven splits: rank r sends j + 1 rows to rank j, so receives r + 1 from each.
+    in_splits = [j + 1 for j in range(SIZE)]
+    uneven = torch.cat([tensor_of((j + 1, 2), dt, RANK, offset=j) for j in range(SIZE)])
+    got = torch.empty(((RANK + 1) * SIZE, 2), dtype=dt)
+    dist.all_to_all_single(got, uneven, [RANK + 1] * SIZE, in_splits)
+    # Lists.
+    outs = [torch.empty(3, dtype=dt) for _ in range(SIZE)]
+    dist.all_to_all(outs, [tensor_of((3,), dt, RANK, offset=j) for j in range(SIZE)])
+    for src in range(SIZE):
+        want = values((2, 3), np_dtype(dt), src, offset=RANK).astype(np.float64)
+        np.testing.assert_array_equal(as_np(out[2 * src:2 * src + 2]).astype(np.float64), want)
+        want = values((RANK + 1, 2), np_dtype(dt), src, offset=RANK).astype(np.float64)
+        block = got[(RANK + 1) * src:(RANK + 1) * (src + 1)]
+        np.testing.assert_array_equal(as_np(block).astype(np.float64), want)
+        want = values((3,), np_dtype(dt), src, offset=RANK).astype(np.float64)
+        np.testing.assert_array_equal(as_np(outs[src]).astype(np.float64), want)
+
+
+def test_barrier_and_monotonic_progress():
+    for _ in range(3):
+        dist.barrier()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == SIZE
+
+
+def test_async_work_and_futures():
+    # More requests in flight than the backend's name window (64): the oldest are waited for.
+    tensors = [torch.full((10,), float(i + RANK)) for i in range(150)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    futs = [w.get_future() for w in works[:5]]
+    chained = futs[0].then(lambda f: f.value()[0] * 2)
+    for w in works:
+        assert w.wait() is True
+    # Through torch.distributed, a Python backend's Work is wrapped by PyTorch
+    # (PyProcessGroup::PyWorkHolder), which forwards wait() and get_future() only: completion
+    # is polled with get_future().done(). The backend's own Work has them all.
+    assert all(w.get_future().done() for w in works)
+    opts = dist.AllreduceOptions()
+    own = backend().allreduce([torch.ones(3)], opts)
+    own.wait()
+    assert own.is_completed() and own.is_success() and own.exception() is None
+    base = SIZE * (SIZE - 1) / 2
+    for i, t in enumerate(tensors):
+        assert t.tolist() == [SIZE * i + base] * 10, i
+    assert futs[2].wait()[0].tolist() == [SIZE * 2 + base] * 10
+    assert chained.wait().tolist() == [2 * base] * 10
+    # A future asked for before the work is done is completed by the backend's thread.
+    t = torch.ones(1000)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    assert fut.wait()[0][0].item() == SIZE
+    w = dist.all_gather_into_tensor(torch.empty(2 * SIZE), torch.ones(2), async_op=True)
+    got = w.get_future().wait()
+    assert len(got) == 1 and got[0].tolist() == [1.0] * 2 * SIZE
+    own = backend().allreduce([torch.ones(2)], dist.AllreduceOptions())
+    assert own.result()[0].tolist() == [SIZE] * 2
+
+
+def test_unsupported_op_and_collective():
+    t = torch.ones(3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="reduce op .*BAND.* is not supported"):
+        dist.all_reduce(t, op=dist.ReduceOp.BAND)
+    with pytest.raises((RuntimeError, NotImplementedError), match="(?i)gather|not supported|"
+                                                                  "not implemented"):
+        dist.gather(t, [torch.empty(3, dtype=torch.int32) for _ in range(SIZE)]
+                    if RANK == 0 else None, dst=0)
+    with pytest.raises(ValueError, match="complex|not defined"):
+        dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist.ReduceOp.MAX)
+    with pytest.raises(ValueError, match="root 99 is not a rank|99"):
+        hvd.broadcast_(torch.ones(2), 99)
+    # The group still works.
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [SIZE] * 2
+
+
+def test_non_cpu_tensor_is_refused():
+    if torch.cuda.is_available():
+        with pytest.raises((RuntimeError, ValueError), match="(?i)cuda"):
+            dist.all_reduce(torch.ones(2, device="cuda"))
+    else:
+        print("no CUDA device: the backend's refusal is checked with a 'meta' tensor")
+    with pytest.raises(ValueError, match="a tensor on meta; mtxcomm runs torch collectives on "
+                                         "CPU tensors .*cpu:mtxcomm,cuda:nccl"):
+        backend().allreduce([torch.ones(2, device="meta")], dist.AllreduceOptions())
+    ok = torch.ones(1)
+    dist.all_reduce(ok)
+    assert ok.item() == SIZE
+
+
+@multi_rank
+def test_mismatched_shapes_raise_on_every_rank():
+    t = torch.ones(3 + (RANK == 0), dtype=torch.float32)
+    with pytest.raises(RuntimeError) as e:
+        dist.all_reduce(t)
+    assert "shape" in str(e.value), str(e.value)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the next call works
+    assert t.tolist() == [SIZE] * 4
+
+
+def test_groups():
+    same = dist.new_group(list(range(SIZE)))
+    t = torch.ones(2)
+    dist.all_reduce(t, group=same)
+    assert t.tolist() == [SIZE] * 2
+    if SIZE > 1:
+        if RANK == 0:  # the only member: its backend is created, and refused
+            with pytest.raises(RuntimeError, match="whole world.*gloo"):
+                dist.new_group([0])
+        else:
+            assert dist.new_group([0]) == dist.GroupMember.NON_GROUP_MEMBER
+
+
+# ---- the Horovod-style API ---------------------------------------------------------------------
+
+def test_hvd_facts():
+    hvd.init()  # idempotent
+    assert hvd.is_initialized()
+    assert hvd.cross_size() * hvd.local_size() == SIZE
+    assert isinstance(hvd.mpi_built(), bool) and hvd.gloo_built() is False
+
+
+def test_hvd_allreduce_and_grad():
+    x = torch.full((4,), float(RANK + 1), requires_grad=True)
+    avg = hvd.allreduce(x)  # Average by default
+    summed = hvd.allreduce(x, op=hvd.Sum, name="hvd.sum")
+    (avg.sum() + 2 * summed.sum()).backward()
+    scaled = hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Sum, prescale_factor=2,
+                           postscale_factor=3)
+    inplace = torch.full((2,), float(RANK))
+    hvd.allreduce_(inplace, op=hvd.Max)
+    fp16 = hvd.allreduce(torch.full((5,), 1.5), compression=hvd.Compression.fp16, op=hvd.Sum)
+    mean = (SIZE + 1) / 2
+    assert avg.tolist() == [mean] * 4
+    assert summed.tolist() == [SIZE * mean] * 4
+    # d/dx of sum(avg) is the average of ones (1); of 2 * sum(summed), 2 * size.
+    assert x.grad.tolist() == [1 + 2 * SIZE] * 4
+    assert scaled.tolist() == [6 * SIZE] * 3 and scaled.dtype == torch.int32
+    assert inplace.tolist() == [SIZE - 1] * 2
+    assert fp16.dtype == torch.float32 and fp16.tolist() == [1.5 * SIZE] * 5
+
+
+def test_hvd_named_requests_pair_by_name_in_any_order():
+    names = ["grad.%d" % i for i in range(6)]
+    order = names if RANK % 2 == 0 else list(reversed(names))
+    handles = {n: hvd.allreduce_async(torch.full((3,), float(i)), name=n, op=hvd.Sum)
+               for n, i in zip(order, range(6)) for _ in [0]}
+    results = {n: hvd.synchronize(h) for n, h in handles.items()}
+    for i, n in enumerate(order):
+        # rank r gave name n the value i_r (its position in r's order); sum over ranks.
+        want = sum(names.index(n) if r % 2 == 0 else 5 - names.index(n) for r in range(SIZE))
+        assert results[n].tolist() == [float(want)] * 3, (n, i)
+    assert all(isinstance(n, str) for n in results)
+
+
+def test_hvd_grouped_and_poll():
+    outs = hvd.grouped_allreduce([torch.ones(3), torch.full((2,), 2.0)], op=hvd.Sum)
+    h = hvd.allreduce_async(torch.ones(1), op=hvd.Sum)
+    while not hvd.poll(h):
+        pass
+    r = hvd.synchronize(h)
+    assert outs[0].tolist() == [SIZE] * 3 and outs[1].tolist() == [2 * SIZE] * 2
+    assert r.tolist() == [SIZE]
+    with pytest.raises(ValueError, match="unknown handle"):
+        hvd.synchronize(h)
+
+
+def test_hvd_allgather_uneven_and_grad():
+    x = torch.full((RANK + 1, 2), float(RANK), requires_grad=True)
+    g = hvd.allgather(x)
+    g.sum().backward()
+    rows = sum(r + 1 for r in range(SIZE))
+    assert g.shape == (rows, 2)
+    start = 0
+    for r in range(SIZE):
+        assert g[start:start + r + 1].tolist() == [[float(r)] * 2] * (r + 1)
+        start += r + 1
+    # Horovod: the gradient of allgather is the average over ranks of the upstream gradient.
+    assert x.grad.tolist() == [[1.0, 1.0]] * (RANK + 1)
+
+
+def test_hvd_broadcast_alltoall_reducescatter():
+    b = hvd.broadcast(torch.full((3,), float(RANK)), root_rank=SIZE - 1)
+    splits = [r + 1 for r in range(SIZE)]
+    data = torch.cat([torch.full((r + 1,), float(RANK * 10 + r)) for r in range(SIZE)])
+    out, received = hvd.alltoall(data, splits=splits)
+    even = hvd.alltoall(torch.arange(SIZE, dtype=torch.float32) + RANK * 100)
+    rs = hvd.reducescatter(torch.ones(SIZE * 2, 3) * (RANK + 1), op=hvd.Sum)
+    assert b.tolist() == [float(SIZE - 1)] * 3
+    assert received.tolist() == [RANK + 1] * SIZE
+    assert out.tolist() == [float(s * 10 + RANK) for s in range(SIZE) for _ in range(RANK + 1)]
+    assert even.tolist() == [float(s * 100 + RANK) for s in range(SIZE)]
+    assert rs.shape == (2, 3) and rs.tolist() == [[SIZE * (SIZE + 1) / 2] * 3] * 2
+
+
+def test_hvd_objects_and_parameters():
+    obj = hvd.broadcast_object({"rank": RANK, "list": list(range(RANK + 2))}, root_rank=0)
+    gathered = hvd.allgather_object(("r", RANK))
+    torch.manual_seed(RANK)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (RANK + 1), momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()  # momentum buffers exist, different on every rank
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    mom = torch.cat([opt.state[p]["momentum_buffer"].reshape(-1) for p in model.parameters()])
+    every = hvd.allgather(torch.cat([flat, mom]).unsqueeze(0))
+    lr = hvd.allgather(torch.tensor([opt.param_groups[0]["lr"]]))
+    assert obj == {"rank": 0, "list": [0, 1]}
+    assert gathered == [("r", r) for r in range(SIZE)]
+    assert all(torch.equal(every[0], every[r]) for r in range(SIZE))
+    assert lr.tolist() == pytest.approx([0.1] * SIZE)
+
+
+def test_hvd_distributed_optimizer_averages():
+    # y = w . x with a squared loss: rank r's gradient is 2 (w.x_r - t_r) x_r, in closed form.
+    w0 = torch.tensor([0.5, -1.0, 2.0])
+    xs = [torch.tensor([1.0 + r, 2.0, -1.0 * r]) for r in range(SIZE)]
+    ts = [float(r) for r in range(SIZE)]
+    model = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(w0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    loss = (model(xs[RANK].unsqueeze(0)).squeeze() - ts[RANK]) ** 2
+    loss.backward()
+    opt.step()
+    grads = [2 * (torch.dot(w0, xs[r]) - ts[r]) * xs[r] for r in range(SIZE)]
+    want = w0 - 0.1 * sum(grads) / SIZE
+    torch.testing.assert_close(model.weight.detach().reshape(-1), want, rtol=1e-6, atol=1e-6)
+    assert isinstance(opt, torch.optim.SGD)
+
+
+def test_hvd_distributed_optimizer_accumulates_passes():
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2)
+    for k in range(2):  # gradients x = (rank + 1 + k) * (1, 1)
+        model(torch.full((1, 2), float(RANK + 1 + k))).sum().backward()
+    opt.step()
+    # Mean over ranks and passes of (rank + 1 + k).
+    mean = sum(r + 1 + k for r in range(SIZE) for k in range(2)) / (2 * SIZE)
+    want = 1.0 - mean
+    assert model.weight.detach().reshape(-1).tolist() == pytest.approx([want, want], abs=1e-6)
+
+
+def test_hvd_join_last():
+    # Every rank but the last joins at once; the last reduces once with the others standing in
+    # (zeros), then joins: every rank learns it was the last.
+    if RANK == SIZE - 1:
+        t = hvd.allreduce(torch.full((2,), 5.0), op=hvd.Sum, name="join.tail")
+        last = hvd.join()
+        assert t.tolist() == [5.0, 5.0]
+    else:
+        last = hvd.join()
+    assert last == SIZE - 1
+    t = hvd.allreduce(torch.ones(1), op=hvd.Sum)  # everyone is back
+    assert t.tolist() == [SIZE]

@@ -1,0 +1,154 @@
+"""PyTorch jobs end to end, each in processes of its own with a timeout (a hang fails the test):
+DDP over the "mtxcomm" backend against a 1-process run, under torchrun (the c10d Store
+rendezvous) and under mtxrun; the Horovod-style script with only its import changed; a killed
+rank and the group's timeout make the survivors raise, naming the cause.
+Runs in ONE plain process (not under mpirun), like test_engine_jobs.py:
+    python -m pytest -q -p no:cacheprovider tests/python/test_torch_jobs.py
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from test_transparent import SCRIPTS, VENV_BIN, Job, job_env, mtxrun
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup_python.sh "
+                                            "installs it; --no-torch leaves it out)")
+
+TIMEOUT = 240
+DDP = os.path.join(REPO, "examples", "torch_ddp_digits.py")
+HVD = os.path.join(REPO, "examples", "torch_horovod_digits.py")
+STEPS = ["--steps", "30"]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("torch_jobs")
+
+
+def torchrun():
+    return [os.path.join(VENV_BIN, "torchrun"), "--nproc-per-node", "2", "--master-port",
+            str(free_port())]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(argv, tmp, env=None):
+    job = Job(argv, cwd=str(tmp), timeout=TIMEOUT, extra_env=env or {})
+    assert not job.timed_out, "the job hung\n" + job.describe()
+    return job
+
+
+def load(path):
+    return torch.load(path)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp):
+    """The 1-process run on whole batches."""
+    job = run(["python", DDP, *STEPS, "--save-weights", "ref.pt"], tmp)
+    job.check_ok()
+    return load(tmp / "ref.pt")
+
+
+def check_ddp(job, tmp, prefix, reference):
+    job.check_ok()
+    assert "ranks 2 backend mtxcomm" in job.stdout, job.describe()
+    w0, w1 = load(tmp / (prefix + ".0.pt")), load(tmp / (prefix + ".1.pt"))
+    for a, b, ref in zip(w0, w1, reference):
+        assert torch.equal(a, b), "the ranks' weights differ"
+        # DDP divides each rank's gradient by 2 before summing: (g0 + g1) / 2 is the whole
+        # batch's mean gradient up to rounding.
+        torch.testing.assert_close(a, ref, rtol=0, atol=1e-6)
+
+
+def test_ddp_under_torchrun_matches_one_process(tmp, reference):
+    env = {k: "" for k in ("MTXCOMM_STORE", "MTXCOMM_RANK", "MTXCOMM_SIZE")}
+    job = run(torchrun() + [DDP, *STEPS, "--save-weights", "tr.{rank}.pt"], tmp, env)
+    check_ddp(job, tmp, "tr", reference)
+
+
+def test_ddp_under_mtxrun_matches_one_process(tmp, reference):
+    job = run(mtxrun() + ["-np", "2", "python", DDP, *STEPS, "--save-weights", "mr.{rank}.pt"],
+              tmp)
+    check_ddp(job, tmp, "mr", reference)
+
+
+def test_horovod_style_script_with_one_import_changed(tmp):
+    launcher = "mtxrun"
+    with open(HVD) as f:
+        source = f.read()
+    assert "import mtxcomm.torch as hvd  # was: import horovod.torch as hvd" in source
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
+    body = code.split('"""', 2)[2]  # after the docstring
+    assert body.count("mtxcomm") == 1, "the script names mtxcomm beyond its one import"
+    args = [HVD, "--epochs", "8", "--save-weights", launcher + ".{rank}.pt"]
+    job = run(mtxrun() + ["-np", "2", "python"] + args, tmp)
+    job.check_ok()
+    m = re.search(r"ranks 2: 8 epochs, loss [0-9.]+, test accuracy ([0-9.]+)", job.stdout)
+    assert m, job.describe()
+    assert float(m.group(1)) > 0.85, job.describe()
+    w0, w1 = load(tmp / (launcher + ".0.pt")), load(tmp / (launcher + ".1.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(w0, w1)), "the ranks' weights differ"
+
+
+def ranks(mode, tmp, size=2, env=None):
+    """Starts `size` ranks of torch_fault.py with env:// variables; returns (code, out) each."""
+    base = job_env()
+    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(size),
+                MTXCOMM_TIMEOUT="20")
+    base.update(env or {})
+    procs = []
+    for r in range(size):
+        e = dict(base, RANK=str(r), LOCAL_RANK=str(r))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "torch_fault.py"),
+                                       mode], cwd=str(tmp), env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    out = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung (mode %s)" % mode)
+        out.append((p.returncode, text))
+    return out
+
+
+def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
+    out = ranks("kill", tmp, size=3)
+    assert out[1][0] == -9, out[1]
+    for r in (0, 2):
+        code, text = out[r]
+        m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+        assert m and code == 3, text
+        assert "rank 1" in m.group(3), m.group(3)
+        assert float(m.group(1)) < 60, m.group(0)
+
+
+def test_the_group_timeout_is_honoured(tmp):
+    out = ranks("timeout", tmp)
+    code, text = out[0]
+    m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+    assert m and code == 3, text
+    assert m.group(2) == "TimeoutError" and "timeout of 3 s" in m.group(3), m.group(0)
+    assert 2.5 <= float(m.group(1)) < 30, m.group(0)
+    # Afterwards the group refuses calls (a late pairing would mix up requests).
+    assert re.search(r"AFTER_TIMEOUT refused: .*no more collectives after an earlier one timed "
+                     r"out", text), text
+
+
+def test_the_job_secret_is_not_left_in_the_environment(tmp):
+    out = ranks("secret", tmp)
+    for r, (code, text) in enumerate(out):
+        assert code == 0, text
+        assert "SECRET_IN_ENV %d False" % r in text, text
