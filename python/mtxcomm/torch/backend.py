@@ -172,19 +172,12 @@ def _init_through_store(store, rank, size, timeout):
 
 # ---- tensors ----------------------------------------------------------------------------------
 
-def _dtype_codes():
-    table = {dt: code for dt, (code, _) in _arrays._torch_dtypes(torch).items()}
-    return table
-
-
-_CODES = None
+# torch dtype -> mtxcomm datatype (the real dtypes; complex tensors travel as their reals).
+_FAST_CODES = {dt: code for dt, (code, _) in _arrays._torch_dtypes(torch).items()}
 
 
 def _code(t, what):
-    global _CODES
-    if _CODES is None:
-        _CODES = _dtype_codes()
-    code = _CODES.get(t.dtype)
+    code = _FAST_CODES.get(t.dtype)
     if code is None:
         raise TypeError("mtxcomm backend: %s: a tensor of dtype %s, which mtxcomm does not "
                         "support; supported: %s" % (what, t.dtype, _SUPPORTED))
@@ -342,6 +335,10 @@ class Work(dist._Work):
         return e
 
     def wait(self, timeout=None):
+        if self._finished:
+            if self._error is not None:
+                raise self._error
+            return True
         seconds = _seconds(timeout)
         if seconds is None and self._deadline is not None:
             seconds = max(0.0, self._deadline[0] - _now())
@@ -520,6 +517,19 @@ class MtxcommBackend(_C10dBackend):
         return self._work(what, pendings, list(tensors), bufs, finish)
 
     def allreduce(self, tensors, opts):
+        # The common case (one contiguous CPU tensor of a real dtype, not PREMUL_SUM) without
+        # the general path's bookkeeping: a few microseconds less per call.
+        if len(tensors) == 1:
+            t = tensors[0]
+            code = _FAST_CODES.get(t.dtype)
+            op = _OP_CODES.get(opts.reduceOp.op)
+            if (code is not None and op is not None and t.is_contiguous() and
+                    t.device.type == "cpu" and t.layout == torch.strided):
+                n = t.numel()
+                ptr = t.data_ptr()
+                p = self._submitter.submit(_core.KIND_ALLREDUCE, [ptr], code, [[n]], [ptr],
+                                           [[n]], op=op)
+                return self._work("allreduce", [p], [t], t)
         return self._allreduce(tensors, opts.reduceOp, "allreduce")
 
     def allreduce_coalesced(self, tensors, opts):
