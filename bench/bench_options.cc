@@ -138,8 +138,11 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt) {
   app.footer(algoHelp);
   std::vector<std::string> commands = collectives;
   commands.emplace_back("tune");  // the same as --tune (Open MPI's mpirun also reads --tune)
+  commands.emplace_back("report");
   app.add_option("collective", opt.collective,
-                 "the collective to run, or tune (the same as --tune)")
+                 "the collective to run, tune (the same as --tune), or report (-o DIR: every "
+                 "collective and algorithm with --vs-mpi, -c and --floor, the tuner, a projection, "
+                 "DIR/index.html; -m sets the sizes, default 4:64M)")
       ->check(CLI::IsMember(commands));
   app.add_option("-m,--message-size", opt.sizes,
                  "MIN:MAX or MAX in bytes, sizes doubling from MIN (default 4:4M); suffixes K, "
@@ -166,6 +169,9 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt) {
       app.add_option("-r,--root", opt.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--in-place", opt.inPlace, "in place (NCCL buffer conventions)");
   app.add_flag("--vs-mpi", opt.vsMpi, "also time the same MPI collective, interleaved");
+  app.add_flag("--floor", opt.floor,
+               "also measure the floor: the least data movement the collective needs on this "
+               "layout (bench/bench_floor.h), and the collective's time as a multiple of it");
   app.add_option("--json", opt.json, "also write every row as JSON to FILE (rank 0)");
   app.add_option("-d,--device", opt.device,
                  "where the buffers live: host (default) or cuda (device buffers on GPU rank % "

@@ -4,6 +4,7 @@
 #define MTXCOMM_BENCH_BENCH_OPTIONS_H_
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -39,6 +40,12 @@ struct Options {
   bool predict = false;         // --predict: the cost model's time beside each measurement
   bool tune = false;            // --tune: measure the cost model's parameters (-o: the file)
   bool sizesGiven = false;      // -m on the command line
+  bool floor = false;           // --floor: the least data movement's time beside each size
+  std::string outDir;           // report -o DIR
+  // Set by `report` (bench_sweep.h): no table on stdout, and after each size this is called
+  // on rank 0 with the sizes done and the sizes of the run.
+  bool quiet = false;
+  std::function<void(size_t done, size_t total, const std::string& algorithm)> progress;
 };
 
 // A bad command line or configuration: rank 0 prints it, every rank exits with status 2.

@@ -75,10 +75,14 @@ Report::Report(const Options& opt, const BenchContext& ctx, const RunInfo& info)
   }
   if (opt.full) table_.add("Slowest rank", 14);
   if (opt.predict) table_.add("Predicted(us)", 15);
+  if (opt.floor) {
+    table_.add("Floor(us)", 12);
+    table_.add("x floor", 9);
+  }
 }
 
 void Report::printHeader() const {
-  if (ctx_.rank != 0) return;
+  if (ctx_.rank != 0 || opt_.quiet) return;
   std::printf("# mtxcomm_bench %s: %s%s%s, %d ranks, transport %s, %s, check %s\n",
               info_.desc->name, info_.hasData ? datatypeName(ctx_.dtype) : "no data",
               info_.reduces ? " " : "", info_.reduces ? opName(ctx_.op) : "", ctx_.nranks,
@@ -153,7 +157,11 @@ void Report::addRow(const Layout& layout, const Timing& timing, const Measuremen
   }
   if (opt_.full) cells.push_back(std::to_string(m.lat.slowestRank));
   if (opt_.predict) cells.push_back(fmt("%.2f", m.predictedUs));
-  table_.printRow(cells);
+  if (opt_.floor) {
+    cells.push_back(m.floorUs >= 0 ? fmt("%.2f", m.floorUs) : "-");
+    cells.push_back(m.floorUs > 0 ? fmt("%.2f", m.lat.avgUs / m.floorUs) : "-");
+  }
+  if (!opt_.quiet) table_.printRow(cells);
 
   nlohmann::json row = {{"size", layout.bytes},       {"count", layout.count},
                         {"iterations", timing.iters}, {"warmup", timing.warmup},
@@ -172,12 +180,16 @@ void Report::addRow(const Layout& layout, const Timing& timing, const Measuremen
     if (opt_.check) row["mpi_wrong"] = m.mpiWrong;
     if (m.mpiLat.avgUs > 0) row["ratio"] = m.lat.avgUs / m.mpiLat.avgUs;
   }
+  if (opt_.floor && m.floorUs >= 0) {
+    row["floor_us"] = m.floorUs;
+    if (m.floorUs > 0) row["x_floor"] = m.lat.avgUs / m.floorUs;
+  }
   rows_.push_back(std::move(row));
 }
 
 void Report::finish(unsigned long long totalWrong) {
   if (ctx_.rank != 0) return;
-  if (opt_.check) {
+  if (opt_.check && !opt_.quiet) {
     std::printf("# Check: %s (%llu wrong elements)\n", totalWrong == 0 ? "passed" : "FAILED",
                 totalWrong);
   }

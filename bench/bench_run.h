@@ -50,6 +50,7 @@ struct Measurement {
   unsigned long long mpiWrong = 0;
   std::string algorithm;   // what mtxcomm used for the last call
   double predictedUs = 0;  // the cost model's prediction for it
+  double floorUs = -1;     // --floor: the floor's time (bench_floor.h); -1 when not measured
 };
 
 // Collective over MPI_COMM_WORLD: allocates the buffers of layout (when a rank cannot, every

@@ -16,6 +16,7 @@
 // and MPI, so that machine noise hits both alike.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -27,9 +28,11 @@
 #include "bench/bench_data.h"
 #include "bench/bench_descriptors.h"
 #include "bench/bench_device.h"
+#include "bench/bench_floor.h"
 #include "bench/bench_options.h"
 #include "bench/bench_report.h"
 #include "bench/bench_run.h"
+#include "bench/bench_sweep.h"
 #include "bench/bench_tune.h"
 #include "lib/base/dtype.h"
 #include "lib/comm/c_api.h"
@@ -199,6 +202,18 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
   int sizesRun = 0;
   const std::vector<size_t> sizes =
       hasData ? messageSizes(minBytes, maxBytes) : std::vector<size_t>{0};
+  std::unique_ptr<FloorProbe> floor;
+  if (opt.floor && hasData) {
+    size_t source = 0, recv = 0;
+    for (const size_t s : sizes) {
+      const size_t b = s / unitBytes * unitBytes;
+      source = std::max(source, b);
+      for (int r = 0; r < ctx.nranks; ++r) {
+        recv = std::max(recv, floorBytes(desc, b, r, ctx.nranks, ctx.root));
+      }
+    }
+    floor = std::make_unique<FloorProbe>(source, recv);
+  }
   for (const size_t requested : sizes) {
     const size_t bytes = requested / unitBytes * unitBytes;
     if (bytes == 0 && requested > 0) {
@@ -223,10 +238,15 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     timing.warmup = warmup;
     timing.check = opt.check;
     timing.vsMpi = opt.vsMpi;
-    const Measurement m = measureSize(desc, ctx, layout, timing);
+    Measurement m = measureSize(desc, ctx, layout, timing);
+    if (floor) m.floorUs = floor->floorUs(desc, ctx, bytes, std::max(5, std::min(iters, 500)));
     ++sizesRun;
     totalWrong += m.wrong + m.mpiWrong;
     report.addRow(layout, timing, m);
+    if (opt.progress && ctx.rank == 0) opt.progress(sizesRun, sizes.size(), m.algorithm);
+    // report: a forced algorithm that declines this layout fell back to another; its other
+    // sizes would time that other one again (every rank agrees on the algorithm).
+    if (opt.quiet && !opt.algo.empty() && opt.algo != "auto" && m.algorithm != opt.algo) break;
   }
 
   if (sizesRun == 0) {  // every rank got here alike
@@ -270,7 +290,13 @@ int main(int argc, char** argv) {
       opt.tune = true;
       opt.collective.clear();
     }
-    if (opt.tune) {
+    if (opt.collective == "report") {
+      if (!opt.opGiven) throw mtxcomm::bench::UsageError("report needs -o DIR");
+      opt.outDir = opt.op;
+      rc = mtxcomm::bench::runReport(opt, rank, size, [&](const Options& o) {
+        return mtxcomm::bench::runBenchmark(o, rank, size);
+      });
+    } else if (opt.tune) {
       if (!opt.collective.empty()) {
         throw mtxcomm::bench::UsageError("--tune measures its own collectives: drop " +
                                          opt.collective);

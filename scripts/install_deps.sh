@@ -8,7 +8,8 @@ pkgs=(cmake ninja-build g++ pkg-config
       libgtest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
       libhwloc-dev libucx-dev libssl-dev
       python3-venv
-      clang libclang-rt-dev clang-format cppcheck)
+      clang libclang-rt-dev clang-format cppcheck
+      chromium)  # headless, for the test that screenshots mtxcomm_bench report's page
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates the Python virtual environment .venv (idempotent) with TensorFlow (the CPU wheel),
-# scikit-learn and pytest from PyPI, and PyTorch (for the array API's torch tests), then
+# scikit-learn, pytest and matplotlib from PyPI, and PyTorch (for the array API's torch tests), then
 # installs this repository's Python package into it (`pip install .`: scikit-build-core builds
 # libmtxcomm, the array API's module and the TensorFlow binding with CMake, incrementally in
 # build-python/). PYTHON selects the interpreter (default: python3, >= 3.9).
@@ -19,9 +19,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-if ! .venv/bin/python -c "import tensorflow, sklearn, pytest" >/dev/null 2>&1; then
+if ! .venv/bin/python -c "import tensorflow, sklearn, pytest, matplotlib" >/dev/null 2>&1; then
   # TensorFlow first: the binding is compiled against the TensorFlow in this environment.
-  .venv/bin/python -m pip install -q "tensorflow-cpu>=2.16" scikit-learn pytest
+  # matplotlib: mtxcomm_bench report's plots (python -m mtxcomm.bench_report).
+  .venv/bin/python -m pip install -q "tensorflow-cpu>=2.16" scikit-learn pytest matplotlib
 fi
 if [ "$with_torch" = 1 ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   # The CPU wheel from PyTorch's own index (about 200 MB); where that index cannot be reached,

@@ -9,7 +9,9 @@
 #      mpirun at np=1, 2 and 3, one short session each;
 #   4. test_torch.py (the "mtxcomm" torch.distributed backend and mtxcomm.torch) under mtxrun
 #      (which sets torch's env:// variables) at np=1, 2 and 3, and test_torch_jobs.py (DDP,
-#      torchrun, killed ranks) in one plain process; skipped, saying so, without PyTorch.
+#      torchrun, killed ranks) in one plain process; skipped, saying so, without PyTorch;
+#   5. test_bench_report.py: mtxcomm_bench report on a tiny sweep, its page in headless
+#      Chromium.
 # Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
 # session passed. Usage: tests/python/run_suite.sh [PYTHON]   (default: .venv/bin/python)
 # Environment: MTXCOMM_PYTEST_ARGS adds pytest arguments (e.g. "-x" or "-k allreduce").
@@ -51,6 +53,7 @@ run "np=1 arrays" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" tests/python/tes
 run "np=2 arrays" 300 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
 run "np=3 arrays" 300 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
   tests/python/test_arrays.py
+run "bench report" 600 "$PY" "${PYTEST[@]}" tests/python/test_bench_report.py
 
 if "$PY" -c "import torch" >/dev/null 2>&1; then
   MTXRUN=("$(dirname "$PY")/mtxrun")

@@ -1,0 +1,140 @@
+"""mtxcomm_bench report end to end, on a tiny sweep (seconds): the sweep over every collective
+and algorithm with --vs-mpi, -c and --floor, the tuner, the projection, results.json, the
+plots, index.html, and index.html opened in headless Chromium and screenshotted.
+Runs in ONE plain process (it launches its own mpirun job):
+    python -m pytest -q -p no:cacheprovider tests/python/test_bench_report.py
+Needs build/bench/mtxcomm_bench (scripts/build.sh) and matplotlib (scripts/setup_python.sh);
+the screenshot needs Debian's chromium (scripts/install_deps.sh).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import REPO
+from test_transparent import VENV_BIN, job_env
+
+# MTXCOMM_BENCH: another build's binary (default: the one scripts/build.sh builds).
+BENCH = os.environ.get("MTXCOMM_BENCH") or os.path.join(REPO, "build", "bench", "mtxcomm_bench")
+COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
+               "barrier"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if not os.path.exists(BENCH):
+        pytest.fail("%s is missing: build it with scripts/build.sh" % BENCH, pytrace=False)
+    out = tmp_path_factory.mktemp("report") / "r"
+    env = job_env()
+    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
+    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:64"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with open(out / "results.json") as f:
+        return out, json.load(f), p.stderr
+
+
+def test_every_collective_and_algorithm_was_swept(report):
+    out, doc, _ = report
+    assert doc["complete"] is True
+    assert doc["layout"]["ranks"] == 2 and doc["layout"]["nodes"] == 1
+    assert doc["machine"]["cpu"] and doc["machine"]["caches"]
+    seen = {(r["collective"], r["algorithm"]) for r in doc["runs"]}
+    for coll in COLLECTIVES:
+        assert (coll, "auto") in seen, coll
+    assert ("allreduce", "ring") in seen and ("allreduce", "shm") in seen
+    for run in doc["runs"]:
+        assert run["status"] == "ok", run
+        assert os.path.exists(out / "runs" / ("%s.%s.json" % (run["collective"],
+                                                             run["algorithm"])))
+        for row in run["rows"]:
+            assert row.get("wrong", 0) == 0 and row.get("mpi_wrong", 0) == 0, row
+            assert row["avg_us"] > 0 and row["mpi_avg_us"] > 0, row
+            if run["collective"] != "barrier":
+                # The floor is measured and is below the collective (it moves the least data).
+                assert row["floor_us"] > 0, row
+                assert row["x_floor"] > 0.3, row
+    auto = next(r for r in doc["runs"] if r["collective"] == "allreduce" and
+                r["algorithm"] == "auto")
+    assert [r["size"] for r in auto["rows"]] == [4, 8, 16, 32, 64]
+    # A forced algorithm that cannot run on one node (hierarchical) is recorded as declined
+    # after one size, not timed again as another algorithm.
+    hier = next(r for r in doc["runs"] if r["collective"] == "allreduce" and
+                r["algorithm"] == "hierarchical")
+    assert hier["declined"] is True and len(hier["rows"]) == 1
+
+
+def test_tuning_and_projection(report):
+    out, doc, _ = report
+    assert os.path.exists(out / "tuning.json")
+    assert proj_params_positive(doc["projection"])
+    proj = doc["projection"]
+    assert "tuning.json" in proj["parameters"]
+    # One node: no network was measured; the defaults stand in for it, and the page says so.
+    assert proj["network_measured"] is False and "defaults" in proj["parameters"]
+    nodes = sorted({r["nodes"] for r in proj["rows"]})
+    assert nodes == [2 ** k for k in range(1, 11)]
+    assert sorted({r["bytes"] for r in proj["rows"]}) == [1 << 20, 16 << 20, 256 << 20]
+    for r in proj["rows"]:
+        assert r["ranks"] == r["nodes"] * 2
+        assert r["predicted_seconds"]["ring"] > 0
+        assert r["selected"] in ("ring", "recursive_doubling", "rabenseifner", "hierarchical")
+    # More nodes never make the ring's predicted 256 MiB allreduce faster.
+    ring = [r["predicted_seconds"]["ring"] for r in proj["rows"] if r["bytes"] == 256 << 20]
+    assert ring == sorted(ring)
+
+
+def proj_params_positive(proj):
+    return all(proj[level][k] > 0 for level in ("intra", "inter") for k in ("alpha", "beta"))
+
+
+def test_progress_and_files(report):
+    out, doc, stderr = report
+    assert "ETA" in stderr and "[run 1/" in stderr
+    for coll in COLLECTIVES[:-1]:
+        for kind in ("latency", "busbw", "ratio"):
+            for ext in ("png", "svg"):
+                assert os.path.getsize(out / ("%s_%s.%s" % (coll, kind, ext))) > 1000
+    html = (out / "index.html").read_text()
+    for coll in COLLECTIVES[:-1]:
+        for kind in ("latency", "busbw", "ratio"):
+            assert "alt='%s %s'" % (coll, kind) in html, (coll, kind)
+    assert "alt='projection'" in html and "Measured:" in html and "Assumed:" in html
+    assert "Incomplete" not in html
+
+
+def test_an_interrupted_report_renders_what_finished(report, tmp_path):
+    out, doc, _ = report
+    part = tmp_path / "partial"
+    shutil.copytree(out, part)
+    doc = dict(doc, complete=False, runs=doc["runs"][:3])
+    doc.pop("projection")
+    (part / "results.json").write_text(json.dumps(doc))
+    p = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "mtxcomm.bench_report",
+                        str(part)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    html = (part / "index.html").read_text()
+    assert "Incomplete" in html and "alt='allreduce latency'" in html
+    assert "alt='alltoall latency'" not in html
+
+
+def test_index_html_renders_in_headless_chromium(report, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (scripts/install_deps.sh installs it)")
+    out, _, _ = report
+    shot = tmp_path / "shot.png"
+    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--hide-scrollbars", "--window-size=1200,4000",
+                        "--screenshot=%s" % shot, "file://%s/index.html" % out],
+                       capture_output=True, text=True, timeout=180)
+    assert shot.exists(), p.stderr[-2000:]
+    import matplotlib.image as mpimg
+    img = mpimg.imread(str(shot))
+    assert img.shape[0] == 4000 and img.shape[1] == 1200
+    # Not a blank page: the plots' lines and text make many distinct colours.
+    flat = (img[..., :3] * 255).astype(int).reshape(-1, 3)
+    distinct = len({tuple(c) for c in flat[::97]})
+    assert distinct > 50, distinct
