@@ -9,6 +9,7 @@ pkgs=(cmake ninja-build g++ pkg-config
       libhwloc-dev libucx-dev libssl-dev
       python3-venv
       clang libclang-rt-dev clang-format cppcheck
+      ccache     # scripts/build.sh, test_sanitizers.sh and setup_python.sh compile through it
       chromium)  # headless, for the test that screenshots mtxcomm_bench report's page
 
 missing=()

@@ -34,6 +34,11 @@ if [ "$with_torch" = 1 ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1
     .venv/bin/python -m pip install -q torch
   fi
 fi
+# ccache, where installed: CMake reads the launcher from the environment.
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+fi
 .venv/bin/python -m pip install -q .
 echo "setup_python: $(.venv/bin/python -c 'import tensorflow as tf, keras, mtxcomm.tensorflow; print("TensorFlow", tf.__version__, "Keras", keras.__version__, "mtxcomm.tensorflow OK")' 2>/dev/null | tail -1)"
 echo "setup_python: $(.venv/bin/python -c 'import mtxcomm; mtxcomm.allreduce; print("mtxcomm array API OK")' 2>/dev/null | tail -1)$(.venv/bin/python -c 'import torch; print(", torch", torch.__version__)' 2>/dev/null | tail -1)"

@@ -16,7 +16,13 @@ if [ "${MTXCOMM_SANITIZERS:-}" = "skip" ]; then
 fi
 jobs="$(nproc)"
 seconds="${MTXCOMM_FUZZ_SECONDS:-60}"
-common=(-G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  # Paths under the checkout are hashed relative to it (any clone's directory hits the cache).
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+common=("${launcher[@]}" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   -DMTXCOMM_WITH_MPI=OFF -DMTXCOMM_WITH_UCX=OFF -DMTXCOMM_WITH_CUDA=OFF -DMTXCOMM_WITH_NCCL=OFF
   -DMTXCOMM_WITH_TENSORFLOW=OFF -DMTXCOMM_BUILD_BENCH=OFF -DMTXCOMM_BUILD_TOOLS=OFF)
 threaded=(test_engine test_trust test_store test_api_comm)
