@@ -29,8 +29,7 @@ size_t floorBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks
   }
 }
 
-size_t floorPublishBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks,
-                         int root) {
+size_t floorPublishBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks, int root) {
   const size_t p = static_cast<size_t>(nranks);
   if (p <= 1) return 0;
   switch (desc.coll) {
@@ -103,47 +102,61 @@ FloorProbe::~FloorProbe() {
 }
 
 // One exchange on the node, repeated: every rank publishes `publish` bytes (copies them from
-// its private buffer into its segment, where its peers read them) and pulls `recv` bytes (fromRoot: all from node
-// rank root; else evenly from the other ranks of the node, each peer's share from its segment),
-// all at once after a barrier. Returns the best over reps of the slowest rank's seconds.
+// its private buffer into its segment, where its peers read them) and pulls `recv` bytes (fromRoot:
+// all from node rank root; else evenly from the other ranks of the node, each peer's share from its
+// segment), all at once after a barrier. Returns the best over reps of the slowest rank's seconds.
 double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool fromRoot, int reps) {
-  double best = std::numeric_limits<double>::infinity();
   const size_t seg = std::max<size_t>(sourceBytes_, 64);
   publish = std::min(publish, seg);
-  for (int k = 0; k < reps; ++k) {
-    MPI_Barrier(node_);
-    const double t0 = MPI_Wtime();
-    if (publish > 0) std::memcpy(mine_, src_.data(), publish);
-    if (recv > 0 && fromRoot) {
-      const unsigned char* src = peers_[root];
-      for (size_t done = 0; done < recv;) {
-        const size_t n = std::min(recv - done, seg);
-        std::memcpy(recv_.data() + done, src, n);
-        done += n;
-      }
-    } else if (recv > 0 && nodeSize_ > 1) {
-      const size_t peers = static_cast<size_t>(nodeSize_ - 1);
-      const size_t share = recv / peers;
-      size_t done = 0;
-      for (size_t j = 1; j <= peers; ++j) {
-        const int q = (nodeRank_ + static_cast<int>(j)) % nodeSize_;
-        const size_t want = j == peers ? recv - done : share;
-        // Each peer's share comes from the part of its segment this rank would be sent.
-        const size_t offset = (share * static_cast<size_t>(nodeRank_)) % seg;
-        for (size_t got = 0; got < want;) {
-          const size_t from = (offset + got) % seg;
-          const size_t n = std::min({want - got, seg - from});
-          std::memcpy(recv_.data() + done + got, peers_[q] + from, n);
-          got += n;
-        }
-        done += want;
-      }
+  // The exchange in pieces of `piece` bytes, each published then pulled while it is in cache
+  // (as a pipelined collective moves its chunks); the floor is the best piece size.
+  double best = std::numeric_limits<double>::infinity();
+  for (const size_t piece : {size_t{16} << 10, size_t{128} << 10, size_t{1} << 30}) {
+    for (int k = 0; k < reps; ++k) {
+      MPI_Barrier(node_);
+      const double t0 = MPI_Wtime();
+      exchangePieces(publish, recv, root, fromRoot, piece, seg);
+      double mine = MPI_Wtime() - t0, slowest = 0;
+      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
+      best = std::min(best, slowest);
     }
-    double mine = MPI_Wtime() - t0, slowest = 0;
-    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
-    best = std::min(best, slowest);
+    if (piece >= std::max(publish, recv)) break;  // larger pieces are the same exchange
   }
   return best;
+}
+
+// One exchange: this rank publishes `publish` bytes into its segment and pulls `recv` bytes
+// (from the root, or evenly from every peer), `piece` bytes of each at a time, alternating.
+void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool fromRoot, size_t piece,
+                                size_t seg) {
+  const size_t peers = static_cast<size_t>(std::max(1, nodeSize_ - 1));
+  const size_t share = fromRoot ? recv : recv / peers;
+  const size_t offset = fromRoot ? 0 : (share * static_cast<size_t>(nodeRank_)) % seg;
+  size_t published = 0, pulled = 0;
+  // Pull position: peer j (1-based, round robin over the pieces), byte `got` of its share.
+  while (published < publish || pulled < recv) {
+    if (published < publish) {
+      const size_t n = std::min(piece, publish - published);
+      std::memcpy(mine_ + published, src_.data() + published, n);
+      published += n;
+    }
+    if (pulled < recv) {
+      size_t n = std::min(piece, recv - pulled);
+      int q = root;
+      size_t within = pulled;
+      if (!fromRoot) {
+        const size_t j = std::min(pulled / std::max<size_t>(share, 1), peers - 1);
+        q = (nodeRank_ + static_cast<int>(j) + 1) % nodeSize_;
+        within = pulled - j * share;
+        const size_t left = j == peers - 1 ? recv - pulled : share - within;
+        n = std::min(n, left);
+      }
+      const size_t from = (offset + within) % seg;
+      n = std::min(n, seg - from);
+      std::memcpy(recv_.data() + pulled, peers_[q] + from, n);
+      pulled += n;
+    }
+  }
 }
 
 // Node leaders exchange `cross` bytes with both ring neighbours at once; best over reps of the

@@ -109,9 +109,9 @@ nlohmann::json layout(int worldRank, int worldSize) {
   MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
              0, MPI_COMM_WORLD);
   nlohmann::json hosts = nlohmann::json::array();
-  for (int r = 0; r < worldSize; ++r) hosts.push_back(std::string(&all[r * MPI_MAX_PROCESSOR_NAME]));
-  return {{"ranks", worldSize}, {"nodes", nodes}, {"ranks_per_node", maxLocal},
-          {"hosts", hosts}};
+  for (int r = 0; r < worldSize; ++r)
+    hosts.push_back(std::string(&all[r * MPI_MAX_PROCESSOR_NAME]));
+  return {{"ranks", worldSize}, {"nodes", nodes}, {"ranks_per_node", maxLocal}, {"hosts", hosts}};
 }
 
 std::string duration(double s) {
@@ -131,7 +131,9 @@ std::string duration(double s) {
 class Progress {
  public:
   Progress(size_t runs, size_t sizesPerRun)
-      : runs_(runs), perRun_(std::max<size_t>(1, sizesPerRun)), start_(Clock::now()),
+      : runs_(runs),
+        perRun_(std::max<size_t>(1, sizesPerRun)),
+        start_(Clock::now()),
         tty_(isatty(STDERR_FILENO) != 0) {}
   void begin(size_t run, const std::string& what) {
     run_ = run;
@@ -183,8 +185,9 @@ nlohmann::json projection(const std::string& tuningPath, int ranksPerNode, bool 
     source = tuningPath;
     if (!networkMeasured) {
       params.inter = CostParams{}.inter;
-      source += " (intra-node level; inter-node: the library's defaults, this job has no "
-                "network to measure)";
+      source +=
+          " (intra-node level; inter-node: the library's defaults, this job has no "
+          "network to measure)";
     }
   }
   const char* names[] = {"ring", "recursive_doubling", "hierarchical"};
@@ -205,8 +208,8 @@ nlohmann::json projection(const std::string& tuningPath, int ranksPerNode, bool 
       args.count = bytes / 4;
       args.dtype = MTXCOMM_FLOAT32;
       args.elemSize = 4;
-      nlohmann::json row = {{"nodes", nodes}, {"ranks_per_node", ranksPerNode},
-                            {"ranks", n}, {"bytes", bytes}};
+      nlohmann::json row = {
+          {"nodes", nodes}, {"ranks_per_node", ranksPerNode}, {"ranks", n}, {"bytes", bytes}};
       nlohmann::json pred = nlohmann::json::object();
       for (const char* name : names) {
         const Algorithm* a = findAlgorithm(Collective::kAllreduce, name);
@@ -224,13 +227,14 @@ nlohmann::json projection(const std::string& tuningPath, int ranksPerNode, bool 
       rows.push_back(row);
     }
   }
-  return {{"parameters", source},
-          {"network_measured", networkMeasured},
-          {"intra", {{"alpha", params.intra.alpha}, {"beta", params.intra.beta},
-                     {"gamma", params.intra.gamma}}},
-          {"inter", {{"alpha", params.inter.alpha}, {"beta", params.inter.beta},
-                     {"gamma", params.inter.gamma}}},
-          {"rows", rows}};
+  return {
+      {"parameters", source},
+      {"network_measured", networkMeasured},
+      {"intra",
+       {{"alpha", params.intra.alpha}, {"beta", params.intra.beta}, {"gamma", params.intra.gamma}}},
+      {"inter",
+       {{"alpha", params.inter.alpha}, {"beta", params.inter.beta}, {"gamma", params.inter.gamma}}},
+      {"rows", rows}};
 }
 
 int runReport(const Options& opt, int worldRank, int worldSize,
@@ -289,22 +293,23 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     o.json = opt.outDir + "/runs/" + std::string(run.desc->name) + "." + run.algo + ".json";
     const std::string what = std::string(run.desc->name) + " -a " + run.algo;
     if (worldRank == 0) progress.begin(i, what);
-    o.progress = [&](size_t done, size_t total, const std::string&) {
-      progress.size(done, total);
-    };
+    o.progress = [&](size_t done, size_t total, const std::string&) { progress.size(done, total); };
     int rc = 0;
     try {
       rc = runOne(o);
     } catch (const UsageError& e) {  // every rank alike: the run does not apply
-      if (worldRank == 0) std::fprintf(stderr, "\nmtxcomm_bench report: %s: %s\n", what.c_str(),
-                                       e.what());
+      if (worldRank == 0)
+        std::fprintf(stderr, "\nmtxcomm_bench report: %s: %s\n", what.c_str(), e.what());
       rc = -1;
     }
     if (rc > 0) status = 1;  // wrong results
     if (worldRank == 0) {
       progress.end(sizesPerRun);
-      nlohmann::json entry = {{"collective", run.desc->name}, {"algorithm", run.algo},
-                              {"status", rc == 0 ? "ok" : rc > 0 ? "wrong results" : "skipped"}};
+      nlohmann::json entry = {{"collective", run.desc->name},
+                              {"algorithm", run.algo},
+                              {"status", rc == 0  ? "ok"
+                                         : rc > 0 ? "wrong results"
+                                                  : "skipped"}};
       std::ifstream f(o.json);
       if (rc >= 0 && f) {
         try {
@@ -356,8 +361,8 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     doc["complete"] = true;
     writeAtomically(results, doc);
     const char* py = std::getenv("MTXCOMM_PYTHON");
-    const std::string cmd = std::string(py && *py ? py : "python3") +
-                            " -m mtxcomm.bench_report '" + opt.outDir + "'";
+    const std::string cmd =
+        std::string(py && *py ? py : "python3") + " -m mtxcomm.bench_report '" + opt.outDir + "'";
     std::fprintf(stderr, "[render] %s\n", cmd.c_str());
     const int rc = std::system(cmd.c_str());
     if (rc != 0) {

@@ -3,15 +3,14 @@
 // Under mpirun, on the job's layout: every collective x every algorithm that applies ("auto"
 // first, then each registered one; a forced algorithm that declines the layout is recorded as
 // such after its first size) x the sizes (4 B .. 64 MiB by default), each with --vs-mpi, -c
-// and --floor (bench_floor.h), then the tuner (--tune, into DIR/tuning.json; sizes 8 B up to the sweep's largest, at least
-// 1 MiB and at most 4 MiB), then a projection
-// of allreduce to 2..1024 nodes with the tuned parameters. Writes DIR/runs/<collective>.<algo>
-// .json (each run's rows), DIR/results.json (everything: machine, layout, runs, tuning,
-// projection; rewritten after every run, so an interrupted report keeps what finished), and
-// renders DIR/index.html with its PNG and SVG plots through the Python helper
-// mtxcomm.bench_report (matplotlib; `python3 -m mtxcomm.bench_report DIR` re-renders; the
-// interpreter is $MTXCOMM_PYTHON, default python3). Rank 0 shows a progress line with the ETA
-// on stderr.
+// and --floor (bench_floor.h), then the tuner (--tune, into DIR/tuning.json; sizes 8 B up to the
+// sweep's largest, at least 1 MiB and at most 4 MiB), then a projection of allreduce to 2..1024
+// nodes with the tuned parameters. Writes DIR/runs/<collective>.<algo> .json (each run's rows),
+// DIR/results.json (everything: machine, layout, runs, tuning, projection; rewritten after every
+// run, so an interrupted report keeps what finished), and renders DIR/index.html with its PNG and
+// SVG plots through the Python helper mtxcomm.bench_report (matplotlib; `python3 -m
+// mtxcomm.bench_report DIR` re-renders; the interpreter is $MTXCOMM_PYTHON, default python3). Rank
+// 0 shows a progress line with the ETA on stderr.
 #ifndef MTXCOMM_BENCH_BENCH_SWEEP_H_
 #define MTXCOMM_BENCH_BENCH_SWEEP_H_
 
