@@ -135,6 +135,25 @@ def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
         assert float(m.group(1)) < 60, m.group(0)
 
 
+def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
+    out = ranks("ddp_kill", tmp, size=3)
+    assert out[1][0] == -9, out[1]
+    for r in (0, 2):
+        code, text = out[r]
+        m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+        assert m and code == 3, "rank %d: exit %s\n%s" % (r, code, text[-3000:])
+        assert "rank 1" in m.group(3), m.group(3)[:500]
+
+
+def test_more_calls_in_flight_than_names_time_out_instead_of_blocking(tmp):
+    out = ranks("window", tmp)
+    code, text = out[0]
+    m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+    assert m and code == 3, text
+    assert m.group(2) == "TimeoutError", m.group(0)
+    assert float(m.group(1)) < 12, m.group(0)
+
+
 def test_the_group_timeout_is_honoured(tmp):
     out = ranks("timeout", tmp)
     code, text = out[0]

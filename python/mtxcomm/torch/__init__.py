@@ -655,8 +655,6 @@ class _DistributedOptimizer:
             op = Sum
         else:
             pre, post, op = 1.0, 1.0, self._mtx_op
-        if self._mtx_passes > 1:
-            post = post / self._mtx_passes
         t, ctx = self._mtx_compression.compress(grad)
         if t is grad:
             h = allreduce_async_(grad, name=name, op=op, prescale_factor=pre,
@@ -722,8 +720,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     """optimizer, made to reduce each gradient over all ranks as soon as backward produces it
     (one asynchronous allreduce per parameter, named after it; the engine fuses those ready
     together) and to wait for them in step(). op: Average (default) or Sum.
-    backward_passes_per_step: gradients accumulated locally over that many backward passes
-    before one reduction (their mean). Returns an instance of a subclass of the optimizer's
+    backward_passes_per_step: gradients accumulated locally (summed in p.grad, as PyTorch
+    does) over that many backward passes before one reduction, as Horovod (no division by the
+    number of passes). Returns an instance of a subclass of the optimizer's
     class sharing its state (param_groups, state)."""
     _need_init("DistributedOptimizer")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})

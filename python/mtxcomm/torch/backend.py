@@ -45,6 +45,7 @@ smaller group raises, naming a workaround (``new_group(ranks, backend="gloo")``)
 
 import collections
 import datetime
+import functools
 import json
 import os
 import queue
@@ -161,6 +162,13 @@ def _init_through_store(store, rank, size, timeout):
     os.environ.pop("MTXCOMM_JOB_SECRET_FILE", None)
     try:
         _arrays.init()
+        # Every rank has joined (init is collective): the address and the secret are of no
+        # more use in the c10d store, where anyone who reaches it could read them.
+        if rank == 0:
+            try:
+                store.delete_key(_STORE_KEY)
+            except Exception:  # noqa: BLE001 - a store without delete: the key stays
+                pass
     finally:
         # The secret is not left for child processes to inherit.
         for k, v in saved.items():
@@ -249,6 +257,20 @@ def _op(reduce_op, what, tensors):
 
 
 # ---- Work -------------------------------------------------------------------------------------
+
+class _Failed:
+    """A failed call's error, as the value of a Work's private future."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _value_or_raise(fut):
+    value = fut.value()
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
+
 
 class _Completer:
     """The thread that completes the futures of Works (get_future) in submission order."""
@@ -372,8 +394,13 @@ class Work(dist._Work):
         return list(self._outputs)
 
     def get_future(self):
+        # The future handed out is a .then() of a private one: a callback that raises marks its
+        # future failed in C++, which every consumer sees (DDP's reducer, PyTorch's re-wrapped
+        # Work). Future.set_exception only tags the value for Python's wait() and is lost when
+        # PyTorch re-wraps the future (the failure then arrives as a value).
         if self._future is None:
-            self._future = torch.futures.Future()
+            self._raw = torch.futures.Future()
+            self._future = self._raw.then(_value_or_raise)
             if self.is_completed():
                 self._set_future()
             else:
@@ -381,15 +408,13 @@ class Work(dist._Work):
         return self._future
 
     def _set_future(self):
-        if self._error is not None:
-            self._future.set_exception(self._error)
-        else:
-            self._future.set_result(list(self._outputs))
+        self._raw.set_result(_Failed(self._error) if self._error is not None
+                             else list(self._outputs))
 
     def _complete_future(self):
         seconds = None if self._deadline is None else max(0.0, self._deadline[0] - _now())
         if not self._wait_engine(seconds):
-            self._future.set_exception(self._timeout_error(self._deadline[1]))
+            self._raw.set_result(_Failed(self._timeout_error(self._deadline[1])))
             self._wait_engine(None)  # the tensors stay alive until the engine lets them go
             self._finish()
             return
@@ -420,7 +445,14 @@ class _Submitter:
 
     def _next_name(self):
         while len(self._inflight) >= _WINDOW:
-            self._inflight[0].wait(-1.0)
+            # The group's timeout bounds this wait as it bounds Work.wait (a peer that never
+            # makes the call, or died, must not hang the submitting thread).
+            if not self._inflight[0].wait(-1.0 if self.timeout is None else self.timeout):
+                self.broken = ("the request of %d calls ago did not complete within the "
+                               "process group's timeout of %.0f s" % (_WINDOW, self.timeout))
+                raise _arrays.TimeoutError("mtxcomm backend: rank %d: %s (a rank that never "
+                                           "made that call, or a stalled peer)"
+                                           % (_core.rank(), self.broken))
             self._inflight.popleft()
         while self._inflight and self._inflight[0].done():
             self._inflight.popleft()
@@ -444,11 +476,41 @@ class _Submitter:
                 self._inflight.append(p)
         return p
 
+    def placeholder(self):
+        """Takes the next name with a request no real call makes; waits for it (bounded)."""
+        empty = torch.empty(0, dtype=torch.int8)
+        try:
+            p = self.submit(_core.KIND_ALLREDUCE, [empty.data_ptr()], _code(empty, "placeholder"),
+                            [[0]], [empty.data_ptr()], [[0]])
+        except Exception:  # noqa: BLE001 - the caller's own error is the one to raise
+            return
+        p.wait(-1.0 if self.timeout is None else self.timeout)
+
     def work(self, what, pendings, outputs, keep, finish=None):
         deadline = None if self.timeout is None else (_now() + self.timeout, self.timeout)
         w = Work(self, what, pendings, outputs, finish, deadline)
         w._keep = keep
         return w
+
+
+def _collective(method):
+    """A backend call that, when this rank refuses its own arguments before submitting
+    anything, still takes its place in the group's sequence of calls: it submits a request
+    that cannot match the others' (an allreduce of int8 (0,)), so their call fails at once with
+    InvalidUsageError instead of waiting, and the next call of every rank pairs with the next
+    again; then it raises its own error. (Ranks that all refuse the same way agree on the
+    placeholder and all raise.)"""
+    @functools.wraps(method)
+    def call(self, *args):
+        sub = self._submitter
+        seq = sub._seq
+        try:
+            return method(self, *args)
+        except (ValueError, TypeError):
+            if sub._seq == seq and sub.broken is None:
+                sub.placeholder()
+            raise
+    return call
 
 
 class MtxcommBackend(_C10dBackend):
@@ -516,6 +578,7 @@ class MtxcommBackend(_C10dBackend):
                 b.copy_back()
         return self._work(what, pendings, list(tensors), bufs, finish)
 
+    @_collective
     def allreduce(self, tensors, opts):
         # The common case (one contiguous CPU tensor of a real dtype, not PREMUL_SUM) without
         # the general path's bookkeeping: a few microseconds less per call.
@@ -532,11 +595,13 @@ class MtxcommBackend(_C10dBackend):
                 return self._work("allreduce", [p], [t], t)
         return self._allreduce(tensors, opts.reduceOp, "allreduce")
 
+    @_collective
     def allreduce_coalesced(self, tensors, opts):
         return self._allreduce(tensors, opts.reduceOp, "allreduce_coalesced")
 
     # -- broadcast, reduce --
 
+    @_collective
     def broadcast(self, tensors, opts):
         what = "broadcast"
         root = self._root(opts.rootRank, what)
@@ -549,6 +614,7 @@ class MtxcommBackend(_C10dBackend):
                 b.copy_back()
         return self._work(what, pendings, list(tensors), bufs, finish)
 
+    @_collective
     def reduce(self, tensors, opts):
         what = "reduce"
         root = self._root(opts.rootRank, what)
@@ -581,6 +647,7 @@ class MtxcommBackend(_C10dBackend):
                          [out.shape()])
         return p, b, out
 
+    @_collective
     def allgather(self, output_tensors, input_tensors, opts):
         what = "allgather"
         pendings, keep, copies = [], [], []
@@ -613,6 +680,7 @@ class MtxcommBackend(_C10dBackend):
                     offset += o.numel()
         return self._work(what, pendings, output_tensors, keep, finish)
 
+    @_collective
     def all_gather_single(self, output, input, opts):
         what = "all_gather_into_tensor"
         _check(output, what)
@@ -629,6 +697,7 @@ class MtxcommBackend(_C10dBackend):
 
     _allgather_base = all_gather_single
 
+    @_collective
     def allgather_coalesced(self, output_lists, input_tensors, opts):
         return self.allgather(output_lists, input_tensors, opts)
 
@@ -648,6 +717,7 @@ class MtxcommBackend(_C10dBackend):
                          [o.shape()], op=code)
         return p, b, o
 
+    @_collective
     def reduce_scatter_single(self, output, input, opts):
         what = "reduce_scatter_tensor"
         _check(output, what)
@@ -660,6 +730,7 @@ class MtxcommBackend(_C10dBackend):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @_collective
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         what = "reduce_scatter"
         pendings, keep, outs = [], [], []
@@ -689,6 +760,7 @@ class MtxcommBackend(_C10dBackend):
 
     # -- alltoall --
 
+    @_collective
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         what = "all_to_all_single"
         _check(output, what)
@@ -731,6 +803,7 @@ class MtxcommBackend(_C10dBackend):
 
     alltoall_base = all_to_all_single
 
+    @_collective
     def alltoall(self, output_tensors, input_tensors, opts):
         what = "all_to_all"
         n = self.size()
@@ -765,6 +838,7 @@ class MtxcommBackend(_C10dBackend):
 
     # -- barrier --
 
+    @_collective
     def barrier(self, opts):
         t = torch.zeros(1, dtype=torch.int32)
         p = self._submit(_core.KIND_ALLREDUCE, [t.data_ptr()], _code(t, "barrier"), [[1]],

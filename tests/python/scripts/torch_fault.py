@@ -6,6 +6,12 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
     torch_fault.py timeout   rank 1 skips one allreduce; the others' call must fail after the
                              group's 3 s timeout (prints RAISED <seconds> <msg>)
     torch_fault.py secret    prints whether the job secret is left in the environment
+    torch_fault.py ddp_kill  DDP training; rank 1 SIGKILLs itself at step 3: the others'
+                             backward/step must raise (DDP's reducer gets a failed future), no
+                             crash, no hang
+    torch_fault.py window    rank 1 sleeps; rank 0 submits 70 async allreduces (more than the
+                             backend's 64 names in flight): the 65th call must fail after the
+                             group's 3 s timeout, not block
 """
 
 import datetime
@@ -20,7 +26,7 @@ import torch.distributed as dist
 import mtxcomm.torch  # noqa: F401
 
 mode = sys.argv[1]
-timeout = datetime.timedelta(seconds=3 if mode == "timeout" else 60)
+timeout = datetime.timedelta(seconds=3 if mode in ("timeout", "window") else 60)
 dist.init_process_group("mtxcomm", timeout=timeout)
 rank = dist.get_rank()
 t = torch.ones(4)
@@ -30,6 +36,36 @@ if mode == "secret":
     print("SECRET_IN_ENV", rank, "MTXCOMM_JOB_SECRET" in os.environ, flush=True)
     dist.barrier()
     sys.exit(0)
+if mode == "ddp_kill":
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = time.monotonic()
+    try:
+        for step in range(100000):
+            if rank == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            model(torch.randn(32, 64)).sum().backward()
+            opt.step()
+        print("NO_ERROR", rank, flush=True)
+    except Exception as e:  # noqa: BLE001
+        print("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
+                                       str(e).replace("\n", " ")[:2000]), flush=True)
+    os._exit(3)
+if mode == "window":
+    start = time.monotonic()
+    if rank == 1:
+        time.sleep(15)
+        os._exit(0)
+    try:
+        works = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(70)]
+        print("NO_ERROR", rank, flush=True)
+    except Exception as e:  # noqa: BLE001
+        print("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
+                                       str(e).replace("\n", " ")), flush=True)
+    os._exit(3)
 if rank == 1:
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
