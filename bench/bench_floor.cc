@@ -111,6 +111,10 @@ double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool from
   // The exchange in pieces of `piece` bytes, each published then pulled while it is in cache
   // (as a pipelined collective moves its chunks); the floor is the best piece size.
   double best = std::numeric_limits<double>::infinity();
+  // The largest exchange of the node decides which piece sizes differ: every rank runs the
+  // same repetitions (each ends in a collective), whatever its own bytes.
+  unsigned long long mine = std::max(publish, recv), largest = 0;
+  MPI_Allreduce(&mine, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, node_);
   for (const size_t piece : {size_t{16} << 10, size_t{128} << 10, size_t{1} << 30}) {
     for (int k = 0; k < reps; ++k) {
       MPI_Barrier(node_);
@@ -120,7 +124,7 @@ double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool from
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
       best = std::min(best, slowest);
     }
-    if (piece >= std::max(publish, recv)) break;  // larger pieces are the same exchange
+    if (piece >= largest) break;  // larger pieces are the same exchange
   }
   return best;
 }

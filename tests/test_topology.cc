@@ -2,8 +2,11 @@
 // the cost model (predictions, selection across nodes, tuning files) and the agreement of both
 // at setup.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -203,6 +206,38 @@ TEST(TuningFile, RoundTripsAndRejectsBadKeysNamingFileAndKey) {
   EXPECT_EQ(partial.inter.alpha, 0.001);
   EXPECT_EQ(partial.inter.beta, CostParams().inter.beta);
   EXPECT_TRUE(partial.intra == CostParams().intra);
+}
+
+}  // namespace
+}  // namespace mtxcomm
+
+namespace mtxcomm {
+namespace {
+
+// A peer that died but was not reaped yet (a zombie: kill(pid, 0) still succeeds on it) is
+// dead: a launcher that reaps its children late must not hide a killed rank until the timeout.
+TEST(Liveness, AnUnreapedDeadPeerIsDead) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  const std::string node = PeerLiveness::nodeIdentity();
+  // Rank 0 is this process, rank 1 the child (same node).
+  PeerLiveness live({PeerLiveness::selfIdentity(), node + "|" + std::to_string(child)}, 0);
+  int dead = -1;
+  for (int i = 0; i < 100 && dead < 0; ++i) {  // the child exits within milliseconds
+    std::this_thread::sleep_for(std::chrono::milliseconds(110));
+    dead = live.findDeadPeer();
+  }
+  EXPECT_EQ(dead, 1);
+  EXPECT_EQ(kill(child, 0), 0) << "the child should still be an unreaped zombie here";
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+TEST(Liveness, ALivePeerIsAlive) {
+  const std::string node = PeerLiveness::nodeIdentity();
+  PeerLiveness live({PeerLiveness::selfIdentity(), node + "|" + std::to_string(getppid())}, 0);
+  EXPECT_EQ(live.findDeadPeer(), -1);
 }
 
 }  // namespace

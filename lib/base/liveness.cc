@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "lib/base/topology.h"
 
@@ -36,13 +38,35 @@ PeerLiveness::PeerLiveness(const std::vector<std::string>& identities, int myRan
   }
 }
 
+namespace {
+
+// Whether process pid is gone: no such process, or a zombie (killed or exited, not yet reaped
+// by its parent: kill(pid, 0) still succeeds on it, so a launcher that reaps late would hide a
+// dead rank until the timeout).
+bool processGone(long pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;  // no /proc: kill's answer stands
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may contain ')').
+  const char* close = std::strrchr(buf, ')');
+  return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+}  // namespace
+
 int PeerLiveness::findDeadPeer() {
   if (dead_ >= 0 || localPids_.empty()) return dead_;
   auto now = Clock::now();
   if (now < nextScan_) return dead_;
   nextScan_ = now + std::chrono::milliseconds(100);
   for (size_t r = 0; r < localPids_.size(); ++r) {
-    if (localPids_[r] > 0 && kill(static_cast<pid_t>(localPids_[r]), 0) != 0 && errno == ESRCH) {
+    if (localPids_[r] > 0 && processGone(localPids_[r])) {
       dead_ = static_cast<int>(r);
       break;
     }

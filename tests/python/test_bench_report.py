@@ -120,6 +120,20 @@ def test_an_interrupted_report_renders_what_finished(report, tmp_path):
     assert "alt='alltoall latency'" not in html
 
 
+def test_the_floor_of_a_rooted_collective_at_three_ranks(tmp_path):
+    # The root and the others move different bytes: every rank must still run the same
+    # repetitions of the probe (a rank-dependent count once hung the job).
+    env = job_env()
+    out = tmp_path / "reduce.json"
+    p = subprocess.run(["mpirun", "-np", "3", "--oversubscribe", BENCH, "reduce", "-m", "4K:64K",
+                        "-r", "2", "--floor", "--json", str(out)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["size"] for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    assert all(r["floor_us"] > 0 for r in rows), rows
+
+
 def test_index_html_renders_in_headless_chromium(report, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
