@@ -135,13 +135,17 @@ void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool from
                                 size_t seg) {
   const size_t peers = static_cast<size_t>(std::max(1, nodeSize_ - 1));
   const size_t share = fromRoot ? recv : recv / peers;
-  const size_t offset = fromRoot ? 0 : (share * static_cast<size_t>(nodeRank_)) % seg;
+  // The pieces go through a window of two pieces of the segment (double buffering, as the
+  // collective's two sets of slots), so they stay in cache however large the message.
+  const size_t window = std::min(seg, 2 * piece);
+  const size_t offset = fromRoot ? 0 : (share * static_cast<size_t>(nodeRank_)) % window;
   size_t published = 0, pulled = 0;
   // Pull position: peer j (1-based, round robin over the pieces), byte `got` of its share.
   while (published < publish || pulled < recv) {
     if (published < publish) {
-      const size_t n = std::min(piece, publish - published);
-      std::memcpy(mine_ + published, src_.data() + published, n);
+      const size_t at = published % window;
+      const size_t n = std::min({piece, publish - published, window - at});
+      std::memcpy(mine_ + at, src_.data() + published, n);
       published += n;
     }
     if (pulled < recv) {
@@ -155,8 +159,8 @@ void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool from
         const size_t left = j == peers - 1 ? recv - pulled : share - within;
         n = std::min(n, left);
       }
-      const size_t from = (offset + within) % seg;
-      n = std::min(n, seg - from);
+      const size_t from = (offset + within) % window;
+      n = std::min(n, window - from);
       std::memcpy(recv_.data() + pulled, peers_[q] + from, n);
       pulled += n;
     }

@@ -7,9 +7,10 @@
 // the bytes it sends from its private buffer into its segment of an MPI-3 shared window
 // (MPI_Win_allocate_shared) and copies its share of every peer's segment into its own buffer;
 // the exchange lasts until the slowest rank is done, and the floor is the best of the
-// repetitions. The bytes go in pieces, each published then pulled while in cache, as a
-// pipelined collective moves its chunks: pieces of 16 KiB, 128 KiB and all at once are tried,
-// and the best counts. The bytes rank r must receive, with p ranks and Size S (what Size means per
+// repetitions. The bytes go in pieces, each published then pulled while in cache, through a
+// window of two pieces of the segment (double buffering), as a pipelined collective moves its
+// chunks through its slots: pieces of 16 KiB, 128 KiB and all at once are tried, and the best
+// counts. The bytes rank r must receive, with p ranks and Size S (what Size means per
 // collective: the header of each run):
 //   allreduce       2 (p-1)/p S   (p-1)/p S of the others' inputs for its part of the sum
 //                                 (a reduce-scatter), (p-1)/p S of the others' reduced parts
