@@ -248,6 +248,18 @@ struct Pending {
   }
 };
 
+// Queues e (GIL released) with p as what its done() completes.
+void enqueueFor(eng::Entry e, const std::shared_ptr<Pending>& p) {
+  e.done = [p](const eng::Status& st) {
+    std::lock_guard<std::mutex> lk(p->mu);
+    p->status = st;
+    p->finished = true;
+    p->cv.notify_all();
+  };
+  py::gil_scoped_release release;
+  eng::enqueue(std::move(e));
+}
+
 std::shared_ptr<Pending> submit(int kind, const std::string& name,
                                 const std::vector<uintptr_t>& inputs, int dtype,
                                 const std::vector<std::vector<int64_t>>& shapes, int op, int root,
@@ -301,16 +313,7 @@ std::shared_ptr<Pending> submit(int kind, const std::string& name,
     }
     return reinterpret_cast<void*>(p->outputs[i]);
   };
-  e.done = [p](const eng::Status& st) {
-    std::lock_guard<std::mutex> lk(p->mu);
-    p->status = st;
-    p->finished = true;
-    p->cv.notify_all();
-  };
-  {
-    py::gil_scoped_release release;
-    eng::enqueue(std::move(e));
-  }
+  enqueueFor(std::move(e), p);
   return p;
 }
 
@@ -327,16 +330,7 @@ std::tuple<int, std::string, int> join() {
   e.allocate = [last](size_t, const std::vector<int64_t>&, std::string*) -> void* {
     return last.get();
   };
-  e.done = [p](const eng::Status& st) {
-    std::lock_guard<std::mutex> lk(p->mu);
-    p->status = st;
-    p->finished = true;
-    p->cv.notify_all();
-  };
-  {
-    py::gil_scoped_release release;
-    eng::enqueue(std::move(e));
-  }
+  enqueueFor(std::move(e), p);
   p->wait(-1.0);
   return std::make_tuple(static_cast<int>(p->status.code), p->status.message,
                          static_cast<int>(*last));
