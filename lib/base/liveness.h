@@ -1,9 +1,9 @@
 // Liveness of peers on the same node: each rank publishes "<node identity>|pid" (the node
 // identity of lib/base/topology.h: host name, network and pid namespaces); a rank
 // blocked in a wait checks (at most every 100 ms) whether the processes of its node-local peers
-// still exist (kill(pid, 0), and not a zombie in /proc/<pid>/stat), so a SIGKILLed neighbour turns into MTXCOMM_REMOTE_ERROR naming it
-// within a fraction of a second instead of after the full timeout. Peers on other nodes are
-// covered by the transport (closed connections) and the timeout.
+// still exist (kill(pid, 0), and not a zombie in /proc/<pid>/stat), so a SIGKILLed neighbour turns
+// into MTXCOMM_REMOTE_ERROR naming it within a fraction of a second instead of after the full
+// timeout. Peers on other nodes are covered by the transport (closed connections) and the timeout.
 #ifndef MTXCOMM_LIB_LIVENESS_H_
 #define MTXCOMM_LIB_LIVENESS_H_
 
