@@ -128,31 +128,41 @@ std::string duration(double s) {
 }
 
 // Rank 0's progress line: "[run 3/40] allreduce -a ring  12/25 sizes  4m10s elapsed, ETA 6m".
+// The ETA weighs each size by 1 + bytes / 16 KiB (a large size takes far longer than a small
+// one, even with fewer iterations), from the time the weights done so far took.
 class Progress {
  public:
-  Progress(size_t runs, size_t sizesPerRun)
-      : runs_(runs),
-        perRun_(std::max<size_t>(1, sizesPerRun)),
-        start_(Clock::now()),
-        tty_(isatty(STDERR_FILENO) != 0) {}
+  Progress(size_t runs, const std::vector<size_t>& sizes)
+      : runs_(runs), start_(Clock::now()), tty_(isatty(STDERR_FILENO) != 0) {
+    double sum = 0;
+    for (const size_t b : sizes) {
+      sum += weight(b);
+      cumulative_.push_back(sum);
+    }
+    if (cumulative_.empty()) cumulative_.push_back(1);
+    perRun_ = cumulative_.back();
+  }
   void begin(size_t run, const std::string& what) {
     run_ = run;
     what_ = what;
-    show(0, perRun_);
+    show(0, cumulative_.size());
   }
   void size(size_t done, size_t total) { show(done, total); }
   void end(size_t total) {
-    finished_ += total;
-    show(total, total);
+    finished_ += perRun_;
+    show(total, total, /*ended=*/true);
     if (!tty_) return;
     std::fputc('\n', stderr);
   }
 
  private:
-  void show(size_t done, size_t total) {
+  static double weight(size_t bytes) { return 1.0 + static_cast<double>(bytes) / 16384.0; }
+  void show(size_t done, size_t total, bool ended = false) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double unitsDone = static_cast<double>(finished_ + done);
-    const double unitsAll = static_cast<double>(runs_ * perRun_);
+    double within = 0;
+    if (!ended && done > 0) within = cumulative_[std::min(done, cumulative_.size()) - 1];
+    const double unitsDone = finished_ + within;
+    const double unitsAll = static_cast<double>(runs_) * perRun_;
     std::string eta = "?";
     if (unitsDone > 0) eta = duration(elapsed / unitsDone * std::max(0.0, unitsAll - unitsDone));
     std::fprintf(stderr, "%s[run %zu/%zu] %-34s %3zu/%zu sizes  %s elapsed, ETA %s%s",
@@ -160,7 +170,9 @@ class Progress {
                  duration(elapsed).c_str(), eta.c_str(), tty_ ? "\033[K" : "\n");
     std::fflush(stderr);
   }
-  size_t runs_, perRun_, run_ = 0, finished_ = 0;
+  size_t runs_, run_ = 0;
+  double perRun_ = 1, finished_ = 0;
+  std::vector<double> cumulative_;
   std::string what_;
   Clock::time_point start_;
   bool tty_;
@@ -277,7 +289,7 @@ int runReport(const Options& opt, int worldRank, int worldSize,
   const std::string results = opt.outDir + "/results.json";
   if (worldRank == 0) writeAtomically(results, doc);
 
-  Progress progress(runs.size(), sizesPerRun);
+  Progress progress(runs.size(), messageSizes(minBytes, maxBytes));
   int status = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& run = runs[i];
@@ -304,7 +316,7 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     }
     if (rc > 0) status = 1;  // wrong results
     if (worldRank == 0) {
-      progress.end(sizesPerRun);
+      progress.end(sizesPerRun);  // a declined run stops early: counted as whole
       nlohmann::json entry = {{"collective", run.desc->name},
                               {"algorithm", run.algo},
                               {"status", rc == 0  ? "ok"
