@@ -61,6 +61,28 @@ def _save(fig, out_dir, name):
     return paths, base64.b64encode(buf.getvalue()).decode()
 
 
+def _finish(fig, ax, out_dir, name, title, xlabel, ylabel, logy=True, legend=7, ncol=1,
+            plt=None):
+    """The common end of every plot: log axes, labels, grid, legend; saved as PNG and SVG.
+    Returns the base64 PNG."""
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend, ncol=ncol)
+    _, png = _save(fig, out_dir, name)
+    plt.close(fig)
+    return png
+
+
+def _shown(runs):
+    """The runs plotted: auto and every algorithm that ran as itself on this layout."""
+    return [r for r in runs if r["algorithm"] == "auto" or not r.get("declined")]
+
+
 def _plots(doc, out_dir, plt):
     """{collective: {kind: base64 PNG}}, plus the extra plots under key ''."""
     images = {}
@@ -72,9 +94,7 @@ def _plots(doc, out_dir, plt):
             continue
         # Latency.
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        for run in runs:
-            if run.get("declined") and run["algorithm"] != "auto":
-                continue
+        for run in _shown(runs):
             x, y = _series(run, "avg_us")
             ax.plot(x, y, marker=".", label=_label(run), linewidth=2 if run is auto else 1)
         x, y = _series(auto, "mpi_avg_us")
@@ -83,20 +103,13 @@ def _plots(doc, out_dir, plt):
         x, y = _series(auto, "floor_us")
         if x:
             ax.plot(x, y, color="grey", linestyle=":", label="floor (least data movement)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes; %s)" % auto.get("size_meaning", "")[:60])
-        ax.set_ylabel("latency (us)")
-        ax.set_title("%s: latency" % coll)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        _, images[coll]["latency"] = _save(fig, out_dir, "%s_latency" % coll)
-        plt.close(fig)
+        images[coll]["latency"] = _finish(
+            fig, ax, out_dir, "%s_latency" % coll, "%s: latency" % coll,
+            "message size (bytes; %s)" % auto.get("size_meaning", "")[:60], "latency (us)",
+            plt=plt)
         # busbw.
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        for run in runs:
-            if run.get("declined") and run["algorithm"] != "auto":
-                continue
+        for run in _shown(runs):
             x, y = _series(run, "busbw_gbps")
             ax.plot(x, y, marker=".", label=_label(run), linewidth=2 if run is auto else 1)
         factor = _busbw_factor(auto, doc)
@@ -109,14 +122,9 @@ def _plots(doc, out_dir, plt):
             ax.plot(fx, [s / (t * 1e-6) / 1e9 * factor if t > 0 else float("nan")
                          for s, t in zip(fx, fy)], color="grey", linestyle=":",
                     label="floor")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title("%s: bus bandwidth" % coll)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        _, images[coll]["busbw"] = _save(fig, out_dir, "%s_busbw" % coll)
-        plt.close(fig)
+        images[coll]["busbw"] = _finish(
+            fig, ax, out_dir, "%s_busbw" % coll, "%s: bus bandwidth" % coll,
+            "message size (bytes)", "busbw (GB/s)", logy=False, plt=plt)
         # Ratios of the automatic choice.
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
         x, y = _series(auto, "ratio")
@@ -126,38 +134,25 @@ def _plots(doc, out_dir, plt):
         if x:
             ax.plot(x, y, marker="s", label="mtxcomm auto / floor")
         ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("time ratio (< 1: mtxcomm faster)")
-        ax.set_title("%s: ratios" % coll)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        _, images[coll]["ratio"] = _save(fig, out_dir, "%s_ratio" % coll)
-        plt.close(fig)
+        images[coll]["ratio"] = _finish(
+            fig, ax, out_dir, "%s_ratio" % coll, "%s: ratios" % coll, "message size (bytes)",
+            "time ratio (< 1: mtxcomm faster)", plt=plt)
     images[""] = {}
     # Measured vs predicted (allreduce, every algorithm that ran as itself).
     runs = _runs_by_collective(doc).get("allreduce", [])
     if runs:
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        for run in runs:
-            if run.get("declined"):
-                continue
+        for run in _shown(runs):
             x, y = _series(run, "avg_us")
             px, py = _series(run, "predicted_us")
             line, = ax.plot(x, y, marker=".", label=_label(run) + " measured")
             if px:
                 ax.plot(px, py, linestyle="--", color=line.get_color(),
                         label=_label(run) + " predicted")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("latency (us)")
-        ax.set_title("allreduce: measured vs the cost model's prediction")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
-        _, images[""]["predicted"] = _save(fig, out_dir, "allreduce_predicted")
-        plt.close(fig)
+        images[""]["predicted"] = _finish(
+            fig, ax, out_dir, "allreduce_predicted",
+            "allreduce: measured vs the cost model's prediction", "message size (bytes)",
+            "latency (us)", legend=6, plt=plt)
     proj = doc.get("projection")
     if proj and proj.get("rows"):
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -170,15 +165,10 @@ def _plots(doc, out_dir, plt):
                 if pts:
                     ax.plot(*zip(*pts), linestyle=style, marker=".",
                             label="%s %s" % (_human(size), name))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("nodes (x %d ranks per node)" % proj["rows"][0]["ranks_per_node"])
-        ax.set_ylabel("predicted allreduce time (ms)")
-        ax.set_title("projection with the tuned parameters")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6, ncol=3)
-        _, images[""]["projection"] = _save(fig, out_dir, "projection")
-        plt.close(fig)
+        images[""]["projection"] = _finish(
+            fig, ax, out_dir, "projection", "projection with the tuned parameters",
+            "nodes (x %d ranks per node)" % proj["rows"][0]["ranks_per_node"],
+            "predicted allreduce time (ms)", legend=6, ncol=3, plt=plt)
     return images
 
 

@@ -403,13 +403,19 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     return _BroadcastFn.apply(tensor, root_rank, name)
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    what = "alltoall"
+def _rows_input(tensor, what):
+    """tensor, detached and checked, with a dimension 0 to scatter."""
     _need_init(what)
     t = tensor.detach()
     _backend._check(t, what)
     if t.dim() == 0:
-        raise ValueError("mtxcomm.torch.alltoall: a scalar has no rows to scatter")
+        raise ValueError("mtxcomm.torch.%s: a scalar has no rows to scatter" % what)
+    return t
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    what = "alltoall"
+    t = _rows_input(tensor, what)
     n = size()
     if splits is None:
         if t.shape[0] % n:
@@ -467,11 +473,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
                         postscale_factor=1.0):
     what = "reducescatter"
-    _need_init(what)
-    t = tensor.detach()
-    _backend._check(t, what)
-    if t.dim() == 0:
-        raise ValueError("mtxcomm.torch.reducescatter: a scalar has no rows to scatter")
+    t = _rows_input(tensor, what)
     op = _arrays._op(op, what)
     n, r = size(), rank()
     rows = t.shape[0] // n + (1 if r < t.shape[0] % n else 0)
