@@ -7,7 +7,6 @@
 // Bytes moved per rank: its block once in, all n blocks once out.
 // Example, n = 3: r0, r1, r2 write A, B, C into slots 0, 1, 2; barrier; all copy A B C out.
 // Source: Open MPI coll/sm-style copy-in/copy-out through shared slots.
-#include <cstring>
 
 #include "algos/registry.h"
 #include "algos/shm_chunks.h"
@@ -20,15 +19,15 @@ void runAllgatherShm(const CollArgs& a, ShmGroup& g) {
   const char* send = static_cast<const char*>(a.sendbuf);
   char* recv = static_cast<char*>(a.recvbuf);
   char* own = recv + static_cast<size_t>(me) * a.count * es;
-  if (own != send) std::memcpy(own, send, a.count * es);
+  if (own != send) copyBytes(own, send, a.count * es);
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();
-    std::memcpy(g.slot(set, me), send + off * es, len * es);
+    copyBytes(g.slot(set, me), send + off * es, len * es);
     g.barrier("allgather (shm)");
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
-      std::memcpy(recv + (static_cast<size_t>(q) * a.count + off) * es, g.slot(set, q), len * es);
+      copyBytes(recv + (static_cast<size_t>(q) * a.count + off) * es, g.slot(set, q), len * es);
     }
     g.finishChunk();
   }

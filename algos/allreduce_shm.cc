@@ -27,7 +27,6 @@
 // Source: the shared-memory collectives of Open MPI coll/sm and MPICH (copy-in, reduce from
 //   shared slots, copy-out); the slicing is the reduce-scatter + allgather structure of
 //   Rabenseifner's algorithm mapped onto shared memory.
-#include <cstring>
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
@@ -48,7 +47,7 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
     const int set = g.nextSet();
     const char* in = send + off * es;
     if (!shmSliced(len * es, n, kSliceMinRanks)) {
-      std::memcpy(g.slot(set, me), in, len * es);
+      copyBytes(g.slot(set, me), in, len * es);
       g.barrier("allreduce (shm) copy-in");
       reduceSlots(a, g, set, 0, recv + off * es, len);
       g.finishChunk();

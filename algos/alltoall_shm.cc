@@ -19,7 +19,6 @@
 //   MPICH (which have no shm alltoall themselves); cutting the slot into one sub-slot per
 //   destination is this library's adaptation of it to alltoall.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "algos/registry.h"
@@ -40,8 +39,8 @@ size_t agreeAlltoallvCounts(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
   const int set = g.nextSet();
   auto* mine = reinterpret_cast<size_t*>(g.slot(set, me));
-  std::memcpy(mine, a.sendcounts, n * sizeof(size_t));
-  std::memcpy(mine + n, a.recvcounts, n * sizeof(size_t));
+  copyBytes(mine, a.sendcounts, n * sizeof(size_t));
+  copyBytes(mine + n, a.recvcounts, n * sizeof(size_t));
   g.barrier("alltoallv counts (shm)");
   size_t largest = 0;
   for (int i = 0; i < n; ++i) {
@@ -80,7 +79,7 @@ void runAlltoallShm(const CollArgs& a, ShmGroup& g) {
   auto recvCount = [&](int j) { return v ? a.recvcounts[j] : a.count; };
   const size_t largest = v ? agreeAlltoallvCounts(a, g) : a.count;
   if (sendCount(me) > 0) {
-    std::memcpy(recv + recvAt(me) * es, send + sendAt(me) * es, sendCount(me) * es);
+    copyBytes(recv + recvAt(me) * es, send + sendAt(me) * es, sendCount(me) * es);
   }
   for (size_t off = 0; off < largest; off += chunk) {
     const int set = g.nextSet();
@@ -88,13 +87,13 @@ void runAlltoallShm(const CollArgs& a, ShmGroup& g) {
     for (int q = 0; q < n; ++q) {
       if (q == me || sendCount(q) <= off) continue;
       const size_t len = std::min(chunk, sendCount(q) - off);
-      std::memcpy(mine + q * sub, send + (sendAt(q) + off) * es, len * es);
+      copyBytes(mine + q * sub, send + (sendAt(q) + off) * es, len * es);
     }
     g.barrier(v ? "alltoallv (shm)" : "alltoall (shm)");
     for (int q = 0; q < n; ++q) {
       if (q == me || recvCount(q) <= off) continue;
       const size_t len = std::min(chunk, recvCount(q) - off);
-      std::memcpy(recv + (recvAt(q) + off) * es, g.slot(set, q) + me * sub, len * es);
+      copyBytes(recv + (recvAt(q) + off) * es, g.slot(set, q) + me * sub, len * es);
     }
     g.finishChunk();
   }

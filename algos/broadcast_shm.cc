@@ -16,7 +16,6 @@
 // Example, n = 3, root 2: r2 writes the chunk into slot 2 and posts; r0 and r1 see the post and
 //   copy slot 2 out.
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
-#include <cstring>
 
 #include "algos/registry.h"
 #include "algos/shm_chunks.h"
@@ -28,17 +27,17 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   const size_t es = a.elemSize, chunk = g.slotBytes() / es;
   char* recv = static_cast<char*>(a.recvbuf);
   const char* send = static_cast<const char*>(a.sendbuf);
-  if (me == a.root && send != recv) std::memcpy(recv, send, a.count * es);
+  if (me == a.root && send != recv) copyBytes(recv, send, a.count * es);
   if (a.count * es <= ShmGroup::kSmallBytes) {
     // Small: through the ring of small slots, so the root can run ahead of slow readers.
     char* mine = g.beginSmall(/*writer=*/me == a.root);
     if (me == a.root) {
-      std::memcpy(mine, recv, a.count * es);
+      copyBytes(mine, recv, a.count * es);
       g.postSmall();
       g.awaitArrivals("broadcast (shm)");
     } else {
       g.waitSmall(a.root, "broadcast (shm)");
-      std::memcpy(recv, g.smallSlot(a.root), a.count * es);
+      copyBytes(recv, g.smallSlot(a.root), a.count * es);
     }
     g.finishSmall();
     return;
@@ -47,11 +46,11 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();
     if (me == a.root) {
-      std::memcpy(g.slot(set, me), recv + off * es, len * es);
+      copyBytes(g.slot(set, me), recv + off * es, len * es);
       g.post();
     } else {
       g.waitPosted(a.root, "broadcast (shm)");
-      std::memcpy(recv + off * es, g.slot(set, a.root), len * es);
+      copyBytes(recv + off * es, g.slot(set, a.root), len * es);
     }
     g.finishChunk();
   }

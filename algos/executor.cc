@@ -1,7 +1,5 @@
 #include "algos/executor.h"
 
-#include <cstring>
-
 #include "lib/base/error.h"
 #include "lib/base/reduce.h"
 
@@ -26,7 +24,7 @@ void runLocal(const Step& step, const Schedule& s) {
     } else if (l.kind == LocalOp::kAdasum) {
       adasumBuffers(s.dtype(), l.dst, l.a, l.b, l.count);
     } else {
-      std::memcpy(l.dst, l.a, l.count);
+      copyBytes(l.dst, l.a, l.count);
     }
   }
 }

@@ -10,7 +10,6 @@
 // Example, n = 2, blocks [A B]: r0 writes [A0 B0], r1 [A1 B1]; barrier; r0 computes A0+A1,
 //   r1 computes B0+B1.
 // Source: Open MPI coll/sm-style copy-in, reduce from shared slots.
-#include <cstring>
 
 #include "algos/registry.h"
 #include "algos/shm_chunks.h"
@@ -32,8 +31,8 @@ void runReduceScatterShm(const CollArgs& a, ShmGroup& g) {
     const int set = g.nextSet();
     char* mine = g.slot(set, me);
     for (int q = 0; q < n; ++q) {
-      std::memcpy(mine + q * len * es, send + (static_cast<size_t>(q) * a.count + off) * es,
-                  len * es);
+      copyBytes(mine + q * len * es, send + (static_cast<size_t>(q) * a.count + off) * es,
+                len * es);
     }
     g.barrier("reduce_scatter (shm)");
     reduceSlots(a, g, set, me * len * es, recv + off * es, len);

@@ -9,7 +9,6 @@
 // Bytes moved per rank and element: copy in (1 read, 1 write); the root n reads and 1 write.
 // Example, n = 3, root 1: all copy in; barrier; r1 computes slot0 + slot1 + slot2.
 // Source: Open MPI coll/sm reduce (copy-in, reduce from shared slots).
-#include <cstring>
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
@@ -27,7 +26,7 @@ void runReduceShm(const CollArgs& a, ShmGroup& g) {
     const int set = g.nextSet();
     const char* in = send + off * es;
     if (!shmSliced(len * es, n)) {
-      std::memcpy(g.slot(set, me), in, len * es);
+      copyBytes(g.slot(set, me), in, len * es);
       g.barrier("reduce (shm) copy-in");
       if (me == a.root) reduceSlots(a, g, set, 0, recv + off * es, len);
       g.finishChunk();

@@ -3,7 +3,6 @@
 #define MTXCOMM_ALGOS_SHM_CHUNKS_H_
 
 #include <cstddef>
-#include <cstring>
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
@@ -52,7 +51,7 @@ inline void reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const cha
   char* mine = g.slot(set, me);
   for (int q = 0; q < n; ++q) {
     const size_t at = sliceOffset(len, n, q, es);
-    if (q != me) std::memcpy(mine + at, in + at, sliceBytes(len, n, q, es));
+    if (q != me) copyBytes(mine + at, in + at, sliceBytes(len, n, q, es));
   }
   g.barrier(what);
   const size_t at = sliceOffset(len, n, me, es), cnt = sliceBytes(len, n, me, es) / es;
@@ -68,7 +67,7 @@ inline void copyOutSlices(ShmGroup& g, int set, size_t len, size_t es, char* out
   const int n = g.size();
   for (int q = 0; q < n; ++q) {
     const size_t at = sliceOffset(len, n, q, es);
-    std::memcpy(out + at, g.slot(set, q) + at, sliceBytes(len, n, q, es));
+    copyBytes(out + at, g.slot(set, q) + at, sliceBytes(len, n, q, es));
   }
 }
 

@@ -1038,5 +1038,38 @@ TEST(Dtype, StoreAndLoadElementNewTypes) {
   EXPECT_EQ(loadElement(MTXCOMM_UINT16, &u, 0), 65535.0);
 }
 
+// copyBytes: every byte of [dst, dst + n) is src's, nothing outside it is touched, for sizes
+// around the switch to the vector loop and its 128-byte blocks and every alignment of source
+// and destination modulo 32.
+TEST(CopyBytes, EverySizeAndAlignment) {
+  std::mt19937 rng(7);
+  std::vector<unsigned char> src(70000), dst(70000 + 128);
+  for (auto& b : src) b = static_cast<unsigned char>(rng());
+  std::vector<size_t> sizes = {0,
+                               1,
+                               31,
+                               127,
+                               kCopyLoopBytes - 1,
+                               kCopyLoopBytes,
+                               kCopyLoopBytes + 1,
+                               kCopyLoopBytes + 127,
+                               4096 + 95,
+                               65536};
+  for (size_t n : sizes) {
+    for (size_t so = 0; so < 32; so += 3) {
+      for (size_t d0 = 0; d0 < 33; d0 += 5) {
+        std::fill(dst.begin(), dst.end(), 0xA5);
+        copyBytes(dst.data() + 64 + d0, src.data() + so, n);
+        ASSERT_EQ(std::memcmp(dst.data() + 64 + d0, src.data() + so, n), 0)
+            << "n " << n << " src offset " << so << " dst offset " << d0;
+        for (size_t i = 0; i < 64 + d0; ++i) ASSERT_EQ(dst[i], 0xA5) << "before, n " << n;
+        for (size_t i = 64 + d0 + n; i < dst.size() && i < 64 + d0 + n + 64; ++i) {
+          ASSERT_EQ(dst[i], 0xA5) << "after, n " << n;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mtxcomm

@@ -44,6 +44,17 @@ void adasumBuffers(mtxcomm_datatype_t dt, void* dst, const void* a, const void* 
 // MTXCOMM_INVALID_ARGUMENT for bool (AVG is not defined on it).
 void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor);
 
+// dst[0, bytes) = src[0, bytes) (no overlap): the copy of every shared-memory collective.
+// Below kCopyLoopBytes it is memcpy; from there a loop of 128-byte blocks of unaligned vector
+// loads and stores (AVX2 where the CPU has it, SSE2 otherwise), the destination aligned to 32
+// bytes first. Why not memcpy throughout: from about 2 KiB glibc's x86-64 memcpy switches to
+// `rep movsb`, which on AMD Zen CPUs without FSRM copied a slot written by another process's
+// core at 1.2-1.6 GB/s for 16-64 KiB (a 16 KiB shm broadcast took 13 us, 2.4 us with vector
+// moves; glibc bug 30994 describes the same `rep movsb` slow path); the vector loop stays at
+// cache speed there and matches memcpy elsewhere (bench/RESULTS.md, "Copy kernel").
+constexpr size_t kCopyLoopBytes = 2048;
+void copyBytes(void* dst, const void* src, size_t bytes);
+
 // IEEE binary16 <-> binary32, round to nearest even; NaN stays NaN, overflow gives Inf.
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
