@@ -141,6 +141,7 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
+  uint64_t consumedByAll_ = 0;   // every peer has finished this many chunks (lower bound)
   uint64_t smalls_ = 0;          // small messages started
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
