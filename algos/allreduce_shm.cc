@@ -2,7 +2,10 @@
 //
 // Accepts: a communicator whose ranks share a segment (transports/shm/shm_group.h); any count,
 //   every op.
-// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (256 KiB):
+// Steps: at most 256 bytes (ShmGroup::kLineBytes): every rank writes its input into its
+//   line-tagged box (ShmGroup::exchangeLines: 64-byte lines each carrying the exchange's
+//   number, NCCL's LL protocol), reads every peer's as the tags arrive and reduces all of them
+//   in rank order; no barrier. Otherwise, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (256 KiB):
 //   small chunks (< 16 KiB): every rank copies its chunk into its slot; one barrier; every rank
 //     reduces the whole chunk from all slots, in rank order, straight into its receive buffer.
 //   larger chunks (sliced; slice q of the chunk belongs to rank q): every rank copies into its
@@ -27,6 +30,9 @@
 // Source: the shared-memory collectives of Open MPI coll/sm and MPICH (copy-in, reduce from
 //   shared slots, copy-out); the slicing is the reduce-scatter + allgather structure of
 //   Rabenseifner's algorithm mapped onto shared memory.
+//   The tiny path: NCCL's LL (low-latency) protocol, flags stored with the data in each line.
+
+#include <vector>
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
@@ -37,11 +43,32 @@ namespace mtxcomm {
 // Sliced from two ranks on: measured faster than whole-chunk reduction (bench/RESULTS.md).
 constexpr int kSliceMinRanks = 2;
 
+// Every rank's bytes of a tiny allreduce, gathered (one buffer per thread: ranks may be
+// threads of one process).
+std::vector<char>& lineScratch(int n) {
+  thread_local std::vector<char> all;
+  all.resize(static_cast<size_t>(n) * ShmGroup::kLineBytes);
+  return all;
+}
+
 void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
   const size_t es = a.elemSize, chunk = g.slotBytes() / es;
   const char* send = static_cast<const char*>(a.sendbuf);
   char* recv = static_cast<char*>(a.recvbuf);
+  if (a.count * es <= ShmGroup::kLineBytes) {
+    // Tiny: every rank's bytes through the line-tagged exchange, then the same rank-order
+    // reduction as the slots' (so the bits are those of the barrier path).
+    std::vector<char>& all = lineScratch(n);
+    const size_t bytes = a.count * es;
+    g.exchangeLines(send, bytes, all.data(), "allreduce (shm, lines)");
+    reduceBuffers(a.dtype, a.op, recv, all.data(), all.data() + bytes, a.count);
+    for (int q = 2; q < n; ++q) {
+      reduceBuffers(a.dtype, a.op, recv, recv, all.data() + static_cast<size_t>(q) * bytes,
+                    a.count);
+    }
+    return;
+  }
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();

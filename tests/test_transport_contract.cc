@@ -221,5 +221,59 @@ TEST(ShmGroupContract, RanksThatDisagreeOnTheCallFailNamingBoth) {
   });
 }
 
+// The line-tagged exchange: every rank gets every rank's bytes, at every size up to kLineBytes,
+// over more exchanges than there are line boxes (each box rewritten only after every peer read
+// it), with one rank now and then late so that the others run ahead as far as they can.
+TEST(ShmGroupContract, LineExchangeDeliversEveryRanksBytesAcrossBoxReuse) {
+  const int n = 3;
+  onShmGroup(n, 10.0, [&](ShmGroup& g, int rank) {
+    for (int round = 0; round < 80; ++round) {
+      const size_t bytes = 1 + (round * 37) % ShmGroup::kLineBytes;
+      if (rank == 2 && round % 7 == 0) std::this_thread::sleep_for(contract::milliseconds(2));
+      std::vector<uint8_t> mine(bytes);
+      contract::fill(mine, rank, round);
+      CollArgs a;
+      a.coll = Collective::kAllgather;
+      a.count = bytes;
+      g.setCall(callSignature(a, static_cast<uint64_t>(round) + 1));
+      std::vector<uint8_t> all(bytes * n, 0xEE);
+      g.exchangeLines(mine.data(), bytes, reinterpret_cast<char*>(all.data()), "test lines");
+      for (int q = 0; q < n; ++q) {
+        std::vector<uint8_t> theirs(all.begin() + q * bytes, all.begin() + (q + 1) * bytes);
+        ASSERT_EQ(contract::firstWrong(theirs, q, round), -1)
+            << "rank " << q << "'s bytes, round " << round << ", " << bytes << " bytes";
+      }
+    }
+  });
+}
+
+// A peer in the exchange with another call fails both, naming both calls; a peer that never
+// comes times out naming it.
+TEST(ShmGroupContract, LineExchangeWithAnotherCallFailsNamingBoth) {
+  onShmGroup(2, 10.0, [&](ShmGroup& g, int rank) {
+    CollArgs a;
+    a.count = rank == 0 ? 3 : 5;
+    g.setCall(callSignature(a, 1));
+    const uint32_t v = 7;
+    char all[8];
+    expectError([&] { g.exchangeLines(&v, sizeof(v), all, "allreduce (shm, lines)"); },
+                MTXCOMM_INVALID_USAGE,
+                {"the ranks disagree on the call", "peer rank " + std::to_string(1 - rank)});
+  });
+  std::atomic<bool> rank0Done{false};
+  onShmGroup(2, 10.0, [&](ShmGroup& g, int rank) {
+    if (rank == 1) {
+      while (!rank0Done.load()) std::this_thread::sleep_for(contract::milliseconds(5));
+      return;
+    }
+    g.setTimeout(0.2);
+    const uint32_t v = 7;
+    char all[8];
+    expectError([&] { g.exchangeLines(&v, sizeof(v), all, "test lines"); }, MTXCOMM_TIMEOUT,
+                {"timed out after 0.2 s in test lines waiting for peer rank 1"});
+    rank0Done = true;
+  });
+}
+
 }  // namespace
 }  // namespace mtxcomm

@@ -153,6 +153,7 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> posted;                // chunks this rank has published
   SharedSignature postCall[2];                 // the call of posted chunk g, at g % 2
   alignas(64) std::atomic<uint64_t> smallPosted, smallConsumed;
+  std::atomic<uint64_t> linesRead;  // line exchanges whose peers' lines this rank has read
   SharedSignature smallCall[ShmGroup::kSmallSlots];  // the call of small message i
   alignas(64) std::atomic<uint32_t> progress;  // futex word: bumped whenever a counter advances
   std::atomic<uint32_t> sleepers;  // peers asleep on progress (the waker skips the system call
@@ -173,10 +174,23 @@ struct alignas(128) ShmGroup::Control {
   char reason[1024];
 };
 
+// The line boxes: per rank kLineSlots boxes of kLinesPerBox lines, past the small ring. A box
+// holds the call's signature (24 bytes) and up to kLineBytes of data, 56 bytes per line.
+constexpr size_t kLineSlots = 16;
+constexpr size_t kLineData = 56;
+constexpr size_t kLineHeader = 3 * sizeof(uint64_t);
+constexpr size_t kLinesPerBox = (kLineHeader + ShmGroup::kLineBytes + kLineData - 1) / kLineData;
+
+struct alignas(64) ShmGroup::Line {
+  std::atomic<uint64_t> tag;  // the exchange this line's data belongs to (0: none yet)
+  unsigned char data[kLineData];
+};
+
 size_t ShmGroup::segmentBytes(int n, size_t slotBytes) {
   return kHeaderBytes + roundUp(sizeof(Control) * n, kAlign) +
          2 * static_cast<size_t>(n) * roundUp(slotBytes, kAlign) +
-         static_cast<size_t>(n) * kSmallSlots * kSmallBytes;
+         static_cast<size_t>(n) * kSmallSlots * kSmallBytes +
+         static_cast<size_t>(n) * kLineSlots * kLinesPerBox * sizeof(Line);
 }
 
 std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotBytes,
@@ -453,6 +467,62 @@ void ShmGroup::finishSmall() {
   published(control(rank_));
 }
 
+ShmGroup::Line* ShmGroup::line(int r, uint64_t x, size_t j) const {
+  static_assert(sizeof(Line) == 64, "a line is one cache line");
+  char* boxes = slot(2, 0) + static_cast<size_t>(size_) * kSmallSlots * kSmallBytes;
+  const size_t box = static_cast<size_t>(r) * kLineSlots + (x - 1) % kLineSlots;
+  return reinterpret_cast<Line*>(boxes) + box * kLinesPerBox + j;
+}
+
+void ShmGroup::exchangeLines(const void* mine, size_t bytes, char* all, const char* what) {
+  if (bytes > kLineBytes) fail(MTXCOMM_INTERNAL_ERROR, "exchangeLines of ", bytes, " bytes");
+  const uint64_t x = ++lines_;
+  // This rank's box for exchange x was last used by x - kLineSlots: every peer must have read
+  // it.
+  if (x > kLineSlots && x - kLineSlots > linesReadByAll_) {
+    uint64_t least = UINT64_MAX;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      waitFor(q, Counter::kLinesRead, x - kLineSlots, "reusing a line box", -1);
+      least = std::min(least, control(q).linesRead.load(std::memory_order_acquire));
+    }
+    linesReadByAll_ = least;
+  }
+  unsigned char stream[kLinesPerBox * kLineData] = {};
+  const uint64_t header[3] = {call_.kind, call_.count, call_.seq};
+  std::memcpy(stream, header, kLineHeader);
+  std::memcpy(stream + kLineHeader, mine, bytes);
+  const size_t lines = (kLineHeader + bytes + kLineData - 1) / kLineData;
+  for (size_t j = 0; j < lines; ++j) {
+    Line* l = line(rank_, x, j);
+    std::memcpy(l->data, stream + j * kLineData, kLineData);
+    l->tag.store(x, std::memory_order_release);
+  }
+  published(control(rank_));
+  char* own = all + static_cast<size_t>(rank_) * bytes;
+  if (own != mine) std::memcpy(own, mine, bytes);  // in place: already there
+  for (int i = 1; i < size_; ++i) {
+    const int q = (rank_ + i) % size_;
+    for (size_t j = 0; j < lines; ++j) {
+      auto tag = [this, x, j](int r) { return line(r, x, j)->tag.load(std::memory_order_acquire); };
+      waitUntil(q, tag, x, what);
+      std::memcpy(stream + j * kLineData, line(q, x, j)->data, kLineData);
+      if (j == 0) {
+        uint64_t theirs[3];
+        std::memcpy(theirs, stream, kLineHeader);
+        CallSignature sig;
+        sig.kind = theirs[0];
+        sig.count = theirs[1];
+        sig.seq = theirs[2];
+        checkSameCall(q, sig);
+      }
+    }
+    std::memcpy(all + static_cast<size_t>(q) * bytes, stream + kLineHeader, bytes);
+  }
+  control(rank_).linesRead.store(x, std::memory_order_release);
+  published(control(rank_));
+}
+
 int ShmGroup::nextSet() {
   const uint64_t g = chunks_++;
   // Usually known without reading a peer's line: a barrier in the previous chunk proved it.
@@ -499,32 +569,36 @@ void ShmGroup::barrier(const char* what) {
 }
 
 void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what, int parity) {
-  auto value = [counter](Control& c) -> std::atomic<uint64_t>& {
+  auto value = [this, counter](int r) -> uint64_t {
+    Control& c = control(r);
     switch (counter) {
+      case Counter::kLinesRead:
+        return c.linesRead.load(std::memory_order_acquire);
       case Counter::kArrived:
-        return c.arrived;
+        return c.arrived.load(std::memory_order_acquire);
       case Counter::kConsumed:
-        return c.consumed;
+        return c.consumed.load(std::memory_order_acquire);
       case Counter::kSmallPosted:
-        return c.smallPosted;
+        return c.smallPosted.load(std::memory_order_acquire);
       case Counter::kSmallConsumed:
-        return c.smallConsumed;
+        return c.smallConsumed.load(std::memory_order_acquire);
       case Counter::kCall:
-        return c.callSeq;
+        return c.callSeq.load(std::memory_order_acquire);
       case Counter::kPosted:
         break;
     }
-    return c.posted;
+    return c.posted.load(std::memory_order_acquire);
   };
+  waitUntil(p, value, target, what);
+  if (parity < 0) return;
   Control& c = control(p);
-  if (value(c).load(std::memory_order_acquire) < target) {
-    checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(timeoutSeconds_));
-    const pid_t self = getpid();
-    // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
-    // clock is read every 256 polls: well under a millisecond while spinning or yielding).
-    Clock::time_point nextCheck = Clock::now() + std::chrono::milliseconds(50);
+  checkSameCall(p, counter == Counter::kPosted ? c.postCall[parity].load() : c.call[parity].load());
+}
+
+template <class Word>
+void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* what) {
+  Control& c = control(p);
+  if (word(p) < target) {
     // Spin ~60 us (2000 pauses), then sleep on the peer's progress word (a futex) until it
     // advances a counter: a waiter never holds a core that the peer — or a framework thread of
     // this rank — needs. Yield-polling there kept the core until the scheduler's next tick: a
@@ -533,18 +607,29 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
     // outnumber the cores, the peer needs this very core: spin 50 pauses, then yield it (up to
     // kOversubscribedYields times: a hand-off costs no system call on either side), then sleep
     // (small allreduces at 4 ranks on 2 cores: 9 us with yields, 29 us with the futex alone).
+    // The spin reads nothing but the word: most waits end there, and the checks below (the
+    // peer's call, the clock, this process's pid) would each cost more than the wait itself
+    // (a cross-core line, a vDSO call, a system call).
     const int spins = oversubscribed_ ? 50 : 2000;
-    for (int k = 0; k < spins && value(c).load(std::memory_order_acquire) < target; ++k) {
+    for (int k = 0; k < spins; ++k) {
+      if (word(p) >= target) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
     }
-    for (int k = 0;
-         oversubscribed_ && k < 1000 && value(c).load(std::memory_order_acquire) < target; ++k) {
+    checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(timeoutSeconds_));
+    const pid_t self = static_cast<pid_t>(control(rank_).pid.load(std::memory_order_relaxed));
+    // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
+    // clock is read every 64 yields: well under a millisecond while yielding).
+    Clock::time_point nextCheck = start + std::chrono::milliseconds(50);
+    for (int k = 0; oversubscribed_ && k < 1000 && word(p) < target; ++k) {
       sched_yield();
       if ((k & 63) == 63 && Clock::now() >= nextCheck) break;  // liveness below
     }
-    while (value(c).load(std::memory_order_acquire) < target) {
+    while (word(p) < target) {
       const auto now = Clock::now();
       if (now >= nextCheck) {
         nextCheck = now + std::chrono::milliseconds(50);
@@ -554,7 +639,7 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
           Control& cq = control(q);
           const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
           // A peer that already got there may have finished and exited normally.
-          const bool there = value(cq).load(std::memory_order_acquire) >= target;
+          const bool there = word(q) >= target;
           if (!there && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
               errno == ESRCH) {
             failPeer(q, what, false);
@@ -575,7 +660,7 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
       }
       c.sleepers.fetch_add(1, std::memory_order_seq_cst);
       const uint32_t seen = c.progress.load(std::memory_order_seq_cst);
-      if (value(c).load(std::memory_order_acquire) < target) {
+      if (word(p) < target) {
         futexWait(
             &c.progress, seen,
             std::min<Clock::duration>(nextCheck - Clock::now(), std::chrono::milliseconds(50)));
@@ -583,11 +668,9 @@ void ShmGroup::waitFor(int p, Counter counter, uint64_t target, const char* what
       c.sleepers.fetch_sub(1, std::memory_order_relaxed);
       if (cancel_) cancel_->check();
       if (c.aborted.load(std::memory_order_acquire)) failPeer(p, what, false);
-      if (value(c).load(std::memory_order_acquire) < target) checkPeerCall(p);
+      if (word(p) < target) checkPeerCall(p);
     }
   }
-  if (parity < 0) return;
-  checkSameCall(p, counter == Counter::kPosted ? c.postCall[parity].load() : c.call[parity].load());
 }
 
 void ShmGroup::checkSameCall(int p, const CallSignature& theirs) {

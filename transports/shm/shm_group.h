@@ -77,6 +77,19 @@ class ShmGroup {
   void waitSmall(int root, const char* what);
   void finishSmall();
 
+  // Line-tagged exchange of at most kLineBytes bytes per rank (the LL protocol of NCCL, on
+  // shared memory): every rank writes its bytes, with the call's signature, into 64-byte lines
+  // of its own that each carry the exchange's number in their first 8 bytes (written after the
+  // line's data), then reads every peer's lines as their tags arrive. One cross-core transfer
+  // per line and no barrier, where a barrier-based small allreduce pays one for the arrival,
+  // one for the data and one for the slot's release. Lines rotate over 16 exchanges; a rank
+  // rewrites one only after every peer has read it (counted, rarely waited for). On return
+  // all + r * bytes holds rank r's bytes for every r (this rank's from mine). Fails with
+  // MTXCOMM_INVALID_USAGE, naming both calls, when a peer is in another call; waits as
+  // barrier() does (deadline, dead or aborted peers).
+  static constexpr size_t kLineBytes = 256;
+  void exchangeLines(const void* mine, size_t bytes, char* all, const char* what);
+
   // Arrives at the next barrier and waits until every rank has arrived (what names the
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
   // peer.
@@ -122,13 +135,28 @@ class ShmGroup {
   struct Control;
   ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
   Control& control(int r) const;
-  enum class Counter { kArrived, kConsumed, kPosted, kSmallPosted, kSmallConsumed, kCall };
+  enum class Counter {
+    kLinesRead,
+    kArrived,
+    kConsumed,
+    kPosted,
+    kSmallPosted,
+    kSmallConsumed,
+    kCall
+  };
   // Throws MTXCOMM_INVALID_USAGE when peer p is in this rank's call with another signature, or
   // rejected it; nothing when p is not there yet.
   void checkPeerCall(int p);
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
+  // The wait of waitFor on any word: until word(p) >= target (word(q) is also read for the
+  // other peers, to tell a dead peer that had got there from one that had not).
+  template <class Word>
+  void waitUntil(int p, const Word& word, uint64_t target, const char* what);
+  // Line j of rank r's line box for exchange number x (1-based).
+  struct Line;
+  Line* line(int r, uint64_t x, size_t j) const;
   void checkSameCall(int p, const CallSignature& theirs);
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
   // After this rank advanced a counter of c: wakes the peers asleep on it.
@@ -144,6 +172,8 @@ class ShmGroup {
   uint64_t consumedByAll_ = 0;   // every peer has finished this many chunks (lower bound)
   uint64_t smalls_ = 0;          // small messages started
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
+  uint64_t lines_ = 0;           // line exchanges started
+  uint64_t linesReadByAll_ = 0;  // every peer has read this many line exchanges (lower bound)
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
   CallSignature call_;
   CancelTokenPtr cancel_;
