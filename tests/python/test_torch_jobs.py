@@ -124,25 +124,27 @@ def ranks(mode, tmp, size=2, env=None):
     return out
 
 
-def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
-    out = ranks("kill", tmp, size=3)
+def survivors_of_a_killed_rank_1(out):
+    """Rank 1 of 3 was SIGKILLed; ranks 0 and 2 each raised (exit 3) an error naming it.
+    Returns their "RAISED seconds type: message" matches."""
     assert out[1][0] == -9, out[1]
-    for r in (0, 2):
-        code, text = out[r]
-        m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
-        assert m and code == 3, text
-        assert "rank 1" in m.group(3), m.group(3)
-        assert float(m.group(1)) < 60, m.group(0)
-
-
-def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
-    out = ranks("ddp_kill", tmp, size=3)
-    assert out[1][0] == -9, out[1]
+    matches = []
     for r in (0, 2):
         code, text = out[r]
         m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
         assert m and code == 3, "rank %d: exit %s\n%s" % (r, code, text[-3000:])
         assert "rank 1" in m.group(3), m.group(3)[:500]
+        matches.append(m)
+    return matches
+
+
+def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
+    for m in survivors_of_a_killed_rank_1(ranks("kill", tmp, size=3)):
+        assert float(m.group(1)) < 60, m.group(0)
+
+
+def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
+    survivors_of_a_killed_rank_1(ranks("ddp_kill", tmp, size=3))
 
 
 def test_more_calls_in_flight_than_names_time_out_instead_of_blocking(tmp):
