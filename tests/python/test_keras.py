@@ -498,3 +498,53 @@ def test_sync_batch_normalization_equals_batch_norm_on_the_global_batch(hvd, hvd
     np.testing.assert_allclose(keras.ops.convert_to_numpy(sync.moving_variance),
                                keras.ops.convert_to_numpy(bn.moving_variance), rtol=1e-5)
     assert hvd.SyncBatchNormalization is hvdk.SyncBatchNormalization
+
+
+def test_epoch_iterators_are_destroyed_off_the_training_thread():
+    """The train/test functions that _iterators.install wraps keep each epoch's tf.data
+    iterator until the next one arrives, then a background thread destroys it; fit's result
+    is the same as without the wrapper."""
+    import threading
+    import time
+    import weakref
+
+    from mtxcomm.tensorflow.keras import _iterators
+
+    class Released(keras.Sequential):
+        pass
+
+    _iterators.install(Released, tf)
+    x, y = global_data()
+    destroyed_on = []
+    models = []
+    for cls in (keras.Sequential, Released):
+        keras.utils.set_random_seed(5)
+        model = cls(make_model(7).layers)
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        held = []
+
+        class Watch(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                function = self.model.train_function
+                if isinstance(function, _iterators._HoldsLastIterator):
+                    it = function._held
+                    assert it is not None and it not in held
+                    held.append(it)
+                    weakref.finalize(it, lambda: destroyed_on.append(
+                        threading.current_thread().name))
+
+        model.fit(x, y, batch_size=SIZE * B, epochs=3, verbose=0, shuffle=False,
+                  callbacks=[Watch()])
+        model.evaluate(x, y, batch_size=SIZE * B, verbose=0)
+        if cls is Released:
+            assert len(held) == 3
+            held.clear()
+            _iterators.release_held(model)
+        models.append(model)
+    deadline = time.monotonic() + 30
+    while len(destroyed_on) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert destroyed_on == ["mtxcomm-iterator-release"] * 3
+    for a, b in zip(models[0].get_weights(), models[1].get_weights()):
+        np.testing.assert_array_equal(a, b)
