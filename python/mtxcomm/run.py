@@ -112,6 +112,14 @@ def placement(args, env):
             mpi = ["--bind-to", "none"]
             why.append("--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
                        % (share, args.np, cores))
+    mode = env.get("MTXCOMM_PLACEMENT") or "auto"
+    if mode not in ("auto", "off"):
+        raise SystemExit("mtxrun: MTXCOMM_PLACEMENT must be auto or off, got %r"
+                         % env["MTXCOMM_PLACEMENT"])
+    if mode == "off" and "--bind-to" in mpi and mpi[mpi.index("--bind-to") + 1] == "core":
+        mpi = ["--bind-to", "none"]
+        why[-1] = ("MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
+                   "for %d rank(s) on %d cores" % (share, args.np, cores))
     threads = {v: str(share) for v in _THREAD_VARS}
     return mpi, threads, why
 

@@ -119,6 +119,22 @@ def test_a_thread_count_the_user_set_wins(tmp):
         assert p["env"]["TF_NUM_INTRAOP_THREADS"] == "3", p
 
 
+def test_placement_off_leaves_mtxrun_ranks_unbound(tmp):
+    cores = sorted(os.sched_getaffinity(0))
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp,
+              env={"MTXCOMM_PLACEMENT": "off"})
+    job.check_ok()
+    p = placements(job)
+    assert sorted(p) == [0, 1], job.describe()
+    for r in (0, 1):
+        assert p[r]["cpus"] == cores, f"rank {r} was bound with MTXCOMM_PLACEMENT=off: {p[r]}"
+        assert p[r]["intra"] == p[r]["share"], p[r]
+    bad = Job(mtxrun() + ["-np", "2", "--dry-run", "python", "x.py"], cwd=str(tmp),
+              extra_env={"MTXCOMM_PLACEMENT": "none"}, timeout=TIMEOUT)
+    assert bad.returncode != 0 and "MTXCOMM_PLACEMENT must be auto or off, got 'none'" in \
+        bad.stderr, bad.describe()
+
+
 def test_plain_mpirun_without_binding_is_placed_at_init(tmp):
     job = Job(["mpirun", "-np", "2", "--bind-to", "none", "python",
                os.path.join(SCRIPTS, "placement_probe.py")], cwd=str(tmp), timeout=TIMEOUT)
