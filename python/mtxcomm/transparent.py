@@ -146,6 +146,19 @@ def _patch_keras(keras):
 
     model_cls.fit = fit
 
+    original_train_on_batch = model_cls.train_on_batch
+
+    @functools.wraps(original_train_on_batch)
+    def train_on_batch(self, *args, **kwargs):
+        # The batch itself, not row indices: a train step traced by fit for another kind of
+        # input (NumPy rows as indices, a sharded dataset) is traced again for it.
+        if getattr(self, "_mtx_input", "step") != "step":
+            self._mtx_input = "step"
+            self.train_function = None
+        return original_train_on_batch(self, *args, **kwargs)
+
+    model_cls.train_on_batch = train_on_batch
+
     for name in ("evaluate", "predict"):
         original = getattr(model_cls, name)
         sig = inspect.signature(original)

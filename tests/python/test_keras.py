@@ -553,3 +553,24 @@ def test_epoch_iterators_are_destroyed_off_the_training_thread(hvd, hvdk):
     # A Horovod-style script gets it through DistributedOptimizer, for every model.
     hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1))
     assert keras.Model.__dict__.get("_mtx_iterators_released") is True
+
+
+def test_jit_compile_with_distributed_optimizer_trains_without_xla(hvd, hvdk):
+    """compile(jit_compile=True) with a DistributedOptimizer: the train step is built without
+    XLA (the collective ops have no XLA kernel), with a warning, and trains as the reference."""
+    x, y = global_data()
+    rows = local_rows(len(x), hvd.rank())
+    keras.utils.set_random_seed(3)
+    model = make_model(11)
+    model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    with pytest.warns(UserWarning, match="without XLA"):
+        model.fit(x[rows], y[rows], batch_size=B, epochs=1, verbose=0, shuffle=False)
+    assert model.jit_compile is True  # evaluate/predict keep it
+    reference = make_model(11)
+    reference.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    reference.fit(x, y, batch_size=SIZE * B, epochs=1, verbose=0, shuffle=False)
+    for a, b in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -276,3 +276,21 @@ def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
                                        err_msg=f"rank {r}: History['{key}'] vs the 1-process run")
     for a, b in zip(three[0]["weights"], one["weights"]):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
+
+
+def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
+    # fit() gives Keras the rows as indices; train_on_batch then gets the rows themselves and
+    # must train on them (cut over the ranks, averaged): the 1-process result, on every rank.
+    import json
+
+    script = os.path.join(SCRIPTS, "uneven_logs.py")
+    Job(["python", script, "tob1.{rank}.json", "train_on_batch"], cwd=str(tmp),
+        timeout=JOB_TIMEOUT).check_ok()
+    Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json",
+                    "train_on_batch"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    one = json.loads((tmp / "tob1.0.json").read_text())
+    two = [json.loads((tmp / f"tob2.{r}.json").read_text()) for r in range(2)]
+    assert one["train_on_batch"] is not None
+    assert two[1]["weights"] == two[0]["weights"], "the ranks' weights differ"
+    for a, b in zip(two[0]["weights"], one["weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)

@@ -11,7 +11,9 @@ import::
               verbose=1 if hvd.rank() == 0 else 0)
 """
 
+import functools
 import threading
+import warnings
 
 import tensorflow as tf
 
@@ -152,6 +154,34 @@ def _patch_loss_scale_optimizer():
     lso._mtx_patched = True
 
 
+def _install_no_xla_train_step(model_cls):
+    """Once: a model whose optimizer is a DistributedOptimizer builds its train step without
+    XLA (compile(jit_compile=True)), with one warning: mtxcomm's collective ops have no XLA
+    kernel, and TensorFlow would fail the first step ("No registered 'MtxcommAllreduce'
+    OpKernel for XLA_CPU_JIT devices"). The rest of the model (evaluate, predict) keeps it."""
+    if model_cls.__dict__.get("_mtx_no_xla_train_step", False):
+        return
+    original = model_cls.make_train_function
+
+    @functools.wraps(original)
+    def make_train_function(self, force=False):
+        if ((force or getattr(self, "train_function", None) is None)
+                and getattr(self, "jit_compile", False) is True
+                and getattr(getattr(self, "optimizer", None), "_mtx_dist_class", None)):
+            warnings.warn("mtxcomm.tensorflow.keras: the train step of this model is built "
+                          "without XLA (jit_compile): its DistributedOptimizer's collective ops "
+                          "have no XLA kernel", stacklevel=2)
+            self.jit_compile = False
+            try:
+                return original(self, force=force)
+            finally:
+                self.jit_compile = True
+        return original(self, force=force)
+
+    model_cls.make_train_function = make_train_function
+    model_cls._mtx_no_xla_train_step = True
+
+
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
@@ -187,6 +217,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          % backward_passes_per_step)
     # Model.fit's epoch iterators are destroyed off the training thread (_iterators.py).
     _iterators.install(keras.Model, tf)
+    _install_no_xla_train_step(keras.Model)
     if getattr(optimizer, "_mtx_dist_class", None) is not None:
         return optimizer  # already distributed: averaging twice would be wrong
     inner = getattr(optimizer, "inner_optimizer", None)
