@@ -87,6 +87,10 @@ def placement(args, env):
     if args.threads_per_rank is not None and args.threads_per_rank < 1:
         raise SystemExit("mtxrun: --threads-per-rank must be >= 1, got %d"
                          % args.threads_per_rank)
+    mode = env.get("MTXCOMM_PLACEMENT") or "auto"
+    if mode not in ("auto", "off"):
+        raise SystemExit("mtxrun: MTXCOMM_PLACEMENT must be auto or off, got %r"
+                         % env["MTXCOMM_PLACEMENT"])
     why = []
     if args.hosts or args.hostfile:
         why.append("hosts given: mpirun binds nothing; mtxcomm binds each rank to its share of "
@@ -112,10 +116,6 @@ def placement(args, env):
             mpi = ["--bind-to", "none"]
             why.append("--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
                        % (share, args.np, cores))
-    mode = env.get("MTXCOMM_PLACEMENT") or "auto"
-    if mode not in ("auto", "off"):
-        raise SystemExit("mtxrun: MTXCOMM_PLACEMENT must be auto or off, got %r"
-                         % env["MTXCOMM_PLACEMENT"])
     if mode == "off" and "--bind-to" in mpi and mpi[mpi.index("--bind-to") + 1] == "core":
         mpi = ["--bind-to", "none"]
         why[-1] = ("MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
