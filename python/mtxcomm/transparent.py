@@ -33,7 +33,7 @@ before the user's script runs. Nothing in the script changes. What is hooked:
 - ``keras.Model.save``, ``save_weights`` and ``keras.saving.save_model``: write on rank 0 only;
 - the tf.data iterator of each finished epoch (and of each ``evaluate``) is destroyed on a
   background thread, not on the training thread at the start of the next epoch: with one core
-  per rank that destruction left the rank idle for 100-180 ms per epoch (see
+  per rank that destruction left the rank idle for 110-180 ms per epoch (see
   ``mtxcomm/tensorflow/keras/_iterators.py``);
 - when training starts, once: a full garbage collection, then ``gc.freeze()`` (the ranks wait for
   each other every step: a collection walking every imported object on one rank stalls all).
