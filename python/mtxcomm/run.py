@@ -108,7 +108,11 @@ def placement(args, env):
         mpi = ["--bind-to", "none", "--oversubscribe"]
     else:
         share = args.threads_per_rank or max(1, cores // args.np)
-        if args.np * share <= cores:
+        if mode == "off":
+            mpi = ["--bind-to", "none"]
+            why.append("MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
+                       "for %d rank(s) on %d cores" % (share, args.np, cores))
+        elif args.np * share <= cores:
             mpi = ["--map-by", "slot:PE=%d" % share, "--bind-to", "core"]
             why.append("%d rank(s) on %d cores: %d core(s) per rank, bound by mpirun (%s)"
                        % (args.np, cores, share, " ".join(mpi)))
@@ -116,10 +120,6 @@ def placement(args, env):
             mpi = ["--bind-to", "none"]
             why.append("--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
                        % (share, args.np, cores))
-    if mode == "off" and "--bind-to" in mpi and mpi[mpi.index("--bind-to") + 1] == "core":
-        mpi = ["--bind-to", "none"]
-        why[-1] = ("MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
-                   "for %d rank(s) on %d cores" % (share, args.np, cores))
     threads = {v: str(share) for v in _THREAD_VARS}
     return mpi, threads, why
 

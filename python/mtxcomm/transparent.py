@@ -177,7 +177,8 @@ def _patch_keras(keras):
                 finally:
                     if name == "evaluate":
                         self._mtx_evaluating -= 1
-                        iterators.release_held(self)
+                        # (Only evaluate's own: fit's is still in use when fit validates.)
+                        iterators.release_held(self, ("test_function",))
             return method
 
         setattr(model_cls, name, distributed())

@@ -141,9 +141,10 @@ def install(model_cls, tf):
     model_cls._mtx_iterators_released = True
 
 
-def release_held(model):
-    """Hands the iterators that model's train and test functions still hold to the thread."""
-    for attr in ("train_function", "test_function"):
+def release_held(model, attrs=("train_function", "test_function")):
+    """Hands the iterators that model's train and test functions (attrs) still hold to the
+    thread."""
+    for attr in attrs:
         function = getattr(model, attr, None)
         if isinstance(function, _HoldsLastIterator):
             function.release()
