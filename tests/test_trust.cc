@@ -360,15 +360,19 @@ TEST_F(Trust, FileStoreIgnoresFilesPlantedByAnotherUser) {
   const std::string dir = tmp.path() + "/shared";
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
   ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+  // Made under another name, given to the other user, then renamed into place: the store must
+  // never see it while it is still this user's (rank 1 reads the dir meanwhile).
   auto plant = [&](const std::string& name, const std::string& text, bool folder) {
     const std::string path = dir + "/" + name;
+    const std::string staging = tmp.path() + "/planting";
     if (folder) {
-      ASSERT_EQ(::mkdir(path.c_str(), 0755), 0);
+      ASSERT_EQ(::mkdir(staging.c_str(), 0755), 0);
     } else {
-      std::ofstream(path) << text;
-      ::chmod(path.c_str(), 0644);
+      std::ofstream(staging) << text;
+      ::chmod(staging.c_str(), 0644);
     }
-    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    ASSERT_EQ(::chown(staging.c_str(), 65534, 65534), 0);
+    ASSERT_EQ(::rename(staging.c_str(), path.c_str()), 0);
   };
   const std::string fakeJob = "0123456789abcdef";
   plant("mtxcomm.job." + fakeJob, "", true);
