@@ -15,22 +15,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+from _report import report  # noqa: E402
 
 hvd.init()
 x = tf.ones([16], tf.float32)
 for i in range(3):
     got = hvd.allreduce(x, op=hvd.Sum, name=f"early_exit_{i}").numpy()
     assert float(got[0]) == hvd.size(), got
-print(f"rank {hvd.rank()}: 3 allreduces done", flush=True)
+report(f"rank {hvd.rank()}: 3 allreduces done")
 
 if hvd.rank() == 1:
-    print("rank 1: leaving before the last allreduce", flush=True)
+    report("rank 1: leaving before the last allreduce")
     sys.exit(0)
 
 try:
     hvd.allreduce(x, op=hvd.Sum, name="early_exit_last").numpy()
 except Exception as e:  # noqa: BLE001 - the type is reported, the test checks the message
-    print(f"RANK0_ERROR: {type(e).__name__}: {e}", flush=True)
+    report(f"RANK0_ERROR: {type(e).__name__}: {e}")
     sys.exit(3)
-print("RANK0_NO_ERROR", flush=True)
+report("RANK0_NO_ERROR")
 sys.exit(4)

@@ -8,6 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+from _report import report as emit  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -30,4 +31,4 @@ if r == n - 1:
 report["last_joined"] = hvd.join()
 # After the join every rank is active again.
 report["after"] = float(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="after").numpy()[0])
-os.write(1, ("JOIN " + json.dumps(report) + "\n").encode())  # one write: lines never interleave
+emit("JOIN", json.dumps(report))

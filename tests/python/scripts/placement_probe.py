@@ -7,6 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+from _report import report  # noqa: E402
 
 hvd.init()
 tf.constant(1.0) + 1.0  # TensorFlow creates its pools now
@@ -15,7 +16,7 @@ def effective(getter, var):
     return getter() or int(os.environ.get(var, "0"))
 
 
-os.write(1, ("PLACEMENT " + json.dumps({
+report("PLACEMENT", json.dumps({
     "rank": hvd.rank(),
     "cpus": sorted(os.sched_getaffinity(0)),
     "share": hvd.cpu_share(),
@@ -25,4 +26,4 @@ os.write(1, ("PLACEMENT " + json.dumps({
                        "TF_NUM_INTEROP_THREADS"),
     "env": {k: os.environ.get(k) for k in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
                                            "OMP_NUM_THREADS")},
-}) + "\n").encode())
+}))

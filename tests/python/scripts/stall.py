@@ -9,6 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+from _report import report  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -16,11 +17,10 @@ if r < n - 1:
     start = time.time()
     try:
         hvd.allreduce(tf.ones([4]), name="lonely")
-        print("STALL_NO_ERROR %d" % r, flush=True)
+        report("STALL_NO_ERROR %d" % r)
     except tf.errors.OpError as e:
-        print("STALL_ERROR %d after %.1f s: %s" % (r, time.time() - start, e.message),
-              flush=True)
+        report("STALL_ERROR %d after %.1f s: %s" % (r, time.time() - start, e.message))
 else:
     time.sleep(4.5)  # past the stall timeout, and less than it after the others failed
 total = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="after").numpy()[0]
-print("AFTER %d %.0f" % (r, total), flush=True)
+report("AFTER %d %.0f" % (r, total))

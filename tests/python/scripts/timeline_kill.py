@@ -8,6 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+from _report import report  # noqa: E402
 
 hvd.init()
 
@@ -24,6 +25,6 @@ if hvd.rank() == 1:
     os.kill(os.getpid(), signal.SIGKILL)
 try:
     hvd.allreduce(tf.ones([4]), name="never")
-    print("TIMELINE_NO_ERROR", flush=True)
+    report("TIMELINE_NO_ERROR")
 except tf.errors.OpError as e:
-    print("TIMELINE_RANK0_ERROR: " + e.message.splitlines()[0], flush=True)
+    report("TIMELINE_RANK0_ERROR: " + e.message.splitlines()[0])

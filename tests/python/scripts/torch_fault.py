@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 import mtxcomm.torch  # noqa: F401
+from _report import report  # noqa: E402
 
 mode = sys.argv[1]
 timeout = datetime.timedelta(seconds=3 if mode in ("timeout", "window") else 60)
@@ -31,9 +32,9 @@ dist.init_process_group("mtxcomm", timeout=timeout)
 rank = dist.get_rank()
 t = torch.ones(4)
 dist.all_reduce(t)
-print("FIRST", rank, t.tolist(), flush=True)
+report("FIRST", rank, t.tolist())
 if mode == "secret":
-    print("SECRET_IN_ENV", rank, "MTXCOMM_JOB_SECRET" in os.environ, flush=True)
+    report("SECRET_IN_ENV", rank, "MTXCOMM_JOB_SECRET" in os.environ)
     dist.barrier()
     sys.exit(0)
 if mode == "ddp_kill":
@@ -49,10 +50,10 @@ if mode == "ddp_kill":
             opt.zero_grad()
             model(torch.randn(32, 64)).sum().backward()
             opt.step()
-        print("NO_ERROR", rank, flush=True)
+        report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        print("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                       str(e).replace("\n", " ")[:2000]), flush=True)
+        report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
+                                       str(e).replace("\n", " ")[:2000]))
     os._exit(3)
 if mode == "window":
     start = time.monotonic()
@@ -61,10 +62,10 @@ if mode == "window":
         os._exit(0)
     try:
         works = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(70)]
-        print("NO_ERROR", rank, flush=True)
+        report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        print("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                       str(e).replace("\n", " ")), flush=True)
+        report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
+                                       str(e).replace("\n", " ")))
     os._exit(3)
 if rank == 1:
     if mode == "kill":
@@ -75,14 +76,14 @@ start = time.monotonic()
 try:
     for _ in range(100000):
         dist.all_reduce(t)
-    print("NO_ERROR", rank, flush=True)
+    report("NO_ERROR", rank)
 except Exception as e:  # noqa: BLE001
-    print("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                   str(e).replace("\n", " ")), flush=True)
+    report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
+                                   str(e).replace("\n", " ")))
     if mode == "timeout":
         try:
             dist.all_reduce(t)
-            print("AFTER_TIMEOUT accepted", flush=True)
+            report("AFTER_TIMEOUT accepted")
         except RuntimeError as e:
-            print("AFTER_TIMEOUT refused: %s" % e, flush=True)
+            report("AFTER_TIMEOUT refused: %s" % e)
 os._exit(3)
