@@ -150,7 +150,7 @@ struct alignas(128) ShmGroup::Control {
   alignas(64) std::atomic<uint64_t> arrived;   // barriers this rank has arrived at
   SharedSignature call[2];                     // the call of barrier k, at k % 2
   alignas(64) std::atomic<uint64_t> consumed;  // chunks this rank has finished
-  std::atomic<uint64_t> posted;                // chunks this rank has published
+  std::atomic<uint64_t> posted;                // pieces of chunks published (postPieces)
   SharedSignature postCall[2];                 // the call of posted chunk g, at g % 2
   alignas(64) std::atomic<uint64_t> smallPosted, smallConsumed;
   std::atomic<uint64_t> linesRead;  // line exchanges whose peers' lines this rank has read
@@ -540,16 +540,19 @@ void ShmGroup::finishChunk() {
   published(control(rank_));
 }
 
-void ShmGroup::post() {
+// The posted word counts pieces: chunk g (0-based) with its first k pieces published reads
+// g * (kMaxPieces + 1) + k, which only grows.
+void ShmGroup::postPieces(int pieces) {
   Control& mine = control(rank_);
-  const int parity = static_cast<int>((chunks_ - 1) & 1);
-  mine.postCall[parity].store(call_);
-  mine.posted.store(chunks_, std::memory_order_release);
+  if (pieces == 1) mine.postCall[(chunks_ - 1) & 1].store(call_);
+  mine.posted.store((chunks_ - 1) * (kMaxPieces + 1) + static_cast<uint64_t>(pieces),
+                    std::memory_order_release);
   published(mine);
 }
 
-void ShmGroup::waitPosted(int root, const char* what) {
-  waitFor(root, Counter::kPosted, chunks_, what, static_cast<int>((chunks_ - 1) & 1));
+void ShmGroup::waitPieces(int root, int pieces, const char* what) {
+  waitFor(root, Counter::kPosted, (chunks_ - 1) * (kMaxPieces + 1) + static_cast<uint64_t>(pieces),
+          what, pieces == 1 ? static_cast<int>((chunks_ - 1) & 1) : -1);
 }
 
 void ShmGroup::barrier(const char* what) {

@@ -56,11 +56,15 @@ class ShmGroup {
   // calls finishChunk() once it has read all it needs of the chunk.
   int nextSet();
   void finishChunk();
-  // One-to-all chunks without a barrier (broadcast): the root publishes the chunk it wrote
-  // (post), the others wait for it (waitPosted) — the root never waits for the readers except
-  // through nextSet two chunks later.
-  void post();
-  void waitPosted(int root, const char* what);
+  // One-to-all chunks without a barrier (broadcast), published in pieces so that the readers
+  // copy a piece out while the root writes the next: the root publishes the first `pieces`
+  // pieces of the chunk it is writing (postPieces, 1 <= pieces <= kMaxPieces, increasing within
+  // a chunk), the others wait for them (waitPieces; the first piece's wait also checks the
+  // root's call) — the root never waits for the readers except through nextSet two chunks
+  // later.
+  static constexpr int kMaxPieces = 255;
+  void postPieces(int pieces);
+  void waitPieces(int root, int pieces, const char* what);
 
   // A ring of kSmallSlots small slots per rank for one-to-all messages of at most kSmallBytes
   // (small broadcasts): the root may run kSmallSlots messages ahead of the slowest reader, so
