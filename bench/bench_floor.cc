@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "lib/base/reduce.h"
+
 namespace mtxcomm {
 namespace bench {
 
@@ -46,6 +48,12 @@ size_t floorPublishBytes(const CollDescriptor& desc, size_t bytes, int rank, int
     default:
       return 0;
   }
+}
+
+size_t floorLocalBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks, int root,
+                       bool inPlace) {
+  if (nranks <= 1 || inPlace) return 0;
+  return desc.coll == Collective::kBroadcast && rank == root ? bytes : 0;
 }
 
 size_t floorCrossBytes(const CollDescriptor& desc, size_t bytes, int nodes, int localSize) {
@@ -102,10 +110,12 @@ FloorProbe::~FloorProbe() {
 }
 
 // One exchange on the node, repeated: every rank publishes `publish` bytes (copies them from
-// its private buffer into its segment, where its peers read them) and pulls `recv` bytes (fromRoot:
+// its private buffer into its segment, where its peers read them; and `local` bytes of them
+// into a private buffer, after each piece's publishing) and pulls `recv` bytes (fromRoot:
 // all from node rank root; else evenly from the other ranks of the node, each peer's share from its
 // segment), all at once after a barrier. Returns the best over reps of the slowest rank's seconds.
-double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool fromRoot, int reps) {
+double FloorProbe::nodeExchange(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
+                                int reps) {
   const size_t seg = std::max<size_t>(sourceBytes_, 64);
   publish = std::min(publish, seg);
   // The exchange in pieces of `piece` bytes, each published then pulled while it is in cache
@@ -113,13 +123,14 @@ double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool from
   double best = std::numeric_limits<double>::infinity();
   // The largest exchange of the node decides which piece sizes differ: every rank runs the
   // same repetitions (each ends in a collective), whatever its own bytes.
+  local = std::min({local, publish, recv_.size()});
   unsigned long long mine = std::max(publish, recv), largest = 0;
   MPI_Allreduce(&mine, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, node_);
   for (const size_t piece : {size_t{16} << 10, size_t{128} << 10, size_t{1} << 30}) {
     for (int k = 0; k < reps; ++k) {
       MPI_Barrier(node_);
       const double t0 = MPI_Wtime();
-      exchangePieces(publish, recv, root, fromRoot, piece, seg);
+      exchangePieces(publish, local, recv, root, fromRoot, piece, seg);
       double mine = MPI_Wtime() - t0, slowest = 0;
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
       best = std::min(best, slowest);
@@ -131,8 +142,8 @@ double FloorProbe::nodeExchange(size_t publish, size_t recv, int root, bool from
 
 // One exchange: this rank publishes `publish` bytes into its segment and pulls `recv` bytes
 // (from the root, or evenly from every peer), `piece` bytes of each at a time, alternating.
-void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool fromRoot, size_t piece,
-                                size_t seg) {
+void FloorProbe::exchangePieces(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
+                                size_t piece, size_t seg) {
   const size_t peers = static_cast<size_t>(std::max(1, nodeSize_ - 1));
   const size_t share = fromRoot ? recv : recv / peers;
   // The pieces go through a window of two pieces of the segment (double buffering, as the
@@ -145,7 +156,11 @@ void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool from
     if (published < publish) {
       const size_t at = published % window;
       const size_t n = std::min({piece, publish - published, window - at});
-      std::memcpy(mine_ + at, src_.data() + published, n);
+      copyBytes(mine_ + at, src_.data() + published, n);
+      if (published < local) {
+        copyBytes(recv_.data() + published, src_.data() + published,
+                  std::min(n, local - published));
+      }
       published += n;
     }
     if (pulled < recv) {
@@ -161,7 +176,7 @@ void FloorProbe::exchangePieces(size_t publish, size_t recv, int root, bool from
       }
       const size_t from = (offset + within) % window;
       n = std::min(n, window - from);
-      std::memcpy(recv_.data() + pulled, peers_[q] + from, n);
+      copyBytes(recv_.data() + pulled, peers_[q] + from, n);
       pulled += n;
     }
   }
@@ -211,7 +226,9 @@ double FloorProbe::floorUs(const CollDescriptor& desc, const BenchContext& ctx, 
   size_t recv = floorBytes(desc, bytes, nodeRank_, nodeSize_, from);
   if (nodes_ > 1 && rooted && nodeRank_ == from && rootNodeRank < 0) recv = 0;
   const size_t publish = floorPublishBytes(desc, bytes, nodeRank_, nodeSize_, from);
-  double node = nodeExchange(publish, recv, from, rooted, reps);
+  const size_t local =
+      rootNodeRank >= 0 ? floorLocalBytes(desc, bytes, nodeRank_, nodeSize_, from, ctx.inPlace) : 0;
+  double node = nodeExchange(publish, local, recv, from, rooted, reps);
   const double link = linkExchange(floorCrossBytes(desc, bytes, nodes_, nodeSize_), reps);
   double seconds = std::max(node, link), slowest = 0;
   MPI_Allreduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -21,9 +21,13 @@
 //   alltoall        (p-1)/p S     (S is what each rank sends in all)
 // spread evenly over the p-1 peers (broadcast: all from the root); the bytes it publishes are
 // the distinct bytes its peers read: S for allreduce, allgather and reduce (the root: S/p),
-// (p-1)/p S for reduce_scatter and alltoall, S on the root of a broadcast. No reduction is counted:
-// the floor is data movement only, so a reducing collective's ratio includes its arithmetic.
-// barrier has no floor.
+// (p-1)/p S for reduce_scatter and alltoall, S on the root of a broadcast. The root of an
+// out-of-place broadcast also writes S into its own receive buffer (its local copy, made beside
+// the publishing, piece by piece); in place it does not, nor does any other collective need a
+// copy beyond these. No reduction is counted: the floor is data movement only, so a reducing
+// collective's ratio includes its arithmetic. The floor copies with the library's copy kernel
+// (copyBytes, lib/base/reduce.h), the fastest the library knows on this CPU. barrier has no
+// floor.
 //
 // Across nodes (ranks on several nodes), the floor is the larger of the node's floor above (on
 // the ranks of the busiest node) and the time the node's network link needs for the bytes that
@@ -48,6 +52,9 @@ namespace bench {
 size_t floorBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks, int root);
 // Bytes rank `rank` must publish for its peers to read (above).
 size_t floorPublishBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks, int root);
+// Bytes rank `rank` must copy within its own memory (the out-of-place broadcast root's copy).
+size_t floorLocalBytes(const CollDescriptor& desc, size_t bytes, int rank, int nranks, int root,
+                       bool inPlace);
 // Bytes one node must receive over its link for one call, with nodes nodes of localSize ranks.
 size_t floorCrossBytes(const CollDescriptor& desc, size_t bytes, int nodes, int localSize);
 
@@ -65,9 +72,9 @@ class FloorProbe {
   double floorUs(const CollDescriptor& desc, const BenchContext& ctx, size_t bytes, int reps);
 
  private:
-  double nodeExchange(size_t publish, size_t recv, int root, bool fromRoot, int reps);
-  void exchangePieces(size_t publish, size_t recv, int root, bool fromRoot, size_t piece,
-                      size_t seg);
+  double nodeExchange(size_t publish, size_t local, size_t recv, int root, bool fromRoot, int reps);
+  void exchangePieces(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
+                      size_t piece, size_t seg);
   double linkExchange(size_t cross, int reps);
 
   MPI_Comm node_ = MPI_COMM_NULL;
