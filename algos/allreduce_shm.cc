@@ -67,6 +67,7 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
       reduceBuffers(a.dtype, a.op, recv, recv, all.data() + static_cast<size_t>(q) * bytes,
                     a.count);
     }
+    if (a.avgDivisor > 0) divideBuffer(a.dtype, recv, a.count, a.avgDivisor);
     return;
   }
   for (size_t off = 0; off < a.count; off += chunk) {

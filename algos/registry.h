@@ -59,6 +59,9 @@ struct Algorithm {
                 Schedule& schedule);
   void (*run)(const CollArgs& args, ShmGroup& shm);
   void (*compose)(const CollArgs& args, const Topology& topo, int rank, Levels& levels);
+  // run() applies args.avgDivisor (MTXCOMM_AVG) itself: it divides each result element once,
+  // right where it computes the element, instead of a pass over the whole result afterwards.
+  bool averages = false;
 };
 
 // Every algorithm, grouped by collective, in a fixed order.

@@ -29,6 +29,7 @@ inline void reduceSlots(const CollArgs& a, ShmGroup& g, int set, size_t at, void
   for (int q = 2; q < g.size(); ++q) {
     reduceBuffers(a.dtype, a.op, dst, dst, g.slot(set, q) + at, count);
   }
+  if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, count, a.avgDivisor);
 }
 
 // Slice q of a chunk of len elements: byte offset and byte length (patterns::block*).
@@ -59,6 +60,9 @@ inline void reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const cha
   char* dst = mine + at;
   reduceBuffers(a.dtype, a.op, dst, operand(0), operand(1), cnt);
   for (int q = 2; q < n; ++q) reduceBuffers(a.dtype, a.op, dst, dst, operand(q), cnt);
+  // MTXCOMM_AVG: the owner divides its slice while it is in cache; every reader gets the
+  // quotient's bits, as it got the sum's.
+  if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, cnt, a.avgDivisor);
   g.barrier(what);
 }
 

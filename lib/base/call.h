@@ -57,6 +57,11 @@ struct CollArgs {
   const size_t* recvcounts = nullptr;
   const size_t* rdispls = nullptr;
   bool isAlltoallv() const { return coll == Collective::kAlltoall && vcounts; }
+  // MTXCOMM_AVG, which reaches algorithms as MTXCOMM_SUM: the number of ranks to divide the
+  // sums by (0 for every other op). An algorithm whose registry entry says `averages` divides
+  // each result element once, where it computes it (lib/comm/call_args.h); the others leave it
+  // to AlgorithmCall::finish.
+  int avgDivisor = 0;
   // Bytes one rank contributes, the quantity selection rules use.
   size_t bytes() const { return count * elemSize; }
 };

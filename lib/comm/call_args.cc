@@ -186,6 +186,7 @@ AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
   args_.elemSize = user.coll == Collective::kBarrier ? 1 : datatypeSize(user.dtype);
   avg_ = collectiveReduces(args_.coll) && args_.op == MTXCOMM_AVG;
   if (avg_) args_.op = MTXCOMM_SUM;
+  args_.avgDivisor = avg_ ? n : 0;
   outCount_ = resultCount(args_, rank, n);
   // float16/bfloat16 reductions run in float32 and round once at the end. Not adasum: its kernel
   // widens each pair itself and rounds every level's output (the op's definition, mtxcomm.h), so
@@ -210,9 +211,9 @@ AlgorithmCall::AlgorithmCall(const CollArgs& user, int rank, int n)
 
 AlgorithmCall::~AlgorithmCall() = default;
 
-void AlgorithmCall::finish() {
+void AlgorithmCall::finish(bool averaged) {
   if (outCount_ == 0) return;
-  if (avg_) divideBuffer(args_.dtype, args_.recvbuf, outCount_, nranks_);
+  if (avg_ && !averaged) divideBuffer(args_.dtype, args_.recvbuf, outCount_, nranks_);
   if (widen_) {
     narrowFromFloat(user_.dtype, static_cast<const float*>(args_.recvbuf),
                     static_cast<uint16_t*>(user_.recvbuf), outCount_);

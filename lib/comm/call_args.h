@@ -34,8 +34,9 @@ class AlgorithmCall {
   // What the algorithm runs: AVG as SUM, 16-bit floats as float32 (elemSize set; not for
   // ADASUM).
   const CollArgs& args() const { return args_; }
-  // After the algorithm: divides for AVG and rounds back to the user's 16-bit type.
-  void finish();
+  // After the algorithm: divides for AVG unless the algorithm did (averaged: it applied
+  // args().avgDivisor itself, registry.h) and rounds back to the user's 16-bit type.
+  void finish(bool averaged);
 
  private:
   struct Buffer;

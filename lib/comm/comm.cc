@@ -108,8 +108,8 @@ void Comm::run(const CollArgs& user) {
     return;
   }
   AlgorithmCall call(user, me, n);
-  runAlgorithm(call.args());
-  call.finish();
+  const bool averaged = runAlgorithm(call.args());
+  call.finish(averaged);
 }
 
 // The two levels of this communicator, for a hierarchical algorithm.
@@ -124,7 +124,7 @@ class Comm::CommLevels : public Levels {
   Comm& cross_;
 };
 
-void Comm::runAlgorithm(const CollArgs& args) {
+bool Comm::runAlgorithm(const CollArgs& args) {
   const int n = size(), me = rank();
   CommInfo info;
   info.nranks = n;
@@ -145,13 +145,13 @@ void Comm::runAlgorithm(const CollArgs& args) {
       sel.algorithm->compose(args, topo_, me, levels);
       lastAlgorithm_ = sel.algorithm->name;
       lastPredicted_ = sel.predicted;
-      return;
+      return false;
     }
     if (sel.algorithm->run) {
       shm_->setTimeout(config_.timeoutSeconds);
       shm_->setCall(callSignature(currentCall_, seq_));
       sel.algorithm->run(args, *shm_);
-      return;
+      return sel.algorithm->averages && args.avgDivisor > 0;
     }
     Schedule schedule(args.dtype, args.elemSize, args.op);
     AlgoParams params;
@@ -163,6 +163,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
     }
     executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
                     config_.timeoutSeconds);
+    return false;
   } catch (const Error& e) {
     const char* via = sel.algorithm->run       ? "shm"
                       : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
@@ -173,6 +174,7 @@ void Comm::runAlgorithm(const CollArgs& args) {
                     datatypeName(args.dtype), ", transport ", via),
              e);
   }
+  return false;
 }
 
 // The communicator's host collectives, as the device paths see them.

@@ -98,7 +98,8 @@ class Comm {
   class HostSide;
 
   void checkUsable(const char* what) const;
-  void runAlgorithm(const CollArgs& args);
+  // True when the algorithm applied args.avgDivisor itself (Algorithm::averages).
+  bool runAlgorithm(const CollArgs& args);
   // A call on device buffers (gpu/device.h); its own error handling, like runAlgorithm's.
   void runOnDevice(const CollArgs& args);
   // A communication failure of a call: poisons the communicator, tells the peers, and throws
