@@ -1,6 +1,7 @@
 // The engine's thread and cycle (engine.h); negotiation.h, executor.h and timeline.h do the rest.
 #include "bindings/common/engine.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -242,6 +243,7 @@ void Engine::enqueue(Entry e) {
 }
 
 void Engine::loop() {
+  pthread_setname_np(pthread_self(), "mtxcomm_engine");  // for top -H, perf and gdb
   do {
     waitForWork();
   } while (cycle());

@@ -30,9 +30,9 @@ void OpExecutor::traceCall(const ReadyOp& op, const char* name,
 
 // Allreduces of several entries (each with one or more tensors): tensors are bucketed by dtype
 // in their agreed order, and each bucket is reduced in fusion-buffer sized pieces. A tensor
-// larger than the fusion buffer, or alone in its piece, is reduced straight from its input into
-// its output. Op adasum is never fused: its result depends on the whole vector (the dot products
-// of every pair), so each tensor is its own allreduce.
+// larger than the fusion buffer, alone in its piece, or of at least kAloneBytes, is reduced
+// straight from its input into its output. Op adasum is never fused: its result depends on the
+// whole vector (the dot products of every pair), so each tensor is its own allreduce.
 Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
   struct Piece {
     ReadyOp* op;
@@ -69,8 +69,10 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
     size_t p = 0;
     while (p < pieces.size()) {
       size_t q = p, bytes = 0;
-      while (q < pieces.size() &&
-             (q == p || (op != MTXCOMM_ADASUM && bytes + pieces[q].bytes <= fusionBytes_))) {
+      while (
+          q < pieces.size() &&
+          (q == p || (op != MTXCOMM_ADASUM && pieces[p].bytes < kAloneBytes &&
+                      pieces[q].bytes < kAloneBytes && bytes + pieces[q].bytes <= fusionBytes_))) {
         bytes += pieces[q].bytes;
         ++q;
       }

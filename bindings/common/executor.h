@@ -31,10 +31,10 @@ class OpExecutor {
 
   // Consecutive agreed allreduces with one op (each entry with one or more tensors): tensors
   // are bucketed by dtype in their agreed order, and each bucket is reduced in fusion-buffer
-  // sized pieces; a tensor larger than the fusion buffer, or alone in its piece, is reduced
-  // straight from its input into its output. Calls every entry's done. Returns the library's
-  // failure when a collective failed and poisoned the communicator, else OK (a call every rank
-  // refused, MTXCOMM_INVALID_ARGUMENT, fails only its entries).
+  // sized pieces; a tensor larger than the fusion buffer, alone in its piece, or of at least
+  // kAloneBytes (1 MiB) is reduced straight from its input into its output. Calls every entry's
+  // done. Returns the library's failure when a collective failed and poisoned the communicator,
+  // else OK (a call every rank refused, MTXCOMM_INVALID_ARGUMENT, fails only its entries).
   Status runAllreduces(const std::vector<ReadyOp*>& group);
   // A broadcast, allgather, reduce-scatter (each of one or more tensors, one collective per
   // tensor) or alltoall. Calls the entry's done; returns as above.
@@ -60,6 +60,10 @@ class OpExecutor {
 
   mtxcomm_comm_t comm_;
   int rank_, nranks_;
+  // A tensor of at least this many bytes is reduced from its own buffers, never fused: copying
+  // it into the fusion buffer and back costs two passes over memory (4 MiB: about 0.2 ms,
+  // mostly out of cache) where a collective of its own costs a few microseconds more latency.
+  static constexpr size_t kAloneBytes = size_t{1} << 20;
   size_t fusionBytes_;
   Timeline* timeline_;
   std::vector<char> fusion_;

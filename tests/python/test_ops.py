@@ -336,6 +336,23 @@ def test_grouped_allreduce_is_one_collective(hvd):
     assert after - before == 1, f"grouped_allreduce of 4 float32 tensors ran {after - before} collectives"
 
 
+def test_grouped_allreduce_reduces_tensors_of_1mib_and_more_alone(hvd):
+    # bindings/common/executor.h, kAloneBytes: a tensor of at least 1 MiB is reduced from its own
+    # buffers (no copy into the fusion buffer and back); the small ones between are still fused.
+    sizes = (3, 1 << 18, 5, 7, (1 << 18) + 1, 2)  # float32: 1 MiB and 1 MiB + 4 B among small
+    tensors = [tf.constant(rank_values((n,), np.float32, hvd.rank())) for n in sizes]
+    before = hvd._collective_count()
+    got = hvd.grouped_allreduce(tensors, op=hvd.Average, name="grouped_alone")
+    after = hvd._collective_count()
+    for t, g in zip(tensors, got):
+        want = expected_reduce(
+            [rank_values(tuple(t.shape), np.float32, k) for k in range(SIZE)], "Average", tf.float32
+        )
+        assert_reduced(g, want, tf.float32, "Average")
+    # [3] | [1 MiB] | [5, 7] | [1 MiB + 4] | [2]
+    assert after - before == 5, f"ran {after - before} collectives, want 5"
+
+
 # ---------------------------------------------------------------------------------------------
 # allgather
 
