@@ -814,6 +814,68 @@ TEST(DivideBuffer, FloatingTypes) {
   }
 }
 
+// A power-of-two divisor runs as a multiplication by its exact reciprocal: the same bits as the
+// division for every value, subnormals (and results that become subnormal), infinities, signed
+// zeros and NaN included.
+template <class T, class Bits>
+void checkPowerOfTwoDivisionBits(mtxcomm_datatype_t dt) {
+  std::mt19937_64 gen(7);
+  std::vector<Bits> patterns;
+  for (int i = 0; i < 200000; ++i) patterns.push_back(static_cast<Bits>(gen()));
+  for (Bits low = 0; low < 4096; ++low) {  // the smallest subnormals, and their negatives
+    patterns.push_back(low);
+    patterns.push_back(static_cast<Bits>(low | (Bits{1} << (sizeof(Bits) * 8 - 1))));
+  }
+  for (T v : {std::numeric_limits<T>::min(), std::numeric_limits<T>::max(),
+              std::numeric_limits<T>::denorm_min(), std::numeric_limits<T>::infinity(), T(-0.0),
+              T(1), T(3), T(-5)}) {
+    Bits b;
+    std::memcpy(&b, &v, sizeof(b));
+    patterns.push_back(b);
+  }
+  for (int d : {1, 2, 4, 8, 16, 1024, 1 << 30}) {
+    std::vector<T> x(patterns.size());
+    std::memcpy(x.data(), patterns.data(), x.size() * sizeof(T));
+    const std::vector<T> orig = x;
+    divideBuffer(dt, x.data(), x.size(), d);
+    for (size_t i = 0; i < x.size(); ++i) {
+      volatile T divisor = static_cast<T>(d);  // a real division, not one the compiler rewrote
+      const T want = orig[i] / divisor;
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(x[i])) << datatypeName(dt) << " pattern " << +patterns[i];
+        continue;
+      }
+      Bits got, wantBits;
+      std::memcpy(&got, &x[i], sizeof(got));
+      std::memcpy(&wantBits, &want, sizeof(wantBits));
+      ASSERT_EQ(got, wantBits) << datatypeName(dt) << " pattern " << +patterns[i] << " / " << d;
+    }
+  }
+}
+TEST(DivideBuffer, PowerOfTwoDivisorsGiveTheBitsOfADivision) {
+  checkPowerOfTwoDivisionBits<float, uint32_t>(MTXCOMM_FLOAT32);
+  checkPowerOfTwoDivisionBits<double, uint64_t>(MTXCOMM_FLOAT64);
+  for (mtxcomm_datatype_t dt : {MTXCOMM_FLOAT16, MTXCOMM_BFLOAT16}) {
+    const bool bf = dt == MTXCOMM_BFLOAT16;
+    for (int d : {2, 4, 8, 1 << 20}) {
+      std::vector<uint16_t> x(65536);
+      for (uint32_t i = 0; i < 65536; ++i) x[i] = static_cast<uint16_t>(i);
+      divideBuffer(dt, x.data(), x.size(), d);
+      for (uint32_t i = 0; i < 65536; ++i) {
+        const uint16_t h = static_cast<uint16_t>(i);
+        if (bf ? isBf16Nan(h) : isHalfNan(h)) {
+          ASSERT_TRUE(bf ? isBf16Nan(x[i]) : isHalfNan(x[i]));
+          continue;
+        }
+        volatile float divisor = static_cast<float>(d);
+        const float q = (bf ? refBf16ToFloat(h) : refHalfToFloat(h)) / divisor;
+        ASSERT_EQ(x[i], bf ? refFloatToBf16(q) : refFloatToHalf(q))
+            << datatypeName(dt) << " " << i << " / " << d;
+      }
+    }
+  }
+}
+
 // ---- 16-bit conversions --------------------------------------------------------------------
 
 TEST(Float16, ExhaustiveRoundTripAndValues) {

@@ -410,9 +410,26 @@ MTXCOMM_LOOP void divideInt(T* __restrict x, size_t count, T d) {
   for (size_t i = 0; i < count; ++i) x[i] = x[i] / d;
 }
 
+// A divisor that is a power of two divides as a multiplication by its reciprocal, which is
+// exact (2^-k is representable), so x * 2^-k and x / 2^k are the same real number rounded once:
+// the same bits, subnormals, infinities and NaNs included. A vector multiply costs a fraction
+// of a vector divide (AVX-512: about 1 cycle against 5-10 per 16 floats); the averages of 2, 4
+// and 8 ranks take this path.
+inline bool isPowerOfTwo(int d) { return d > 0 && (d & (d - 1)) == 0; }
+
+template <class T>
+MTXCOMM_LOOP void scaleFloat(T* __restrict x, size_t count, T s) {
+  for (size_t i = 0; i < count; ++i) x[i] = x[i] * s;
+}
+
 template <class T>
 MTXCOMM_LOOP void divideFloat(T* __restrict x, size_t count, T d) {
   for (size_t i = 0; i < count; ++i) x[i] = x[i] / d;
+}
+
+template <class Codec>
+MTXCOMM_LOOP void scaleHalf(uint16_t* __restrict x, size_t count, float s) {
+  for (size_t i = 0; i < count; ++i) x[i] = Codec::store(Codec::load(x[i]) * s);
 }
 
 template <class Codec>
@@ -493,12 +510,22 @@ void divideBuffer(mtxcomm_datatype_t dt, void* x, size_t count, int divisor) {
   dispatchDatatype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(x);
+    const bool pow2 = isPowerOfTwo(divisor);
     if constexpr (std::is_same_v<T, Float16Bits> || std::is_same_v<T, Bfloat16Bits>) {
-      divideHalf<CodecOf<T>>(static_cast<uint16_t*>(x), count, static_cast<float>(divisor));
+      auto* h = static_cast<uint16_t*>(x);
+      if (pow2) {
+        scaleHalf<CodecOf<T>>(h, count, 1.0f / static_cast<float>(divisor));
+      } else {
+        divideHalf<CodecOf<T>>(h, count, static_cast<float>(divisor));
+      }
     } else if constexpr (std::is_same_v<T, BoolByte>) {
       // refused above
     } else if constexpr (std::is_floating_point_v<T>) {
-      divideFloat(p, count, static_cast<T>(divisor));
+      if (pow2) {
+        scaleFloat(p, count, static_cast<T>(1) / static_cast<T>(divisor));
+      } else {
+        divideFloat(p, count, static_cast<T>(divisor));
+      }
     } else if constexpr (sizeof(T) <= 2) {
       divideViaFloat(p, count, static_cast<float>(divisor));  // |x| < 2^16: exact in float
     } else if constexpr (std::is_same_v<T, int32_t>) {
