@@ -112,6 +112,7 @@ def _patch_keras(keras):
     keras.utils.set_random_seed(seed)
 
     rank = mtx.rank()
+    _synchronise_batch_norm(keras, hvd)
     model_cls = keras.Model
     quiet_callbacks = tuple(c for c in (
         getattr(keras.callbacks, "ModelCheckpoint", None),
@@ -312,12 +313,38 @@ def _choose_input(model, arguments, tf):
         rows = at
     # The arrays stay here; Keras batches and shuffles their row indices exactly as it would
     # batch and shuffle the rows (the permutation does not depend on the data).
-    model._mtx_arrays = tf.nest.map_structure(
-        lambda a: None if a is None else tf.constant(a), (x, y, sw))
+    # Not through Keras' attribute tracking: it would wrap dicts and lists of targets in its
+    # own tracked types, which its loss no longer matches to the outputs.
+    object.__setattr__(model, "_mtx_arrays", tf.nest.map_structure(
+        lambda a: None if a is None else tf.constant(a), (x, y, sw)))
     arguments["x"] = np.arange(rows, dtype=np.int64)
     arguments["y"] = None
     arguments["sample_weight"] = None
     model._mtx_input = "indices"
+
+
+def _synchronise_batch_norm(keras, hvd):
+    """In a transparent train step every BatchNormalization normalises with the statistics of
+    the global batch (mtxcomm.tensorflow.sync_batch_norm.global_moments), as the 1-process run
+    does, so the ranks' moving statistics stay the same and follow the 1-process run: with
+    each rank's own half batch, the forward pass and the moving statistics would differ from
+    it and between the ranks, and predict/evaluate would mix the ranks' models. Outside a
+    transparent train step (inference, a custom loop) the layer is unchanged."""
+    layer_cls = getattr(keras.layers, "BatchNormalization", None)
+    original = getattr(layer_cls, "_moments", None)
+    if original is None or getattr(original, "_mtx_global", False):
+        return
+    from mtxcomm.tensorflow.sync_batch_norm import global_moments
+
+    def _moments(self, inputs, mask):
+        weight = getattr(hvd._step_state, "row_weight", None)
+        if weight is None:
+            return original(self, inputs, mask)
+        return global_moments(self, inputs, mask, row_weight=weight,
+                              grad_scale=getattr(hvd._step_state, "grad_scale", None))
+
+    _moments._mtx_global = True
+    layer_cls._moments = _moments
 
 
 def _make_data_parallel(model, keras, hvd):
@@ -382,10 +409,12 @@ def _make_data_parallel(model, keras, hvd):
         local, count, batch = local_batch(data)
         rows.assign_add(tf.cast(count, tf.float64))
         hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
+        hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
         try:
             return unchanged_metrics(count, lambda: original_step(local))
         finally:
             hvd._step_state.grad_scale = None
+            hvd._step_state.row_weight = None
 
     def test_step(data):
         batch = _rows(data)

@@ -294,3 +294,31 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
     assert two[1]["weights"] == two[0]["weights"], "the ranks' weights differ"
     for a, b in zip(two[0]["weights"], one["weights"]):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("form,np_", [("dict_outputs", 2), ("dict_weights", 2), ("batch_norm", 2),
+                                      ("batch_norm", 3)])
+def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
+    # Dict targets and sample weights (a two-output functional model), and BatchNormalization,
+    # whose batch statistics must be the global batch's: every rank's weights, moving statistics
+    # and predictions equal the 1-process run's (scripts/model_forms.py).
+    import json
+
+    script = os.path.join(SCRIPTS, "model_forms.py")
+    Job(["python", script, f"{form}1.{{rank}}.json", form], cwd=str(tmp),
+        timeout=JOB_TIMEOUT).check_ok()
+    Job(mtxrun() + ["-np", str(np_), "--transparent", "python", script,
+                    f"{form}{np_}.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    one = json.loads((tmp / f"{form}1.0.json").read_text())
+    many = [json.loads((tmp / f"{form}{np_}.{r}.json").read_text()) for r in range(np_)]
+    for r in range(np_):
+        assert many[r]["weights"] == many[0]["weights"], f"rank {r}'s weights differ from rank 0's"
+        for a, b in zip(many[r]["weights"], one["weights"]):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
+                                       err_msg=f"{form}: rank {r} vs the 1-process run")
+        for a, b in zip(many[r]["predict"], one["predict"]):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
+                                       err_msg=f"{form}: rank {r}'s predict()")
+        for key, values in one["history"].items():
+            np.testing.assert_allclose(many[r]["history"][key], values, rtol=1e-4,
+                                       err_msg=f"{form}: History['{key}'] on rank {r}")
