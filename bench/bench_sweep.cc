@@ -40,6 +40,28 @@ bool makeDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The interpreter the page is rendered with: $MTXCOMM_PYTHON; else the project's virtual
+// environment when this program runs from a build tree inside the checkout that has one
+// (<checkout>/build/bench/mtxcomm_bench next to <checkout>/.venv, as scripts/setup_and_run.sh
+// makes them), so that the report renders without an activated environment; else python3.
+std::string renderPython() {
+  const char* py = std::getenv("MTXCOMM_PYTHON");
+  if (py && *py) return py;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    std::string dir(exe, static_cast<size_t>(n));
+    for (int up = 0; up < 4; ++up) {
+      const size_t slash = dir.rfind('/');
+      if (slash == std::string::npos || slash == 0) break;
+      dir.resize(slash);
+      const std::string venv = dir + "/.venv/bin/python";
+      if (access(venv.c_str(), X_OK) == 0) return "'" + venv + "'";
+    }
+  }
+  return "python3";
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -258,6 +280,13 @@ int runReport(const Options& opt, int worldRank, int worldSize,
   if (!ok) throw UsageError("report -o " + opt.outDir + ": cannot create the directory");
   const std::string sizes = opt.sizesGiven ? opt.sizes : "4:64M";
   const auto [minBytes, maxBytes] = parseSizeRange(sizes);
+  if (minBytes == 0) {
+    // A 0-byte call moves nothing: it has no bandwidth, floor or ratio to plot, and the page's
+    // axes are log-scaled.
+    throw UsageError(
+        "report -m " + sizes + ": the sizes must start at 1 byte or more (e.g. -m " +
+        (maxBytes > 0 ? "1:" + sizes.substr(sizes.find(':') + 1) : std::string("4:64K")) + ")");
+  }
   const size_t sizesPerRun = messageSizes(minBytes, maxBytes).size();
 
   struct Run {
@@ -372,16 +401,16 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     }
     doc["complete"] = true;
     writeAtomically(results, doc);
-    const char* py = std::getenv("MTXCOMM_PYTHON");
-    const std::string cmd =
-        std::string(py && *py ? py : "python3") + " -m mtxcomm.bench_report '" + opt.outDir + "'";
+    const std::string python = renderPython();
+    const std::string cmd = python + " -m mtxcomm.bench_report '" + opt.outDir + "'";
     std::fprintf(stderr, "[render] %s\n", cmd.c_str());
     const int rc = std::system(cmd.c_str());
     if (rc != 0) {
       std::fprintf(stderr,
                    "mtxcomm_bench report: rendering failed (exit %d); the measurements are in %s. "
                    "Render them with `python3 -m mtxcomm.bench_report %s` in an environment "
-                   "with the mtxcomm package and matplotlib (scripts/setup_python.sh).\n",
+                   "with the mtxcomm package and matplotlib (scripts/setup_python.sh), or set "
+                   "MTXCOMM_PYTHON to such an interpreter.\n",
                    rc, results.c_str(), opt.outDir.c_str());
       status = 1;
     } else {

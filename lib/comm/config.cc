@@ -230,6 +230,12 @@ const std::vector<ConfigVar>& configVars() {
          "1: set by `mtxrun --transparent`, makes an unmodified Keras script data-parallel",
          {"0", "1"},
          true},
+        {"MTXCOMM_PYTHON",
+         "string",
+         "python3",
+         "the interpreter `mtxcomm_bench report` renders its page with (it must import the "
+         "mtxcomm package and matplotlib); read by mtxcomm_bench only",
+         {}},
         {"MTXCOMM_TRANSPARENT_OUTPUT",
          "enum",
          "rank0",

@@ -152,3 +152,14 @@ def test_index_html_renders_in_headless_chromium(report, tmp_path):
     flat = (img[..., :3] * 255).astype(int).reshape(-1, 3)
     distinct = len({tuple(c) for c in flat[::97]})
     assert distinct > 50, distinct
+
+
+@pytest.mark.parametrize("sizes", ["0", "0:64K"])
+def test_report_refuses_sizes_from_0_bytes_before_measuring(tmp_path, sizes):
+    # A 0-byte call has no bandwidth or floor to plot (the page's axes are log-scaled): refused
+    # at once, naming the option, instead of a sweep whose page then fails to render.
+    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(tmp_path / "r"), "-m",
+                        sizes], env=job_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "report -m %s: the sizes must start at 1 byte or more" % sizes in p.stderr, p.stderr
+    assert not (tmp_path / "r" / "results.json").exists()
