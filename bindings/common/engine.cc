@@ -132,6 +132,9 @@ class Engine {
   double stallWarnSeconds_ = 60;
   double stallTimeoutSeconds_ = 300;
   Clock::time_point nextStallCheck_ = Clock::time_point::max();
+  // When the next MTXCOMM_STALL_WARNING falls due (every rank warns from its own table).
+  Clock::time_point nextStallWarning_ = Clock::time_point::max();
+  void warnStalled();
 };
 
 Status Engine::init() {
@@ -182,6 +185,7 @@ Status Engine::init() {
   cycles_ = 0;
   progress_ = false;
   nextStallCheck_ = Clock::time_point::max();
+  nextStallWarning_ = Clock::time_point::max();
   shutdownRequested_ = false;
   stopped_ = false;
   failure_ = {};
@@ -271,10 +275,11 @@ void Engine::waitForWork() {
     }
     if (seen.cycle > cycles_) return;
     const auto now = Clock::now();
-    if (now >= nextStallCheck_) return;
+    const Clock::time_point due = std::min(nextStallCheck_, nextStallWarning_);
+    if (now >= due) return;
     double wait = 3600.0;
-    if (nextStallCheck_ != Clock::time_point::max()) {
-      wait = std::min(wait, std::chrono::duration<double>(nextStallCheck_ - now).count());
+    if (due != Clock::time_point::max()) {
+      wait = std::min(wait, std::chrono::duration<double>(due - now).count());
     }
     mtxcomm_notify_state_t now_{};
     if (mtxcomm_comm_wait_notify(comm_, &seen, std::max(0.0, wait), &now_) != MTXCOMM_SUCCESS) {
@@ -357,6 +362,7 @@ bool Engine::cycle() {
       mtxcomm_notify_state_t st{};
       mtxcomm_comm_notify_state(comm_, &st);
       if (st.cycle <= cycles_) {
+        warnStalled();
         if (rank.load() == 0 && nextStallCheck_ <= Clock::now()) {
           Clock::time_point next;
           negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
@@ -423,7 +429,7 @@ bool Engine::cycle() {
              "waited for it; every rank must submit the same collectives before shutting down"});
     return false;
   }
-  for (const std::string& w : negotiation_->stalled(stallWarnSeconds_)) warn(me, w);
+  warnStalled();
   if (me == 0 && negotiation_->pending()) {
     Clock::time_point next;
     negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
@@ -432,6 +438,11 @@ bool Engine::cycle() {
     nextStallCheck_ = Clock::time_point::max();
   }
   return true;
+}
+
+void Engine::warnStalled() {
+  for (const std::string& w : negotiation_->stalled(stallWarnSeconds_)) warn(rank.load(), w);
+  nextStallWarning_ = negotiation_->nextStallWarning(stallWarnSeconds_);
 }
 
 void Engine::finishJoin(ReadyOp& op) {

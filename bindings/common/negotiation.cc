@@ -401,6 +401,28 @@ std::vector<std::string> Negotiation::stalled(double seconds) {
   return warnings;
 }
 
+Negotiation::Clock::time_point Negotiation::nextStallWarning(double seconds) const {
+  Clock::time_point next = Clock::time_point::max();
+  if (seconds <= 0) return next;
+  const auto after =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  for (const auto& kv : table_) {
+    const NameQueue& q = kv.second;
+    if (q.stallWarned) continue;
+    bool missing = false;
+    Clock::time_point first = Clock::time_point::max();
+    for (size_t r = 0; r < q.perRank.size(); ++r) {
+      if (q.perRank[r].empty()) {
+        missing = missing || !joined_[r];
+      } else {
+        first = std::min(first, q.perRank[r].front().arrived);
+      }
+    }
+    if (missing && first != Clock::time_point::max()) next = std::min(next, first + after);
+  }
+  return next;
+}
+
 std::vector<std::string> Negotiation::stallVerdicts(double seconds, Clock::time_point* next) const {
   std::vector<std::string> names;
   *next = Clock::time_point::max();

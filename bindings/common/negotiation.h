@@ -107,6 +107,8 @@ class Negotiation {
   // Warnings (once per waiting request) for names some ranks submitted more than seconds ago
   // and others not at all, naming both.
   std::vector<std::string> stalled(double seconds);
+  // When the next of those warnings falls due (time_point::max() when none can).
+  Clock::time_point nextStallWarning(double seconds) const;
   // Rank 0: the names whose oldest request has waited longer than seconds for some active
   // rank (to be cancelled through its next message); *next: when the next one will be due.
   std::vector<std::string> stallVerdicts(double seconds, Clock::time_point* next) const;

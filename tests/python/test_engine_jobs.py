@@ -46,6 +46,19 @@ def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_
     assert sorted(after) == [(str(r), str(np_)) for r in range(np_)], job.describe()
 
 
+def test_the_stall_warning_comes_on_time_on_every_rank(tmp):
+    # MTXCOMM_STALL_WARNING=1 < MTXCOMM_STALL_TIMEOUT=3: an idle engine wakes for the warning
+    # (it used to warn only when a cycle happened to run, so 'lonely', cancelled at 3 s, was
+    # never warned about). Every rank warns from its own table, naming the tensor and the ranks.
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")], tmp,
+              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "1"})
+    job.check_ok()
+    warned = re.findall(r"rank (\d+)\] WARN allreduce 'lonely' submitted by rank 0 has waited 1 s "
+                        r"for rank 1", job.stderr)
+    assert sorted(warned) == ["0", "1"], job.describe()
+    assert re.search(r"STALL_ERROR 0 after ([0-9.]+) s", job.stdout), job.describe()
+
+
 # ---- join ------------------------------------------------------------------------------------
 
 
