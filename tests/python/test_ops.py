@@ -323,34 +323,33 @@ def test_grouped_allreduce_mixed_dtypes(hvd, op):
         assert_reduced(g, want, d, op)
 
 
-def test_grouped_allreduce_is_one_collective(hvd):
-    tensors = [tf.constant(rank_values((n,), np.float32, hvd.rank())) for n in (3, 5, 1, 8)]
+def grouped_float32_collectives(hvd, sizes, op, name):
+    """grouped_allreduce of float32 vectors of the given sizes with op ("Sum", "Average"): checks
+    every result and returns how many collectives the engine ran for it."""
+    tensors = [tf.constant(rank_values((n,), np.float32, hvd.rank())) for n in sizes]
     before = hvd._collective_count()
-    got = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grouped_one")
+    got = hvd.grouped_allreduce(tensors, op=op_const(hvd, op), name=name)
     after = hvd._collective_count()
     for t, g in zip(tensors, got):
         want = expected_reduce(
-            [rank_values(tuple(t.shape), np.float32, k) for k in range(SIZE)], "Sum", tf.float32
+            [rank_values(tuple(t.shape), np.float32, k) for k in range(SIZE)], op, tf.float32
         )
-        assert_reduced(g, want, tf.float32, "Sum")
-    assert after - before == 1, f"grouped_allreduce of 4 float32 tensors ran {after - before} collectives"
+        assert_reduced(g, want, tf.float32, op)
+    return after - before
+
+
+def test_grouped_allreduce_is_one_collective(hvd):
+    ran = grouped_float32_collectives(hvd, (3, 5, 1, 8), "Sum", "grouped_one")
+    assert ran == 1, f"grouped_allreduce of 4 float32 tensors ran {ran} collectives"
 
 
 def test_grouped_allreduce_reduces_tensors_of_1mib_and_more_alone(hvd):
     # bindings/common/executor.h, kAloneBytes: a tensor of at least 1 MiB is reduced from its own
     # buffers (no copy into the fusion buffer and back); the small ones between are still fused.
     sizes = (3, 1 << 18, 5, 7, (1 << 18) + 1, 2)  # float32: 1 MiB and 1 MiB + 4 B among small
-    tensors = [tf.constant(rank_values((n,), np.float32, hvd.rank())) for n in sizes]
-    before = hvd._collective_count()
-    got = hvd.grouped_allreduce(tensors, op=hvd.Average, name="grouped_alone")
-    after = hvd._collective_count()
-    for t, g in zip(tensors, got):
-        want = expected_reduce(
-            [rank_values(tuple(t.shape), np.float32, k) for k in range(SIZE)], "Average", tf.float32
-        )
-        assert_reduced(g, want, tf.float32, "Average")
+    ran = grouped_float32_collectives(hvd, sizes, "Average", "grouped_alone")
     # [3] | [1 MiB] | [5, 7] | [1 MiB + 4] | [2]
-    assert after - before == 5, f"ran {after - before} collectives, want 5"
+    assert ran == 5, f"ran {ran} collectives, want 5"
 
 
 # ---------------------------------------------------------------------------------------------
