@@ -370,6 +370,20 @@ Status Negotiation::checkSplits(const Agreed& op, const std::string& head) const
   return {};
 }
 
+Negotiation::Clock::time_point Negotiation::waiting(const NameQueue& q, std::vector<int>* have,
+                                                    std::vector<int>* missing) const {
+  Clock::time_point first = Clock::time_point::max();
+  for (size_t r = 0; r < q.perRank.size(); ++r) {
+    if (q.perRank[r].empty()) {
+      if (!joined_[r]) missing->push_back(static_cast<int>(r));
+    } else {
+      have->push_back(static_cast<int>(r));
+      first = std::min(first, q.perRank[r].front().arrived);
+    }
+  }
+  return first;
+}
+
 std::vector<std::string> Negotiation::stalled(double seconds) {
   std::vector<std::string> warnings;
   if (seconds <= 0) return warnings;
@@ -378,15 +392,7 @@ std::vector<std::string> Negotiation::stalled(double seconds) {
     NameQueue& q = kv.second;
     if (q.stallWarned) continue;
     std::vector<int> have, missing;
-    Clock::time_point first = now;
-    for (size_t r = 0; r < q.perRank.size(); ++r) {
-      if (q.perRank[r].empty()) {
-        if (!joined_[r]) missing.push_back(static_cast<int>(r));
-      } else {
-        have.push_back(static_cast<int>(r));
-        first = std::min(first, q.perRank[r].front().arrived);
-      }
-    }
+    const Clock::time_point first = waiting(q, &have, &missing);
     if (missing.empty() || have.empty() ||
         std::chrono::duration<double>(now - first).count() < seconds) {
       continue;
@@ -407,18 +413,10 @@ Negotiation::Clock::time_point Negotiation::nextStallWarning(double seconds) con
   const auto after =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (const auto& kv : table_) {
-    const NameQueue& q = kv.second;
-    if (q.stallWarned) continue;
-    bool missing = false;
-    Clock::time_point first = Clock::time_point::max();
-    for (size_t r = 0; r < q.perRank.size(); ++r) {
-      if (q.perRank[r].empty()) {
-        missing = missing || !joined_[r];
-      } else {
-        first = std::min(first, q.perRank[r].front().arrived);
-      }
-    }
-    if (missing && first != Clock::time_point::max()) next = std::min(next, first + after);
+    if (kv.second.stallWarned) continue;
+    std::vector<int> have, missing;
+    const Clock::time_point first = waiting(kv.second, &have, &missing);
+    if (!missing.empty() && !have.empty()) next = std::min(next, first + after);
   }
   return next;
 }
@@ -431,17 +429,9 @@ std::vector<std::string> Negotiation::stallVerdicts(double seconds, Clock::time_
   const auto limit =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   for (const auto& kv : table_) {
-    const NameQueue& q = kv.second;
-    bool missing = false;
-    Clock::time_point first = Clock::time_point::max();
-    for (int r = 0; r < nranks_; ++r) {
-      if (q.perRank[r].empty()) {
-        missing = missing || !joined_[r];
-      } else {
-        first = std::min(first, q.perRank[r].front().arrived);
-      }
-    }
-    if (!missing || first == Clock::time_point::max()) continue;
+    std::vector<int> have, missing;
+    const Clock::time_point first = waiting(kv.second, &have, &missing);
+    if (missing.empty() || have.empty()) continue;
     if (now - first >= limit) {
       names.push_back(kv.first);
     } else {

@@ -133,6 +133,10 @@ class Negotiation {
   void add(int r, Request req, Clock::time_point now);
   Status checkSplits(const Agreed& op, const std::string& head) const;
   bool ready(const NameQueue& q) const;
+  // The ranks that have a request of q waiting and the active ranks that have none; the
+  // arrival of the oldest waiting request (time_point::max() when none waits).
+  Clock::time_point waiting(const NameQueue& q, std::vector<int>* have,
+                            std::vector<int>* missing) const;
 
   int rank_, nranks_;
   size_t capacity_;
