@@ -35,6 +35,9 @@
 // (MPI_Sendrecv both ways). The bytes each node must receive over its link, with N nodes:
 // allreduce 2 (N-1)/N S, reduce_scatter and alltoall (N-1)/N S x ranks per node, allgather
 // (N-1) S x ranks per node, broadcast and reduce S (the nodes other than the root's).
+// The floor is a best of repetitions; --floor times the collective the same way too (calls one
+// at a time after a barrier, the slowest rank, the best call: Measurement::bestUs), so that
+// best / floor compares like with like where Avg / floor also counts the machine's noise.
 #ifndef MTXCOMM_BENCH_BENCH_FLOOR_H_
 #define MTXCOMM_BENCH_BENCH_FLOOR_H_
 

@@ -78,6 +78,8 @@ Report::Report(const Options& opt, const BenchContext& ctx, const RunInfo& info)
   if (opt.floor) {
     table_.add("Floor(us)", 12);
     table_.add("x floor", 9);
+    table_.add("Best(us)", 11);
+    table_.add("best x floor", 14);
   }
 }
 
@@ -160,6 +162,8 @@ void Report::addRow(const Layout& layout, const Timing& timing, const Measuremen
   if (opt_.floor) {
     cells.push_back(m.floorUs >= 0 ? fmt("%.2f", m.floorUs) : "-");
     cells.push_back(m.floorUs > 0 ? fmt("%.2f", m.lat.avgUs / m.floorUs) : "-");
+    cells.push_back(m.bestUs >= 0 ? fmt("%.2f", m.bestUs) : "-");
+    cells.push_back(m.floorUs > 0 && m.bestUs >= 0 ? fmt("%.2f", m.bestUs / m.floorUs) : "-");
   }
   if (!opt_.quiet) table_.printRow(cells);
 
@@ -183,6 +187,8 @@ void Report::addRow(const Layout& layout, const Timing& timing, const Measuremen
   if (opt_.floor && m.floorUs >= 0) {
     row["floor_us"] = m.floorUs;
     if (m.floorUs > 0) row["x_floor"] = m.lat.avgUs / m.floorUs;
+    if (m.bestUs >= 0) row["best_us"] = m.bestUs;
+    if (m.floorUs > 0 && m.bestUs >= 0) row["best_x_floor"] = m.bestUs / m.floorUs;
   }
   rows_.push_back(std::move(row));
 }

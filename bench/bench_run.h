@@ -40,6 +40,9 @@ struct Timing {
   int warmup = 0;
   bool check = false;  // every call checked (and timed alone)
   bool vsMpi = false;  // MPI's collective timed in blocks alternating with mtxcomm's
+  // > 0: also time bestReps calls one at a time, each after a barrier, and keep the best of the
+  // slowest rank's times (Measurement::bestUs): the statistic of the floor (bench_floor.h).
+  int bestReps = 0;
 };
 
 // One message size, measured (on rank 0: the reduced values; wrong counts summed over ranks).
@@ -51,6 +54,9 @@ struct Measurement {
   std::string algorithm;   // what mtxcomm used for the last call
   double predictedUs = 0;  // the cost model's prediction for it
   double floorUs = -1;     // --floor: the floor's time (bench_floor.h); -1 when not measured
+  // Timing::bestReps: the best over calls made one at a time of the slowest rank's time, as
+  // the floor is measured (so "best / floor" compares like with like); -1 when not measured.
+  double bestUs = -1;
 };
 
 // Collective over MPI_COMM_WORLD: allocates the buffers of layout (when a rank cannot, every

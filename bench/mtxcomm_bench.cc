@@ -238,8 +238,11 @@ int runBenchmark(const Options& opt, int worldRank, int worldSize) {
     timing.warmup = warmup;
     timing.check = opt.check;
     timing.vsMpi = opt.vsMpi;
+    // --floor: the floor and the collective's best call, over the same number of repetitions.
+    const int floorReps = std::max(5, std::min(iters, 500));
+    if (floor) timing.bestReps = floorReps;
     Measurement m = measureSize(desc, ctx, layout, timing);
-    if (floor) m.floorUs = floor->floorUs(desc, ctx, bytes, std::max(5, std::min(iters, 500)));
+    if (floor) m.floorUs = floor->floorUs(desc, ctx, bytes, floorReps);
     ++sizesRun;
     totalWrong += m.wrong + m.mpiWrong;
     report.addRow(layout, timing, m);

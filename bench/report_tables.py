@@ -35,8 +35,9 @@ def machine_line(doc):
 
 
 def floor_table(doc):
-    out = ["| size | allreduce (us) | floor (us) | / floor | broadcast (us) | floor (us) | "
-           "/ floor |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| size | allreduce (us) | floor (us) | / floor | best call / floor | broadcast (us) | "
+           "floor (us) | / floor | best call / floor |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     ar = {r["size"]: r for r in auto_rows(doc, "allreduce")}
     bc = {r["size"]: r for r in auto_rows(doc, "broadcast")}
     for size in sorted(set(ar) | set(bc)):
@@ -46,9 +47,11 @@ def floor_table(doc):
         for rows in (ar, bc):
             r = rows.get(size)
             if r is None or not r.get("floor_us"):
-                cells += ["-", "-", "-"]
+                cells += ["-", "-", "-", "-"]
             else:
-                cells += ["%.1f" % r["avg_us"], "%.1f" % r["floor_us"], "**%.2f**" % r["x_floor"]]
+                best = r.get("best_x_floor")
+                cells += ["%.1f" % r["avg_us"], "%.1f" % r["floor_us"], "**%.2f**" % r["x_floor"],
+                          "**%.2f**" % best if best is not None else "-"]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

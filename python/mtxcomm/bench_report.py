@@ -133,6 +133,9 @@ def _plots(doc, out_dir, plt):
         x, y = _series(auto, "x_floor")
         if x:
             ax.plot(x, y, marker="s", label="mtxcomm auto / floor")
+        x, y = _series(auto, "best_x_floor")
+        if x:
+            ax.plot(x, y, marker="^", label="mtxcomm auto best call / floor")
         ax.axhline(1.0, color="k", linewidth=0.8)
         images[coll]["ratio"] = _finish(
             fig, ax, out_dir, "%s_ratio" % coll, "%s: ratios" % coll, "message size (bytes)",
@@ -227,7 +230,7 @@ def _collective_html(coll, runs, images):
     for r in auto["rows"]:
         cells = [_human(r.get("size", 0)), _fmt(r.get("avg_us")), html.escape(r.get("algorithm", "")),
                  _fmt(r.get("mpi_avg_us")), _fmt(r.get("ratio")), _fmt(r.get("floor_us")),
-                 _fmt(r.get("x_floor")), _fmt(r.get("predicted_us"))]
+                 _fmt(r.get("x_floor")), _fmt(r.get("best_x_floor")), _fmt(r.get("predicted_us"))]
         # The fastest algorithm measured at this size.
         best, best_us = None, None
         for run in algos:
@@ -243,7 +246,8 @@ def _collective_html(coll, runs, images):
         cells[4] = "<span%s>%s</span>" % (cls, cells[4])
         rows.append(cells)
     parts.append(_table(("size", "auto (us)", "auto's choice", "Open MPI (us)", "/ Open MPI",
-                         "floor (us)", "/ floor", "predicted (us)", "fastest measured"), rows))
+                         "floor (us)", "/ floor", "best call / floor", "predicted (us)",
+                         "fastest measured"), rows))
     if declined:
         parts.append("<p class='note'>Declined on this layout (fell back to another algorithm, "
                      "not plotted): %s</p>" % html.escape(", ".join(declined)))

@@ -56,6 +56,9 @@ def test_every_collective_and_algorithm_was_swept(report):
                 # The floor is measured and is below the collective (it moves the least data).
                 assert row["floor_us"] > 0, row
                 assert row["x_floor"] > 0.3, row
+                # The best call is timed as the floor is, and its ratio is of those two.
+                assert row["best_us"] > 0, row
+                assert abs(row["best_x_floor"] - row["best_us"] / row["floor_us"]) < 1e-9, row
     auto = next(r for r in doc["runs"] if r["collective"] == "allreduce" and
                 r["algorithm"] == "auto")
     assert [r["size"] for r in auto["rows"]] == [4, 8, 16, 32, 64]
