@@ -1,9 +1,14 @@
 // mtxcomm_bench --floor (bench_floor.h).
 #include "bench/bench_floor.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <utility>
 
 #include "lib/base/reduce.h"
 
@@ -87,19 +92,35 @@ FloorProbe::FloorProbe(size_t sourceBytes, size_t recvBytes) : sourceBytes_(sour
   worldOfNode_.resize(nodeSize_);
   MPI_Allgather(&worldRank_, 1, MPI_INT, worldOfNode_.data(), 1, MPI_INT, node_);
 
-  const size_t seg = std::max<size_t>(sourceBytes, 64);
-  MPI_Win_allocate_shared(static_cast<MPI_Aint>(seg), 1, MPI_INFO_NULL, node_, &mine_, &win_);
-  std::memset(mine_, nodeRank_ + 1, seg);  // touched by its owner: its pages are its own
+  // Per rank: a flag line, then the slots of the published bytes (with room for rounding up:
+  // a byte per step).
+  const size_t seg = kFlagBytes + std::max<size_t>(sourceBytes, 64) + (64 << 10);
+  unsigned char* base = nullptr;
+  MPI_Win_allocate_shared(static_cast<MPI_Aint>(seg), 1, MPI_INFO_NULL, node_, &base, &win_);
+  std::memset(base, nodeRank_ + 1, seg);  // touched by its owner: its pages are its own
+  new (base) std::atomic<uint64_t>[2] {
+    {0}, { 0 }
+  };
+  mine_ = base + kFlagBytes;
   peers_.resize(nodeSize_);
+  flags_.resize(nodeSize_);
   for (int q = 0; q < nodeSize_; ++q) {
     MPI_Aint size = 0;
     int disp = 0;
-    void* base = nullptr;
-    MPI_Win_shared_query(win_, q, &size, &disp, &base);
-    peers_[q] = static_cast<unsigned char*>(base);
+    void* b = nullptr;
+    MPI_Win_shared_query(win_, q, &size, &disp, &b);
+    peers_[q] = static_cast<unsigned char*>(b) + kFlagBytes;
+    flags_[q] = static_cast<std::atomic<uint64_t>*>(b);  // [kPublished], [kConsumed]
   }
-  recv_.assign(std::max<size_t>(recvBytes, 64), 0);
-  src_.assign(seg, static_cast<unsigned char>(nodeRank_ + 1));
+  // Private buffers page-aligned, as the segment's data (past its flag page): every copy's
+  // source and destination at the same offset in their pages. Copies whose destination lies a
+  // few bytes past the source modulo 4 KiB stall on false store-to-load dependencies (4K
+  // aliasing), which would make the floor slower than the collective.
+  recvBytes_ = std::max<size_t>(recvBytes, 64);
+  recvBuf_.assign(recvBytes_ + kPage, 0);
+  srcBuf_.assign(seg + kPage, static_cast<unsigned char>(nodeRank_ + 1));
+  recv_ = pageAligned(recvBuf_.data());
+  src_ = pageAligned(srcBuf_.data());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -111,74 +132,116 @@ FloorProbe::~FloorProbe() {
 
 // One exchange on the node, repeated: every rank publishes `publish` bytes (copies them from
 // its private buffer into its segment, where its peers read them; and `local` bytes of them
-// into a private buffer, after each piece's publishing) and pulls `recv` bytes (fromRoot:
-// all from node rank root; else evenly from the other ranks of the node, each peer's share from its
-// segment), all at once after a barrier. Returns the best over reps of the slowest rank's seconds.
+// into a private buffer, after each step's publishing) and pulls `recv` bytes (fromRoot: all
+// from node rank root; else evenly from the other ranks of the node), in steps after a barrier.
+// Returns the best over reps of the slowest rank's seconds.
 double FloorProbe::nodeExchange(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
                                 int reps) {
-  const size_t seg = std::max<size_t>(sourceBytes_, 64);
-  publish = std::min(publish, seg);
-  // The exchange in pieces of `piece` bytes, each published then pulled while it is in cache
+  publish = std::min(publish, sourceBytes_);
+  local = std::min({local, publish, recvBytes_});
+  // Every rank takes the same steps (each ends in a flag barrier): they follow from the
+  // node's largest exchange and the largest publishing (the layout of every segment).
+  unsigned long long mine[2] = {std::max(publish, recv), publish}, largest[2] = {0, 0};
+  MPI_Allreduce(mine, largest, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, node_);
+  // The exchange in steps of `piece` bytes, each published then pulled while it is in cache
   // (as a pipelined collective moves its chunks); the floor is the best piece size.
   double best = std::numeric_limits<double>::infinity();
-  // The largest exchange of the node decides which piece sizes differ: every rank runs the
-  // same repetitions (each ends in a collective), whatever its own bytes.
-  local = std::min({local, publish, recv_.size()});
-  unsigned long long mine = std::max(publish, recv), largest = 0;
-  MPI_Allreduce(&mine, &largest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, node_);
-  for (const size_t piece : {size_t{16} << 10, size_t{128} << 10, size_t{1} << 30}) {
+  // (piece, window): a writer runs up to window / piece steps ahead of its readers, as a
+  // collective's writer runs ahead within its slots (two pieces; up to 512 KiB, the size of
+  // the library's two sets of default slots).
+  const std::pair<size_t, size_t> kShapes[] = {{16 << 10, 32 << 10},
+                                               {16 << 10, 512 << 10},
+                                               {128 << 10, 256 << 10},
+                                               {128 << 10, 1 << 20},
+                                               {size_t{1} << 40, size_t{1} << 40}};
+  for (const auto& [piece, window] : kShapes) {
+    const size_t steps = std::max<size_t>(1, (largest[0] + piece - 1) / piece);
+    const size_t ring = std::clamp<size_t>(window / piece, 2, std::max<size_t>(2, steps));
+    if (steps == 1 && piece < (size_t{1} << 40)) continue;  // the one-step shape below
     for (int k = 0; k < reps; ++k) {
       MPI_Barrier(node_);
       const double t0 = MPI_Wtime();
-      exchangePieces(publish, local, recv, root, fromRoot, piece, seg);
+      exchangeSteps(publish, local, recv, root, fromRoot, steps, ring, largest[1]);
       double mine = MPI_Wtime() - t0, slowest = 0;
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
       best = std::min(best, slowest);
     }
-    if (piece >= largest) break;  // larger pieces are the same exchange
   }
   return best;
 }
 
-// One exchange: this rank publishes `publish` bytes into its segment and pulls `recv` bytes
-// (from the root, or evenly from every peer), `piece` bytes of each at a time, alternating.
-void FloorProbe::exchangePieces(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
-                                size_t piece, size_t seg) {
+unsigned char* FloorProbe::pageAligned(unsigned char* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  return p + ((kPage - at % kPage) % kPage);
+}
+
+// Waits until flag reaches value (acquire): spins, then yields the core (with more ranks than
+// cores the writer may be waiting for this very core).
+void FloorProbe::awaitFlag(const std::atomic<uint64_t>& flag, uint64_t value) {
+  for (int k = 0; flag.load(std::memory_order_acquire) < value; ++k) {
+    if (k >= 1000) {
+      sched_yield();
+      continue;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+// One exchange in `steps` steps, the least synchronisation a pipelined exchange needs. Step i:
+// this rank copies its i-th 1/steps of `publish` into slot i % ring of its segment (and of `local`
+// into its private buffer) and posts step i (its published flag, release); then, for each
+// peer it pulls from, waits for that peer's post of step i (acquire) and copies its i-th
+// 1/steps of `recv` from the peer's slot i % ring (from the root, or spread over the peers), and
+// marks step i consumed. A piece is pulled only after its writer wrote it: without the posts a
+// pull could read the line before its writer rewrote it, a hit in the puller's own cache that
+// moves nothing. A writer rewrites a slot `ring` steps later, once every peer has consumed the
+// step that last used it, so it runs up to `ring` steps ahead and never waits for a reader
+// otherwise (as a broadcast's root does not). publishMax: the node's largest publish, which
+// sizes every segment's slots (the ranks a rank pulls from publish that much).
+void FloorProbe::exchangeSteps(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
+                               size_t steps, size_t ring, size_t publishMax) {
   const size_t peers = static_cast<size_t>(std::max(1, nodeSize_ - 1));
-  const size_t share = fromRoot ? recv : recv / peers;
-  // The pieces go through a window of two pieces of the segment (double buffering, as the
-  // collective's two sets of slots), so they stay in cache however large the message.
-  const size_t window = std::min(seg, 2 * piece);
-  const size_t offset = fromRoot ? 0 : (share * static_cast<size_t>(nodeRank_)) % window;
+  const size_t slot = (publishMax + steps - 1) / steps;  // bytes a publisher posts per step
+  const size_t pubStep = (publish + steps - 1) / steps;  // this rank's
+  const size_t recvStep = (recv + steps - 1) / steps;    // this rank pulls per step
+  const size_t share = fromRoot ? recvStep : (recvStep + peers - 1) / peers;  // per peer
+  const uint64_t base = step_;
+  step_ += steps;
   size_t published = 0, pulled = 0;
-  // Pull position: peer j (1-based, round robin over the pieces), byte `got` of its share.
-  while (published < publish || pulled < recv) {
-    if (published < publish) {
-      const size_t at = published % window;
-      const size_t n = std::min({piece, publish - published, window - at});
-      copyBytes(mine_ + at, src_.data() + published, n);
+  for (size_t i = 0; i < steps; ++i) {
+    const size_t at = (i % ring) * slot;
+    const size_t n = std::min(pubStep, publish - published);
+    if (n > 0) {
+      for (int q = 0; q < nodeSize_ && i >= ring; ++q) {
+        if (q != nodeRank_) awaitFlag(flags_[q][kConsumed], base + i - ring + 1);
+      }
+      copyBytes(mine_ + at, src_ + published, n);
       if (published < local) {
-        copyBytes(recv_.data() + published, src_.data() + published,
-                  std::min(n, local - published));
+        copyBytes(recv_ + published, src_ + published, std::min(n, local - published));
       }
       published += n;
     }
-    if (pulled < recv) {
-      size_t n = std::min(piece, recv - pulled);
-      int q = root;
-      size_t within = pulled;
-      if (!fromRoot) {
-        const size_t j = std::min(pulled / std::max<size_t>(share, 1), peers - 1);
-        q = (nodeRank_ + static_cast<int>(j) + 1) % nodeSize_;
-        within = pulled - j * share;
-        const size_t left = j == peers - 1 ? recv - pulled : share - within;
-        n = std::min(n, left);
+    flags_[nodeRank_][kPublished].store(base + i + 1, std::memory_order_release);
+    for (size_t j = 0; j < (fromRoot ? 1 : peers) && pulled < recv; ++j) {
+      const int q = fromRoot ? root : (nodeRank_ + static_cast<int>(j) + 1) % nodeSize_;
+      awaitFlag(flags_[q][kPublished], base + i + 1);
+      // From peer q's slot: `take` bytes, starting where this rank's share of q's step lies
+      // (the ranks spread over q's bytes), wrapping within them.
+      size_t take = std::min(share, recv - pulled);
+      const size_t avail =
+          std::max<size_t>(1, std::min(slot, publishMax - std::min(publishMax, i * slot)));
+      size_t from = fromRoot ? 0 : (share * static_cast<size_t>(nodeRank_)) % avail;
+      while (take > 0) {
+        const size_t m = std::min(take, avail - from);
+        copyBytes(recv_ + pulled, peers_[q] + at + from, m);
+        pulled += m;
+        take -= m;
+        from = 0;
       }
-      const size_t from = (offset + within) % window;
-      n = std::min(n, window - from);
-      copyBytes(recv_.data() + pulled, peers_[q] + from, n);
-      pulled += n;
     }
+    flags_[nodeRank_][kConsumed].store(base + i + 1, std::memory_order_release);
   }
 }
 

@@ -7,11 +7,20 @@
 // the bytes it sends from its private buffer into its segment of an MPI-3 shared window
 // (MPI_Win_allocate_shared) and copies its share of every peer's segment into its own buffer;
 // the exchange lasts until the slowest rank is done, and the floor is the best of the
-// repetitions. The bytes go in pieces, each published then pulled while in cache, through a
-// window of two pieces of the segment (double buffering), as a pipelined collective moves its
-// chunks through its slots: pieces of 16 KiB, 128 KiB and all at once are tried, and the best
-// counts. The bytes rank r must receive, with p ranks and Size S (what Size means per
-// collective: the header of each run):
+// repetitions. The bytes go in steps of a piece, each published then pulled while in cache,
+// through a ring of slots of the segment, as a pipelined collective moves its chunks through
+// its slots. A piece is pulled only after its writer posted it (a flag per rank, release and
+// acquire: without one a pull may read the line before its writer rewrote it, a hit in the
+// puller's own cache that moves nothing), and a slot is rewritten only after every peer
+// consumed it (a second flag), so a writer runs at most a ring ahead. Shapes tried, the best
+// counting: pieces of 16 KiB through 32 KiB and 512 KiB of slots, 128 KiB through 256 KiB and
+// 1 MiB, and all at once. The private buffers are page-aligned like the segment's data (no 4K
+// aliasing between a copy's source and destination). The floor is the least data movement
+// with the least synchronisation, not a bound no algorithm can beat: an access pattern kinder
+// to the caches than these shapes (a collective that reads some of its bytes where they lie)
+// can come in below it, a ratio under 1. With more ranks than cores a waiting rank yields
+// its core, and the floor includes the scheduler's hand-offs. The bytes rank r must receive, with p
+// ranks and Size S (what Size means per collective: the header of each run):
 //   allreduce       2 (p-1)/p S   (p-1)/p S of the others' inputs for its part of the sum
 //                                 (a reduce-scatter), (p-1)/p S of the others' reduced parts
 //   reduce          root 2 (p-1)/p S, others (p-1)/p S (a reduce-scatter, then the root gathers)
@@ -43,7 +52,9 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "bench/bench_descriptors.h"
@@ -76,18 +87,29 @@ class FloorProbe {
 
  private:
   double nodeExchange(size_t publish, size_t local, size_t recv, int root, bool fromRoot, int reps);
-  void exchangePieces(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
-                      size_t piece, size_t seg);
+  void exchangeSteps(size_t publish, size_t local, size_t recv, int root, bool fromRoot,
+                     size_t steps, size_t ring, size_t publishMax);
+  static void awaitFlag(const std::atomic<uint64_t>& flag, uint64_t value);
   double linkExchange(size_t cross, int reps);
 
   MPI_Comm node_ = MPI_COMM_NULL;
   MPI_Comm leaders_ = MPI_COMM_NULL;  // local rank 0 of each node (MPI_COMM_NULL elsewhere)
   MPI_Win win_ = MPI_WIN_NULL;
+  // A segment's first page: its rank's flags, the last step it published and consumed (a
+  // page, so the data that follows is page-aligned as the private buffers are).
+  static constexpr size_t kFlagBytes = 4096;
+  static constexpr int kPublished = 0, kConsumed = 1;
   unsigned char* mine_ = nullptr;
-  std::vector<unsigned char*> peers_;  // each node rank's segment, by node rank
+  std::vector<unsigned char*> peers_;  // each node rank's segment (past its flag), by node rank
+  std::vector<std::atomic<uint64_t>*> flags_;  // each node rank's two flags
+  uint64_t step_ = 0;                          // steps taken, the same on every node rank
   size_t sourceBytes_ = 0;
-  std::vector<unsigned char> recv_;
-  std::vector<unsigned char> src_;  // what this rank publishes, copied into its segment
+  static constexpr size_t kPage = 4096;
+  static unsigned char* pageAligned(unsigned char* p);
+  std::vector<unsigned char> recvBuf_, srcBuf_;  // the storage of recv_ and src_
+  size_t recvBytes_ = 0;
+  unsigned char* recv_ = nullptr;  // what this rank pulls into (page-aligned)
+  unsigned char* src_ = nullptr;   // what this rank publishes, copied into its segment
   std::vector<unsigned char> linkSend_, linkRecv_;
   int nodeRank_ = 0, nodeSize_ = 1, nodes_ = 1, worldRank_ = 0;
   std::vector<int> worldOfNode_;  // world rank of each node rank

@@ -5,6 +5,9 @@ geometric mean of the median ratios over a size range. The machine is shared and
 ratio measured in the same run, repeated, is the figure to quote.
 
   bench/vs_mpi_median.py --np 2 --runs 5 --collective allreduce -- -m 4:64M
+
+With --floor among the extra arguments it also prints, per size, the medians of the floor, of
+the collective's average over the floor and of its best call over the floor (bench_floor.h).
 """
 import argparse
 import json
@@ -42,7 +45,9 @@ def main():
 
     print(f"# {args.collective}, {args.np} ranks, {args.runs} runs, medians; extra args: "
           f"{' '.join(args.extra) or '(none)'}")
-    print(f"# {'Size':>10} {'mtxcomm(us)':>12} {'MPI(us)':>12} {'ratio':>7}  algorithm")
+    floor = "--floor" in args.extra
+    extra_head = f" {'floor(us)':>10} {'/floor':>7} {'best/floor':>10}" if floor else ""
+    print(f"# {'Size':>10} {'mtxcomm(us)':>12} {'MPI(us)':>12} {'ratio':>7}{extra_head}  algorithm")
     in_range = []
     for size in sorted(per_size):
         rows = per_size[size]
@@ -50,7 +55,14 @@ def main():
         mpi = statistics.median(r["mpi_avg_us"] for r in rows)
         ratio = statistics.median(r["ratio"] for r in rows)
         algos = sorted({r["algorithm"] for r in rows})
-        print(f"  {size:>10} {ours:>12.2f} {mpi:>12.2f} {ratio:>7.2f}  {','.join(algos)}")
+        extra = ""
+        if floor and all(r.get("best_x_floor") is not None for r in rows):
+            extra = (f" {statistics.median(r['floor_us'] for r in rows):>10.2f}"
+                     f" {statistics.median(r['x_floor'] for r in rows):>7.2f}"
+                     f" {statistics.median(r['best_x_floor'] for r in rows):>10.2f}")
+        elif floor:
+            extra = f" {'-':>10} {'-':>7} {'-':>10}"
+        print(f"  {size:>10} {ours:>12.2f} {mpi:>12.2f} {ratio:>7.2f}{extra}  {','.join(algos)}")
         if args.geomean_from <= size <= args.geomean_to:
             in_range.append(ratio)
     below = [statistics.median(r["ratio"] for r in per_size[s]) for s in per_size
