@@ -175,6 +175,13 @@ def build_command(args, environ=None):
     if threads:
         why.append("thread pools: " + ", ".join("%s=%s" % (v, env[v]) for v in threads))
     if args.timeline:
+        # "mtxrun --timeline python train.py" (PATH forgotten): argparse took the program for
+        # the PATH and would run train.py as the program.
+        if not os.path.dirname(args.timeline) and shutil.which(args.timeline):
+            raise SystemExit("mtxrun: --timeline takes a PATH for the trace, got %r, which is a "
+                             "program on PATH; write e.g. mtxrun -np %d --timeline trace.json "
+                             "%s" % (args.timeline, args.np,
+                                     " ".join([args.timeline] + list(args.command))))
         env["MTXCOMM_TIMELINE"] = os.path.abspath(args.timeline)
     if not env.get("MTXCOMM_JOB_SECRET") and not env.get("MTXCOMM_JOB_SECRET_FILE"):
         # The job's secret (256 random bits): what every bootstrap connection between its ranks

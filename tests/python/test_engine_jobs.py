@@ -190,3 +190,14 @@ def test_transparent_np2_follows_np1_and_evaluates_and_predicts_alike(tmp, kind)
         # predict keeps the input order: row i of np=2 is row i of np=1
         np.testing.assert_allclose(np.array(b["predict"]), np.array(a["predict"]), atol=1e-4,
                                    err_msg=f"rank {r}: predictions")
+
+
+def test_mtxrun_refuses_a_program_given_as_the_timeline_path(tmp):
+    # "mtxrun --timeline sh job.sh": the PATH was forgotten, and argparse took the program for it.
+    bad = Job(mtxrun() + ["-np", "2", "--dry-run", "--timeline", "sh", "job.sh"], cwd=str(tmp),
+              timeout=TIMEOUT)
+    assert bad.returncode != 0 and "--timeline takes a PATH for the trace, got 'sh'" in \
+        bad.stderr, bad.describe()
+    ok = Job(mtxrun() + ["-np", "2", "--dry-run", "--timeline", "trace.json", "sh", "job.sh"],
+             cwd=str(tmp), timeout=TIMEOUT)
+    assert ok.returncode == 0 and ok.stdout.rstrip().endswith("sh job.sh"), ok.describe()
