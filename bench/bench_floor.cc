@@ -10,6 +10,7 @@
 #include <new>
 #include <utility>
 
+#include "bench/bench_run.h"
 #include "lib/base/reduce.h"
 
 namespace mtxcomm {
@@ -139,7 +140,7 @@ double FloorProbe::nodeExchange(size_t publish, size_t local, size_t recv, int r
                                 int reps) {
   publish = std::min(publish, sourceBytes_);
   local = std::min({local, publish, recvBytes_});
-  // Every rank takes the same steps (each ends in a flag barrier): they follow from the
+  // Every rank takes the same steps (its peers wait for its flags): they follow from the
   // node's largest exchange and the largest publishing (the layout of every segment).
   unsigned long long mine[2] = {std::max(publish, recv), publish}, largest[2] = {0, 0};
   MPI_Allreduce(mine, largest, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, node_);
@@ -158,14 +159,9 @@ double FloorProbe::nodeExchange(size_t publish, size_t local, size_t recv, int r
     const size_t steps = std::max<size_t>(1, (largest[0] + piece - 1) / piece);
     const size_t ring = std::clamp<size_t>(window / piece, 2, std::max<size_t>(2, steps));
     if (steps == 1 && piece < (size_t{1} << 40)) continue;  // the one-step shape below
-    for (int k = 0; k < reps; ++k) {
-      MPI_Barrier(node_);
-      const double t0 = MPI_Wtime();
-      exchangeSteps(publish, local, recv, root, fromRoot, steps, ring, largest[1]);
-      double mine = MPI_Wtime() - t0, slowest = 0;
-      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, node_);
-      best = std::min(best, slowest);
-    }
+    best = std::min(best, bestOfSlowest(node_, reps, [&] {
+                      exchangeSteps(publish, local, recv, root, fromRoot, steps, ring, largest[1]);
+                    }));
   }
   return best;
 }
@@ -256,18 +252,13 @@ double FloorProbe::linkExchange(size_t cross, int reps) {
     const int next = (me + 1) % nodes_, prev = (me + nodes_ - 1) % nodes_;
     if (linkSend_.size() < cross) linkSend_.assign(cross, 1), linkRecv_.assign(cross, 0);
     const size_t chunk = static_cast<size_t>(std::numeric_limits<int>::max() / 2);
-    for (int k = 0; k < reps; ++k) {
-      MPI_Barrier(leaders_);
-      const double t0 = MPI_Wtime();
+    best = bestOfSlowest(leaders_, reps, [&] {
       for (size_t done = 0; done < cross; done += chunk) {
         const int n = static_cast<int>(std::min(chunk, cross - done));
         MPI_Sendrecv(linkSend_.data() + done, n, MPI_BYTE, next, 7, linkRecv_.data() + done, n,
                      MPI_BYTE, prev, 7, leaders_, MPI_STATUS_IGNORE);
       }
-      double mine = MPI_Wtime() - t0, slowest = 0;
-      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, leaders_);
-      best = std::min(best, slowest);
-    }
+    });
   }
   MPI_Bcast(&best, 1, MPI_DOUBLE, worldOfNode_[0], node_);  // the leader's figure, node-wide
   return best;

@@ -89,19 +89,16 @@ class SizeRun {
   // The best over reps calls, each started together after a barrier, of the slowest rank's
   // seconds (valid on every rank). Not checked: the timed calls already were, with check.
   double bestCall(int reps) {
-    double best = std::numeric_limits<double>::infinity();
-    for (int k = 0; k < reps; ++k) {
-      if (ctx_.inPlace) desc_.fillInput(ctx_, layout_, bufs_);
-      if (ctx_.stream) toDevice();
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      call(false);
-      if (ctx_.stream) streamSync(ctx_.stream);
-      double mine = MPI_Wtime() - t0, slowest = 0;
-      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      best = std::min(best, slowest);
-    }
-    return best;
+    return bestOfSlowest(
+        MPI_COMM_WORLD, reps,
+        [this] {
+          call(false);
+          if (ctx_.stream) streamSync(ctx_.stream);
+        },
+        [this] {
+          if (ctx_.inPlace) desc_.fillInput(ctx_, layout_, bufs_);
+          if (ctx_.stream) toDevice();
+        });
   }
 
  private:
@@ -166,6 +163,21 @@ unsigned long long sumOverRanks(unsigned long long v) {
 }
 
 }  // namespace
+
+double bestOfSlowest(MPI_Comm comm, int reps, const std::function<void()>& timed,
+                     const std::function<void()>& prepare) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < reps; ++k) {
+    if (prepare) prepare();
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    timed();
+    double mine = MPI_Wtime() - t0, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    best = std::min(best, slowest);
+  }
+  return best;
+}
 
 MPI_Datatype mpiDatatype(mtxcomm_datatype_t dt) {
   switch (dt) {

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -58,6 +59,11 @@ struct Measurement {
   // the floor is measured (so "best / floor" compares like with like); -1 when not measured.
   double bestUs = -1;
 };
+
+// reps times: prepare (untimed), a barrier of comm, then timed; returns the best over reps of
+// the slowest rank's seconds in timed (the same on every rank of comm). Collective over comm.
+double bestOfSlowest(MPI_Comm comm, int reps, const std::function<void()>& timed,
+                     const std::function<void()>& prepare = {});
 
 // Collective over MPI_COMM_WORLD: allocates the buffers of layout (when a rank cannot, every
 // rank throws ReportedFailure), warms up, times and checks. A failing call aborts the job.
