@@ -38,8 +38,6 @@ PeerLiveness::PeerLiveness(const std::vector<std::string>& identities, int myRan
   }
 }
 
-namespace {
-
 // Whether process pid is gone: no such process, or a zombie (killed or exited, not yet reaped
 // by its parent: kill(pid, 0) still succeeds on it, so a launcher that reaps late would hide a
 // dead rank until the timeout).
@@ -57,8 +55,6 @@ bool processGone(long pid) {
   const char* close = std::strrchr(buf, ')');
   return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
-
-}  // namespace
 
 int PeerLiveness::findDeadPeer() {
   if (dead_ >= 0 || localPids_.empty()) return dead_;

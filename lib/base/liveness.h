@@ -14,6 +14,9 @@
 
 namespace mtxcomm {
 
+// Whether process pid (on this node) is gone: no such process, or a zombie not yet reaped.
+bool processGone(long pid);
+
 class PeerLiveness {
  public:
   PeerLiveness() = default;

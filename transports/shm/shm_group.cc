@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "lib/base/error.h"
+#include "lib/base/liveness.h"
 
 namespace mtxcomm {
 
@@ -643,8 +644,9 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
           const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
           // A peer that already got there may have finished and exited normally.
           const bool there = word(q) >= target;
-          if (!there && pid > 0 && pid != self && !cq.aborted.load() && kill(pid, 0) != 0 &&
-              errno == ESRCH) {
+          // A zombie is dead too: a launcher that reaps late (a parent waiting for another
+          // rank first) would otherwise hide it until the timeout.
+          if (!there && pid > 0 && pid != self && !cq.aborted.load() && processGone(pid)) {
             failPeer(q, what, false);
           }
           // A peer that destroyed its communicator before this call will never join it.
