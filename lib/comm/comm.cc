@@ -226,17 +226,17 @@ void Comm::failCall(const CollArgs& args, const std::string& what, const Error& 
   MTXCOMM_LOG(kError, me, msg);
   // Tell the peers this rank has left the collective, so that those waiting on it fail now
   // (naming this rank and, where the transport carries it, this error) instead of timing out.
-  abortWith(msg);
+  abortWith(msg, e.code());
   throw Error(e.code(), msg);
 }
 
-void Comm::abortWith(const std::string& reason) {
+void Comm::abortWith(const std::string& reason, mtxcomm_result_t code) {
   transport_->abort(reason);
-  if (shm_) shm_->abort(reason);
+  if (shm_) shm_->abort(reason, code);
   for (Comm* level : {local_.get(), cross_.get()}) {
     if (level) {
       level->poison(reason);
-      level->abortWith(reason);
+      level->abortWith(reason, code);
     }
   }
 }

@@ -108,7 +108,7 @@ class Comm {
   void poison(const std::string& message);
   void agreeTopology();
   // Tells the peers (and the levels' peers) that this rank left: transports and segments.
-  void abortWith(const std::string& reason);
+  void abortWith(const std::string& reason, mtxcomm_result_t code = MTXCOMM_REMOTE_ERROR);
   // The node-local and cross-node sub-communicators, built at the first hierarchical call.
   void ensureLevels();
 

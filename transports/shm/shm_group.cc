@@ -170,7 +170,8 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> rejected[kHistory];
   alignas(64) std::atomic<int64_t> pid;
   std::atomic<int> aborted;
-  std::atomic<int> left;  // destroyed its communicator (the process may live on)
+  std::atomic<int> abortCode;  // the mtxcomm_result_t it failed with, written before aborted
+  std::atomic<int> left;       // destroyed its communicator (the process may live on)
   char rejectReason[256];
   char reason[1024];
 };
@@ -387,7 +388,7 @@ void ShmGroup::wakeup() {
   futexWake(&c.wakeSeq);
 }
 
-void ShmGroup::abort(const std::string& reason) {
+void ShmGroup::abort(const std::string& reason, mtxcomm_result_t code) {
   Control& c = control(rank_);
   // The first abort's reason stands: a later one (the application aborting after the error it
   // was given) must not hide the root cause from peers that have not read it yet.
@@ -396,6 +397,7 @@ void ShmGroup::abort(const std::string& reason) {
   // rather than a message nesting every hop.
   std::snprintf(c.reason, sizeof(c.reason), "%s",
                 rootCause_.empty() ? reason.c_str() : rootCause_.c_str());
+  c.abortCode.store(rootCause_.empty() ? code : rootCode_, std::memory_order_relaxed);
   c.aborted.store(1, std::memory_order_release);
   published(c);
 }
@@ -412,9 +414,14 @@ void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
     for (int q = 0; q < size_; ++q) {
       if (q != rank_) checkPeerCall(q);
     }
+    // A disagreement only the aborting peer could see (alltoallv's per-pair counts are not in
+    // the call signature) is this rank's invalid usage too: the code travels with the reason.
     rootCause_ = c.reason;
-    fail(MTXCOMM_REMOTE_ERROR, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ",
-         "was in ", what, ")");
+    rootCode_ = c.abortCode.load(std::memory_order_relaxed) == MTXCOMM_INVALID_USAGE
+                    ? MTXCOMM_INVALID_USAGE
+                    : MTXCOMM_REMOTE_ERROR;
+    fail(rootCode_, "peer rank ", peer, " aborted: ", c.reason, " (while this rank ", "was in ",
+         what, ")");
   }
   if (c.left.load(std::memory_order_acquire)) {
     rootCause_ = strCat("rank ", peer, " destroyed its communicator after call #",

@@ -127,8 +127,11 @@ class ShmGroup {
   NotifyState waitNotify(const NotifyState& seen, Clock::time_point deadline);
   void wakeup();
 
-  // Marks this rank aborted with a reason, for the peers' waits.
-  void abort(const std::string& reason);
+  // Marks this rank aborted with a reason and the error it failed with, for the peers' waits.
+  // A peer whose wait finds this rank aborted with MTXCOMM_INVALID_USAGE (a disagreement only
+  // some ranks could see, e.g. alltoallv's per-pair counts) fails with MTXCOMM_INVALID_USAGE and
+  // this reason too; any other code makes it MTXCOMM_REMOTE_ERROR.
+  void abort(const std::string& reason, mtxcomm_result_t code = MTXCOMM_REMOTE_ERROR);
   // The token every wait checks (lib/base/cancel.h): a cancelled communicator's blocked call
   // ends within 50 ms.
   void setCancelToken(CancelTokenPtr token) { cancel_ = std::move(token); }
@@ -179,6 +182,7 @@ class ShmGroup {
   uint64_t lines_ = 0;           // line exchanges started
   uint64_t linesReadByAll_ = 0;  // every peer has read this many line exchanges (lower bound)
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
+  mtxcomm_result_t rootCode_ = MTXCOMM_REMOTE_ERROR;  // and the code it failed with
   CallSignature call_;
   CancelTokenPtr cancel_;
   bool oversubscribed_;
