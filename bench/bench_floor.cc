@@ -282,8 +282,14 @@ double FloorProbe::floorUs(const CollDescriptor& desc, const BenchContext& ctx, 
   const size_t publish = floorPublishBytes(desc, bytes, nodeRank_, nodeSize_, from);
   const size_t local =
       rootNodeRank >= 0 ? floorLocalBytes(desc, bytes, nodeRank_, nodeSize_, from, ctx.inPlace) : 0;
+  const size_t cross = floorCrossBytes(desc, bytes, nodes_, nodeSize_);
+  // Nothing to move on any rank (one rank, or a size of 0): the floor is 0, not the time of an
+  // empty exchange's synchronisation, which would make every ratio to it meaningless.
+  unsigned long long moves = recv + local + cross, anyMoves = 0;
+  MPI_Allreduce(&moves, &anyMoves, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  if (anyMoves == 0) return 0;
   double node = nodeExchange(publish, local, recv, from, rooted, reps);
-  const double link = linkExchange(floorCrossBytes(desc, bytes, nodes_, nodeSize_), reps);
+  const double link = linkExchange(cross, reps);
   double seconds = std::max(node, link), slowest = 0;
   MPI_Allreduce(&seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return slowest * 1e6;

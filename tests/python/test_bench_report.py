@@ -137,6 +137,21 @@ def test_the_floor_of_a_rooted_collective_at_three_ranks(tmp_path):
     assert all(r["floor_us"] > 0 for r in rows), rows
 
 
+def test_the_floor_of_one_rank_is_zero_and_has_no_ratio(tmp_path):
+    # One rank moves nothing: a floor of 0 and no ratio to it (an empty exchange's
+    # synchronisation, about 0.03 us, once made every ratio meaningless).
+    env = job_env()
+    out = tmp_path / "one.json"
+    p = subprocess.run(["mpirun", "-np", "1", BENCH, "allreduce", "-m", "4K:8K", "--floor",
+                        "--json", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["size"] for r in rows] == [4096, 8192]
+    for r in rows:
+        assert r["floor_us"] == 0 and "x_floor" not in r and "best_x_floor" not in r, r
+        assert r["avg_us"] > 0, r
+
+
 def test_index_html_renders_in_headless_chromium(report, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
