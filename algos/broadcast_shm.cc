@@ -12,9 +12,11 @@
 //   every other rank reads and writes it once — a pipelined two-copy broadcast.
 // Messages of at most 4 KiB go through a ring of 16 small slots per rank instead, so the root
 //   can run up to 16 broadcasts ahead of the slowest reader (more ranks than cores).
-// Before it returns, the root waits until every rank has entered the call (not until it has
-//   read it) and checks that each names the same root, count and datatype: a broadcast in which
-//   the ranks disagree on the root fails on every rank with MTXCOMM_INVALID_USAGE.
+// Before it returns, every rank waits until every other rank has entered the call (not until
+//   it has read it) and checks that each names the same root, count and datatype: a broadcast
+//   in which the ranks disagree on the root fails on every rank with MTXCOMM_INVALID_USAGE (a
+//   reader that checked only its root would return success beside a root that failed: ranks
+//   naming roots 0, 1, 1).
 // Example, n = 3, root 2: r2 writes the chunk into slot 2 and posts; r0 and r1 see the post and
 //   copy slot 2 out.
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
@@ -53,6 +55,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     } else {
       g.waitSmall(a.root, "broadcast (shm)");
       copyBytes(recv, g.smallSlot(a.root), a.count * es);
+      g.awaitArrivals("broadcast (shm)");
     }
     g.finishSmall();
     return;
@@ -75,7 +78,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     if (me == a.root && send != recv) copyBytes(recv + off * es, from, bytes);
     g.finishChunk();
   }
-  if (me == a.root) g.awaitArrivals("broadcast (shm)");
+  g.awaitArrivals("broadcast (shm)");
 }
 
 }  // namespace mtxcomm

@@ -533,6 +533,34 @@ TEST_F(Trust, BroadcastWhereEachRankNamesItselfRootIsAnError) {
       {MTXCOMM_INVALID_USAGE, MTXCOMM_INVALID_USAGE}, {"root"});
 }
 
+// Three ranks, two of which agree on a root the third does not name (roots 0,1,1 and 0,0,2),
+// small (the ring of small slots) and large (the chunked slots): every rank fails, the readers
+// that agree with their root included, as the root that saw the disagreement does.
+TEST_F(Trust, BroadcastWhereTwoRanksAgreeOnARootTheThirdDoesNotNameFailsEveryRank) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  for (const std::vector<int>& roots : {std::vector<int>{0, 1, 1}, std::vector<int>{0, 0, 2}}) {
+    for (const size_t count : {size_t{256}, size_t{1} << 18}) {
+      testing::runRanks(
+          3,
+          [&](mtxcomm_comm_t comm, int rank) {
+            ASSERT_TRUE(unwrapComm(comm)->hasShm());
+            std::vector<float> buf(count, static_cast<float>(rank + 1));
+            const auto start = Clock::now();
+            const mtxcomm_result_t rc = mtxcomm_broadcast(
+                buf.data(), buf.data(), count, MTXCOMM_FLOAT32, roots[rank], comm, nullptr);
+            EXPECT_LT(secondsSince(start), 3.0);
+            EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE)
+                << "rank " << rank << " root " << roots[rank] << " count " << count << ": "
+                << mtxcomm_get_last_error(comm);
+            EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "root"))
+                << mtxcomm_get_last_error(comm);
+          },
+          cfg);
+    }
+  }
+}
+
 TEST_F(Trust, BroadcastAgainstAllreduceIsAnError) {
   expectPromptError(
       [](mtxcomm_comm_t c, int rank, float* b) {

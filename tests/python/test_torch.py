@@ -451,6 +451,17 @@ def test_hvd_broadcast_alltoall_reducescatter():
     assert rs.shape == (2, 3) and rs.tolist() == [[SIZE * (SIZE + 1) / 2] * 3] * 2
 
 
+def test_hvd_alltoall_bad_splits_raise_before_anything_is_sent():
+    # A negative split adding up to dimension 0 ([5, -1, ...]), a short list and a wrong sum:
+    # ValueError on every rank, and the group stays in step (the next collective is right).
+    n = SIZE
+    for splits in ([5, -1] + [0] * (n - 2), [4] * (n - 1), [1] * n):
+        with pytest.raises(ValueError, match="do not split 4 rows over %d ranks" % n):
+            hvd.alltoall(torch.ones(4), splits=torch.tensor(splits))
+    total = hvd.allreduce(torch.full((2,), float(RANK)), op=hvd.Sum)
+    assert total.tolist() == [float(sum(range(n)))] * 2
+
+
 def test_hvd_objects_and_parameters():
     obj = hvd.broadcast_object({"rank": RANK, "list": list(range(RANK + 2))}, root_rank=0)
     gathered = hvd.allgather_object(("r", RANK))

@@ -425,6 +425,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     elif isinstance(splits, torch.Tensor):
         splits = splits.tolist()
     splits = [int(s) for s in splits]
+    # This rank's own bad splits are raised before anything is sent (the received counts are
+    # learnt by a first alltoall, which a negative split would poison on the other ranks).
+    if len(splits) != n or min(splits) < 0 or sum(splits) != t.shape[0]:
+        raise ValueError("mtxcomm.torch.alltoall: splits %s do not split %d rows over %d ranks "
+                         "(%d non-negative counts adding up to dimension 0)"
+                         % (splits, t.shape[0], n, n))
     row = int(torch.Size(t.shape[1:]).numel())
     b = _backend._Buf(t, what)
     holder = {}
