@@ -59,7 +59,7 @@ std::pair<size_t, size_t> parseSizeRange(const std::string& s) {
   const std::string maxText = colon == std::string::npos ? s : s.substr(colon + 1);
   const auto maxBytes = parseBytes(maxText);
   std::optional<size_t> minBytes = parseBytes(minText);
-  if (minText.empty() && maxBytes) minBytes = std::min<size_t>(4, *maxBytes);
+  if (colon == std::string::npos && maxBytes) minBytes = std::min<size_t>(4, *maxBytes);
   if (!maxBytes || !minBytes) {
     throw UsageError("-m " + s +
                      ": expected MIN:MAX or MAX in bytes, with an optional K, M, G or T suffix "

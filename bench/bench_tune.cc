@@ -149,20 +149,44 @@ LevelCost fitLevel(const std::vector<Point>& points, const std::string& level, L
     }
   }
   if (all.size() < 2) return dflt;
+  // Alpha alone with a given beta, on the points below the bandwidth points (all of them when
+  // every point is one), weighted by 1/time as the other fits.
+  const auto alphaWith = [&](double beta) {
+    double num = 0, den = 0;
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (isLarge[r] && large.size() < all.size()) continue;
+      const double w = yAll[r] > 0 ? 1.0 / yAll[r] : 1.0;
+      num += all[r][0] * std::max(yAll[r] - all[r][1] * beta, 0.0) * w * w;
+      den += all[r][0] * all[r][0] * w * w;
+    }
+    return den > 0 ? num / den : dflt.alpha;
+  };
+  if (bandwidthPointBytes > 0 && large.size() < 2) {
+    // No sizes large enough to pin the bandwidth term (a sweep of small sizes): a beta fitted
+    // to latency-bound points is noise (0 at worst: an infinitely fast link to the selector).
+    // The default beta stays, alpha is fitted with it.
+    return LevelCost{alphaWith(dflt.beta), dflt.beta, gamma};
+  }
   if (large.size() < 2 || all.size() - large.size() < 2) {
     const std::vector<double> x = fitLeastSquares(all, yAll);
-    return LevelCost{x[0], x[1], gamma};
+    if (x[1] > 0 && x[0] > 0) return LevelCost{x[0], x[1], gamma};
+    if (x[1] > 0) {
+      // An intercept of 0 (noise on the small points): the least per-message time measured.
+      double alpha = dflt.alpha;
+      bool first = true;
+      for (size_t r = 0; r < all.size(); ++r) {
+        if (all[r][0] <= 0 || yAll[r] <= 0) continue;
+        const double a = yAll[r] / all[r][0];
+        alpha = first ? a : std::min(alpha, a);
+        first = false;
+      }
+      return LevelCost{alpha, x[1], gamma};
+    }
+    return LevelCost{alphaWith(dflt.beta), dflt.beta, gamma};
   }
   const double beta = fitLeastSquares(large, yLarge)[1];
-  // Alpha alone on the small points with that beta, weighted by 1/time as the other fits.
-  double num = 0, den = 0;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (isLarge[r]) continue;
-    const double w = yAll[r] > 0 ? 1.0 / yAll[r] : 1.0;
-    num += all[r][0] * std::max(yAll[r] - all[r][1] * beta, 0.0) * w * w;
-    den += all[r][0] * all[r][0] * w * w;
-  }
-  return LevelCost{den > 0 ? num / den : dflt.alpha, beta, gamma};
+  return beta > 0 ? LevelCost{alphaWith(beta), beta, gamma}
+                  : LevelCost{alphaWith(dflt.beta), dflt.beta, gamma};
 }
 
 // Seconds per byte of the library's float32 sum on this CPU, on buffers of bytes bytes that

@@ -352,6 +352,32 @@ TEST(Api, RanksThatDisagreeGetAnErrorNotWrongData) {
       EXPECT_EQ(rc, MTXCOMM_REMOTE_ERROR) << msg;  // a peer that saw it first aborted
     }
   });
+  // A rank passing count 0 (nothing to move) where the other passes 4: both fail in this call.
+  runRanks(2, [](mtxcomm_comm_t comm, int rank) {
+    std::vector<float> x(4, 1.0f);
+    const mtxcomm_result_t rc = mtxcomm_allreduce(x.data(), x.data(), rank == 0 ? 0 : 4,
+                                                  MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr);
+    EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE) << "rank " << rank << ": " << mtxcomm_get_last_error(comm);
+  });
+  // Without shared memory, counts whose ring segments line up (1M and 512K floats with 1 MiB
+  // segments: every message is 1 MiB on both ranks): the message tags carry the call, so the
+  // ranks' messages never match and both fail, where the shorter rank returned success with
+  // half its result wrong.
+  Config cfg;
+  cfg.shm = "off";
+  cfg.timeoutSeconds = 1;
+  cfg.algo[static_cast<int>(Collective::kAllreduce)] = "ring";
+  runRanks(
+      2,
+      [](mtxcomm_comm_t comm, int rank) {
+        std::vector<float> x(rank == 0 ? size_t{1} << 20 : size_t{1} << 19, 1.0f);
+        const mtxcomm_result_t rc = mtxcomm_allreduce(x.data(), x.data(), x.size(), MTXCOMM_FLOAT32,
+                                                      MTXCOMM_SUM, comm, nullptr);
+        EXPECT_NE(rc, MTXCOMM_SUCCESS) << "rank " << rank;
+        const std::string msg = mtxcomm_get_last_error(comm);
+        if (rc == MTXCOMM_TIMEOUT) EXPECT_TRUE(contains(msg, "disagree on this call")) << msg;
+      },
+      cfg);
   // A call rejected on one rank only: the others must not pair it with that rank's next call.
   runRanks(2, [](mtxcomm_comm_t comm, int rank) {
     float x = 1.0f + rank, y = 10.0f * (rank + 1);

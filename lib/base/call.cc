@@ -59,6 +59,17 @@ CallSignature callSignature(const CollArgs& u, uint64_t seq) {
   return s;
 }
 
+int messageTag(const CallSignature& s, int maxTag) {
+  // splitmix64's finaliser (Steele, Lea, Flood: "Fast splittable pseudorandom number
+  // generators", OOPSLA 2014) over the signature's two words.
+  uint64_t h = s.kind * 0x9e3779b97f4a7c15ull ^ s.count;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  const uint64_t range = static_cast<uint64_t>(maxTag) + 1;
+  return static_cast<int>((s.seq + h) % range);
+}
+
 std::string describeCall(const CallSignature& s) {
   const auto coll = static_cast<Collective>(s.kind & 0xff);
   const auto dt = static_cast<mtxcomm_datatype_t>((s.kind >> 8) & 0xff);

@@ -87,6 +87,14 @@ inline const char* callName(const CollArgs& a) {
 CallSignature callSignature(const CollArgs& args, uint64_t seq);
 // "allreduce(count 4, float32, sum) as call #7".
 std::string describeCall(const CallSignature& s);
+// The tag of a call's point-to-point messages, in [0, maxTag]: its sequence number plus a hash
+// of its collective, datatype, op, root and count. Ranks that disagree on a call in a way that
+// keeps every message's size (counts whose segments line up: 1M floats on one rank, 512K on
+// the other, with 1 MiB segments) post receives that never match the other's sends, so the
+// call fails (MTXCOMM_TIMEOUT) instead of returning a wrong result; a disagreement slips through
+// only when the two hashes collide (1 in maxTag + 1). Consecutive calls of one signature have
+// consecutive tags.
+int messageTag(const CallSignature& s, int maxTag);
 
 }  // namespace mtxcomm
 

@@ -61,7 +61,7 @@ void Comm::run(const CollArgs& user) {
   const int n = size(), me = rank();
   // Every call counts, also one rejected below: if only some ranks reject it, their next call
   // carries a different sequence number than the others' current one, so the ranks never pair
-  // different calls (the sequence is the message tag and part of the shm call signature).
+  // different calls (the sequence is in the message tag and in the shm call signature).
   ++seq_;
   bool onDevice = false;
   try {
@@ -90,6 +90,17 @@ void Comm::run(const CollArgs& user) {
   if (n == 1 || nothing) {
     lastAlgorithm_ = "local";
     lastPredicted_ = 0.0;
+    if (n > 1 && shm_) {
+      // Nothing moves, but over shared memory the ranks still compare the call: a rank passing
+      // count 0 where the others pass 4 fails with them, not one call later.
+      try {
+        shm_->setTimeout(config_.timeoutSeconds);
+        shm_->awaitArrivals(coll);
+      } catch (const Error& e) {
+        failCall(user, "no data, transport shm", e);
+      }
+      return;
+    }
     const size_t es = datatypeSize(user.dtype);
     if (user.isAlltoallv()) {
       if (user.sendcounts[0] > 0) {
@@ -161,7 +172,8 @@ bool Comm::runAlgorithm(const CollArgs& args) {
       MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
                   schedule.toString());
     }
-    executeSchedule(schedule, *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
+    executeSchedule(schedule, *transport_,
+                    messageTag(callSignature(currentCall_, seq_), Transport::kMaxTag),
                     config_.timeoutSeconds);
     return false;
   } catch (const Error& e) {
@@ -222,6 +234,12 @@ void Comm::failCall(const CollArgs& args, const std::string& what, const Error& 
   const int n = size(), me = rank();
   std::string msg =
       strCat("rank ", me, " of ", n, ": ", callName(args), " (", what, "): ", e.what());
+  if (e.code() == MTXCOMM_TIMEOUT && !shm_) {
+    // Over a transport the call is in the messages' tags only (lib/base/call.h, messageTag).
+    msg +=
+        " (a peer slower than MTXCOMM_TIMEOUT, or ranks that disagree on this call: count, "
+        "datatype, op or root)";
+  }
   poison(msg);
   MTXCOMM_LOG(kError, me, msg);
   // Tell the peers this rank has left the collective, so that those waiting on it fail now

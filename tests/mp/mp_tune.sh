@@ -10,6 +10,12 @@ file=$dir/tuning.json
 timeout 120 "$mpiexec" -np 2 --oversubscribe "$bench" tune -o "$file" -m 8:16K | tee "$dir/tune.out"
 grep -q '"format": "mtxcomm-tuning-1"' "$file" || { echo "FAIL: no tuning file"; exit 1; }
 grep -q 'intra_node' "$dir/tune.out" || { echo "FAIL: no intra_node points"; exit 1; }
+# A sweep of small sizes cannot pin a bandwidth term: every beta stays positive (the default
+# where nothing large was measured), never 0, an infinitely fast link to the selector.
+python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))
+for level in ("intra_node", "inter_node"):
+    assert t[level]["beta"] > 0 and t[level]["alpha"] > 0, (level, t[level])' "$file" \
+  || { echo "FAIL: a beta or alpha of 0 in the tuning file"; exit 1; }
 MTXCOMM_TUNING_FILE=$file timeout 60 "$mpiexec" -np 2 --oversubscribe -x MTXCOMM_TUNING_FILE \
   "$bench" allreduce -m 1K:4K -c --predict -i 5 | tee "$dir/bench.out"
 grep -q 'Predicted(us)' "$dir/bench.out" || { echo "FAIL: no Predicted column"; exit 1; }

@@ -181,3 +181,12 @@ def test_report_refuses_sizes_from_0_bytes_before_measuring(tmp_path, sizes):
     assert p.returncode != 0
     assert "report -m %s: the sizes must start at 1 byte or more" % sizes in p.stderr, p.stderr
     assert not (tmp_path / "r" / "results.json").exists()
+
+
+@pytest.mark.parametrize("sizes", [":4", "4:", ":", "4:x"])
+def test_a_size_range_missing_a_bound_is_refused(sizes):
+    # MIN:MAX needs both; MAX alone (no colon) means 4:MAX.
+    p = subprocess.run([BENCH, "allreduce", "-m", sizes], env=job_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0
+    assert "-m %s: expected MIN:MAX or MAX in bytes" % sizes in p.stderr, p.stderr

@@ -665,6 +665,10 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
         }
         for (int q = 0; q < size_; ++q) {
           if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
+            // A peer's abort seen after p got there (p left a barrier and aborted its next
+            // call, or q did after meeting p there): this wait is over, the abort is the next
+            // wait's. The acquire above makes p's word, stored before that abort, visible.
+            if (word(p) >= target) return;
             failPeer(q, what, false);
           }
         }
@@ -679,7 +683,7 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
       }
       c.sleepers.fetch_sub(1, std::memory_order_relaxed);
       if (cancel_) cancel_->check();
-      if (c.aborted.load(std::memory_order_acquire)) failPeer(p, what, false);
+      if (c.aborted.load(std::memory_order_acquire) && word(p) < target) failPeer(p, what, false);
       if (word(p) < target) checkPeerCall(p);
     }
   }
