@@ -61,6 +61,9 @@ std::string describeTensors(const Request& r) {
 }  // namespace
 
 std::string describeRequest(const Request& r) {
+  if (r.kind == Kind::kAllreduce && r.root == kRefusedRoot) {
+    return "a call it refused before sending anything (its own arguments; its error says why)";
+  }
   std::ostringstream s;
   s << kindName(r.kind);
   if (r.kind == Kind::kAllreduce || r.kind == Kind::kReduceScatter) s << "(" << opName(r.op) << ")";

@@ -56,7 +56,12 @@ struct Status {
   bool ok() const { return code == MTXCOMM_SUCCESS; }
 };
 
-// "allreduce(sum) of float32[2,3]", for errors.
+// The root of the request a rank submits in place of a call it refused before submitting
+// (its own bad arguments: the torch backend's placeholder, an allreduce of int8[0]), so that
+// the others' call fails at once: allreduce has no root, no real call sets it.
+constexpr int kRefusedRoot = -1;
+
+// "allreduce(sum) of float32[2,3]", for errors; "a call it refused ..." for a placeholder.
 std::string describeRequest(const Request& r);
 // "rank 3" or "ranks 1,2".
 std::string rankList(const std::vector<int>& ranks);

@@ -480,8 +480,10 @@ class _Submitter:
         """Takes the next name with a request no real call makes; waits for it (bounded)."""
         empty = torch.empty(0, dtype=torch.int8)
         try:
+            # root -1: kRefusedRoot (bindings/common/request.h), which the others' error names
+            # as a call this rank refused.
             p = self.submit(_core.KIND_ALLREDUCE, [empty.data_ptr()], _code(empty, "placeholder"),
-                            [[0]], [empty.data_ptr()], [[0]])
+                            [[0]], [empty.data_ptr()], [[0]], root=-1)
         except Exception:  # noqa: BLE001 - the caller's own error is the one to raise
             return
         p.wait(-1.0 if self.timeout is None else self.timeout)
