@@ -326,6 +326,28 @@ TEST(Api, BoolAvgIsRejectedOnEveryReducingCollective) {
   });
 }
 
+// A forced allgather algorithm is the caller's: the setup's own allgather (the topology,
+// before any shared-memory segment exists) takes the automatic choice, with no warning that
+// shm cannot run, and the caller's allgathers then run shm.
+TEST(Api, ForcedShmAllgatherIsNotWarnedAboutAtSetup) {
+  Config cfg;
+  cfg.algo[static_cast<int>(Collective::kAllgather)] = "shm";
+  ::testing::internal::CaptureStderr();
+  runRanks(
+      2,
+      [](mtxcomm_comm_t comm, int rank) {
+        float mine = static_cast<float>(rank + 1), all[2] = {0, 0};
+        ASSERT_EQ(mtxcomm_allgather(&mine, all, 1, MTXCOMM_FLOAT32, comm, nullptr),
+                  MTXCOMM_SUCCESS);
+        EXPECT_EQ(all[0], 1.0f);
+        EXPECT_EQ(all[1], 2.0f);
+        EXPECT_STREQ(mtxcomm_comm_last_algorithm(comm), "shm");
+      },
+      cfg);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(contains(err, "cannot run")) << err;
+}
+
 TEST(Api, ZeroCountSucceedsWithNullBuffersAndKeepsRanksInStep) {
   runRanks(4, [](mtxcomm_comm_t comm, int rank) {
     EXPECT_EQ(mtxcomm_allreduce(nullptr, nullptr, 0, MTXCOMM_FLOAT32, MTXCOMM_SUM, comm, nullptr),

@@ -444,7 +444,18 @@ void Comm::agreeTopology() {
   ag.recvbuf = all.data();
   ag.count = sizeof(Contribution);
   ag.dtype = MTXCOMM_UINT8;
-  run(ag);
+  // The automatic choice: a forced MTXCOMM_ALLGATHER_ALGO (shm, say) is for the caller's
+  // allgathers, and no shared-memory segment exists yet (it warned that shm cannot run).
+  std::string& forced = config_.algo[static_cast<int>(Collective::kAllgather)];
+  const std::string userChoice = forced;
+  forced = "auto";
+  try {
+    run(ag);
+  } catch (...) {
+    forced = userChoice;
+    throw;
+  }
+  forced = userChoice;
   std::vector<RankSummary> summaries;
   for (const Contribution& c : all) summaries.push_back(c.summary);
   topo_ = Topology(std::move(summaries));
