@@ -322,6 +322,12 @@ int runTune(mtxcomm_comm_t handle, const std::string& outPath, size_t minBytes, 
         "# inter_node: alpha %.3g s, beta %.3g s/B, gamma %.3g s/B\n",
         fitted.intra.alpha, fitted.intra.beta, fitted.intra.gamma, fitted.inter.alpha,
         fitted.inter.beta, fitted.inter.gamma);
+    if (fitted.inter.beta == defaults.inter.beta) {
+      std::printf(
+          "# inter_node: beta is the library's default (no size of %zu bytes or more "
+          "to fit it to: widen -m)\n",
+          kBandwidthPointBytes);
+    }
     std::ofstream f(outPath);
     f << tuningFileJson(fitted, info.dump());
     if (!f) {

@@ -16,6 +16,8 @@ python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))
 for level in ("intra_node", "inter_node"):
     assert t[level]["beta"] > 0 and t[level]["alpha"] > 0, (level, t[level])' "$file" \
   || { echo "FAIL: a beta or alpha of 0 in the tuning file"; exit 1; }
+grep -q "inter_node: beta is the library's default" "$dir/tune.out" \
+  || { echo "FAIL: the kept default beta is not said"; exit 1; }
 MTXCOMM_TUNING_FILE=$file timeout 60 "$mpiexec" -np 2 --oversubscribe -x MTXCOMM_TUNING_FILE \
   "$bench" allreduce -m 1K:4K -c --predict -i 5 | tee "$dir/bench.out"
 grep -q 'Predicted(us)' "$dir/bench.out" || { echo "FAIL: no Predicted column"; exit 1; }
