@@ -75,14 +75,14 @@
  * with a wrong result (unless two 15-bit hashes collide); a rank that exchanged nothing with one
  * (a third rank of a broadcast whose root it agrees with, a rank passing count 0, which moves
  * nothing) may return MTXCOMM_SUCCESS with the right result for its own call. On any error the
- * receive buffer's contents are undefined (partly written). A peer that dies, or that does not answer within MTXCOMM_TIMEOUT seconds (0.001 to
- * 31536000), turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned:
- * later collectives return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it
- * and build a new one. A rank that fails tells its peers over shared memory and TCP (they fail at
- * once, quoting the root cause); over MPI across nodes they fail at their timeout.
- * mtxcomm_get_last_error() returns the detailed message of the last failed call (it names this
- * rank, the peer, the collective and the algorithm); it is not cleared by later successes.
- * The library never calls abort() or exit().
+ * receive buffer's contents are undefined (partly written). A peer that dies, or that does not
+ * answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000), turns into MTXCOMM_REMOTE_ERROR or
+ * MTXCOMM_TIMEOUT; the communicator is then poisoned: later collectives return
+ * MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and build a new one. A
+ * rank that fails tells its peers over shared memory and TCP (they fail at once, quoting the root
+ * cause); over MPI across nodes they fail at their timeout. mtxcomm_get_last_error() returns the
+ * detailed message of the last failed call (it names this rank, the peer, the collective and the
+ * algorithm); it is not cleared by later successes. The library never calls abort() or exit().
  *
  * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
  * be used concurrently from distinct threads. Safe from any thread at any time, also while
