@@ -92,5 +92,44 @@ TEST(Api, AbortedPeerIsARemoteErrorNamingIt) {
   }
 }
 
+// An event-driven engine sleeps in mtxcomm_comm_wait_notify while it waits for a peer's work;
+// a peer that aborts sends no notification, so the wait itself must notice (and, over the
+// same check, a peer process that died: tests/shm's idle_kill test).
+TEST(Api, AnIdleWaitForNotificationsEndsWhenAPeerAborts) {
+  Config cfg;
+  cfg.timeoutSeconds = 20;
+  auto comms = makeInprocComms(3, cfg);
+  std::vector<mtxcomm_result_t> rc(2, MTXCOMM_SUCCESS);
+  std::vector<std::string> msg(2);
+  std::vector<double> secs(2, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      unwrapComm(comms[r])->setup(nullptr);
+      ASSERT_EQ(mtxcomm_barrier(comms[r]), MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comms[r]);
+      if (r == 2) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        mtxcomm_comm_abort(comms[2]);
+        return;
+      }
+      mtxcomm_notify_state_t seen{}, now{};
+      ASSERT_EQ(mtxcomm_comm_notify_state(comms[r], &seen), MTXCOMM_SUCCESS)
+          << mtxcomm_get_last_error(comms[r]);
+      const auto t0 = std::chrono::steady_clock::now();
+      rc[r] = mtxcomm_comm_wait_notify(comms[r], &seen, 60.0, &now);
+      secs[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      msg[r] = mtxcomm_get_last_error(comms[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rc[r], MTXCOMM_REMOTE_ERROR) << "rank " << r << ": " << msg[r];
+    EXPECT_TRUE(contains(msg[r], "peer rank 2 aborted")) << msg[r];
+    // Not a speed check: well before the 60 s the wait was given (checks every 200 ms).
+    EXPECT_LT(secs[r], 30.0);
+    mtxcomm_comm_destroy(comms[r]);
+  }
+}
+
 }  // namespace
 }  // namespace mtxcomm

@@ -122,7 +122,8 @@ class Engine {
 
   // Engine-thread state.
   mtxcomm_comm_t comm_ = nullptr;
-  bool notifies_ = false;  // the communicator carries notifications (one node, shm)
+  bool notifies_ = false;     // the communicator carries notifications (one node, shm)
+  bool peerTrouble_ = false;  // the idle wait found a peer dead or aborted: exchange at once
   std::unique_ptr<Negotiation> negotiation_;
   std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
@@ -171,6 +172,7 @@ Status Engine::init() {
   }
   mtxcomm_notify_state_t probe;
   notifies_ = mtxcomm_comm_notify_state(comm, &probe) == MTXCOMM_SUCCESS;
+  peerTrouble_ = false;
   comm_ = comm;
   rank = r;
   size = n;
@@ -283,7 +285,10 @@ void Engine::waitForWork() {
     }
     mtxcomm_notify_state_t now_{};
     if (mtxcomm_comm_wait_notify(comm_, &seen, std::max(0.0, wait), &now_) != MTXCOMM_SUCCESS) {
-      return;  // the next cycle's collective reports what went wrong
+      // A peer died or aborted while this rank slept (or the wait itself failed): nobody will
+      // notify this rank, so the next cycle runs its exchange, whose error names the peer.
+      peerTrouble_ = true;
+      return;
     }
   }
 }
@@ -354,7 +359,7 @@ bool Engine::cycle() {
     msg.cancelled = negotiation_->stallVerdicts(stallTimeoutSeconds_, &nextStallCheck_);
   }
   if (notifies_) {
-    const bool reason = !fresh.empty() || wantShutdown || !msg.cancelled.empty();
+    const bool reason = !fresh.empty() || wantShutdown || !msg.cancelled.empty() || peerTrouble_;
     if (reason) {
       mtxcomm_comm_notify(comm_, cycles_ + 1);  // every rank joins this cycle promptly
     } else {
@@ -375,6 +380,7 @@ bool Engine::cycle() {
   std::vector<int> shutdownRanks;
   std::vector<Cancelled> cancelled;
   if (!exchange(msg, &shutdownRanks, &cancelled)) return false;
+  peerTrouble_ = false;
   ++cycles_;
   const auto agreedAt = Clock::now();
   if (timeline_) {

@@ -245,7 +245,10 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_cpu_share(mtxcomm_comm_t comm, int* co
  * and stores the new state in *now. Take *seen with mtxcomm_comm_notify_state before checking
  * your own work queue, so that no wakeup is lost. notify and wait_notify: the thread that uses
  * comm; notify_state and wakeup: any thread. Available where the communicator's ranks share a
- * node and its shared-memory segment; MTXCOMM_UNSUPPORTED otherwise (then poll). */
+ * node and its shared-memory segment; MTXCOMM_UNSUPPORTED otherwise (then poll).
+ * mtxcomm_comm_wait_notify returns MTXCOMM_REMOTE_ERROR when a peer aborted or its process died
+ * (without destroying its communicator) while this rank slept: no peer will notify it, so run
+ * the next exchange, whose error names that peer. Sleeps are checked every 200 ms. */
 typedef struct {
   uint64_t token; /* changes with every wakeup or notification */
   uint64_t cycle; /* the highest cycle a peer asked this rank to join */

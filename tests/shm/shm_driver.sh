@@ -10,6 +10,8 @@
 #   shm_driver.sh tiny JOB                       /dev/shm of 64 KiB: init fails cleanly;
 #                                                MTXCOMM_SHM=off works there
 #   shm_driver.sh kill JOB NP MPIEXEC            a rank SIGKILLs itself in a 4 MiB shm allreduce
+#   shm_driver.sh idle-kill JOB NP               a rank SIGKILLs itself while the others sleep
+#                                                in mtxcomm_comm_wait_notify (an idle engine)
 #   shm_driver.sh perf JOB MPIEXEC               8 ranks x 200 checked 1 MiB allreduces < 60 s
 #
 # Leak checks: each rank reports the segment it maps (from /proc/self/maps); after the job
@@ -310,6 +312,30 @@ case $mode in
     echo "PASS: $victim survivors got MTXCOMM_REMOTE_ERROR naming rank $victim within" \
       "$max_elapsed s"
     ;;
+  idle-kill)
+    exe=$2 np=$3
+    victim=$((np - 1))
+    echo "$np processes over the store; rank $victim SIGKILLs itself while the others are idle"
+    # The store's processes are this shell's children, reaped only by wait_ranks: the victim is
+    # a zombie while the survivors look, as under a launcher that reaps late.
+    start_file_ranks "$np" "$exe" idle-kill "$workdir"
+    wait_ranks 90
+    show_ranks "$np"
+    bad=0
+    for ((r = 0; r < victim; ++r)); do
+      f=$workdir/rank$r.txt
+      [[ -f $f ]] || die "rank $r wrote no outcome"
+      check_kill_outcome "$f" "$r" "$victim" 5 '^4$' '4 (MTXCOMM_REMOTE_ERROR)' || bad=1
+      next=$(sed -n 's/^next //p' "$f")
+      if ! [[ $next =~ ^4\ .*rank\ $victim([^0-9]|$) ]]; then
+        echo "FAIL: rank $r: the allreduce after the idle wait gave '$next'," \
+          "expected code 4 naming rank $victim"
+        bad=1
+      fi
+    done
+    ((bad == 0)) || exit 1
+    echo "PASS: $victim idle survivors got MTXCOMM_REMOTE_ERROR naming rank $victim within 5 s"
+    ;;
   perf)
     exe=$2 mpiexec=$3
     bound=60
@@ -333,6 +359,6 @@ case $mode in
     echo "PASS"
     ;;
   *)
-    die "usage: $0 leak-normal|leak-abort|leak-killall|leak-setup|perm|tiny|kill|perf ..."
+    die "usage: $0 leak-normal|leak-abort|leak-killall|leak-setup|perm|tiny|kill|idle-kill|perf ..."
     ;;
 esac

@@ -22,6 +22,11 @@
 //                            into its fourth iteration (writing OUTDIR/kill_time first); the
 //                            survivors write code, elapsed seconds since the kill and the
 //                            message into OUTDIR/rank<R>.txt.
+//   idle-kill                after a barrier, the last rank SIGKILLs itself 300 ms later while
+//                            the others sleep in mtxcomm_comm_wait_notify (60 s timeout), as an
+//                            idle framework engine does; that wait must end with an error, and
+//                            the survivors' next allreduce too (OUTDIR/rank<R>.txt: the wait's
+//                            code, elapsed and message, then "next <code> <message>").
 //   perf ITERS FLOATS        ITERS checked allreduces of FLOATS float32; rank 0 prints the time.
 // Exit code: 0 when this rank saw what its mode expects, 1 otherwise (with a "FAIL" line).
 #include <signal.h>
@@ -199,6 +204,39 @@ int runKill(mtxcomm_comm_t comm, int rank, int n, const std::string& outdir, int
   _exit(0);  // no MPI_Finalize: a peer is gone
 }
 
+int runIdleKill(mtxcomm_comm_t comm, int rank, int n, const std::string& outdir) {
+  const int victim = n - 1;
+  if (mtxcomm_barrier(comm) != MTXCOMM_SUCCESS) {
+    return failed(rank, std::string("barrier: ") + mtxcomm_get_last_error(comm));
+  }
+  if (rank == victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    startSelfKill(outdir);
+    for (;;) pause();
+  }
+  mtxcomm_result_t rc = MTXCOMM_SUCCESS;
+  const double deadline = wallSeconds() + 60;
+  while (rc == MTXCOMM_SUCCESS && wallSeconds() < deadline) {
+    mtxcomm_notify_state_t seen{}, now{};
+    if (mtxcomm_comm_notify_state(comm, &seen) != MTXCOMM_SUCCESS) {
+      return failed(rank, std::string("notify_state: ") + mtxcomm_get_last_error(comm));
+    }
+    rc = mtxcomm_comm_wait_notify(comm, &seen, deadline - wallSeconds(), &now);
+  }
+  std::string text = survivorOutcome(rc, comm, outdir);
+  std::vector<float> send(1024), recv(1024);
+  fillInput(send, rank);
+  const mtxcomm_result_t next = allreduce(send, recv, comm);
+  text +=
+      "next " + std::to_string(static_cast<int>(next)) + " " + mtxcomm_get_last_error(comm) + "\n";
+  writeFile(outcomePath(outdir, rank), text);
+  std::printf("rank %d: %s", rank, text.c_str());
+  std::fflush(stdout);
+  waitForSurvivors(outdir, victim);
+  mtxcomm_comm_abort(comm);
+  _exit(0);
+}
+
 int runPerf(mtxcomm_comm_t comm, int rank, int n, int iters, size_t floats) {
   std::vector<float> send(floats), recv(floats);
   fillInput(send, rank);
@@ -231,7 +269,8 @@ int runPerf(mtxcomm_comm_t comm, int rank, int n, int iters, size_t floats) {
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s init|collectives|abort|loop|kill|perf OUTDIR [ARGS...]\n",
+    std::fprintf(stderr,
+                 "usage: %s init|collectives|abort|loop|kill|idle-kill|perf OUTDIR [ARGS...]\n",
                  argv[0]);
     return 2;
   }
@@ -263,6 +302,7 @@ int main(int argc, char** argv) {
   if (mode == "abort") return runAbort(comm, rank, n, outdir);
   if (mode == "loop") return runLoop(comm, rank, n, outdir);
   if (mode == "kill") return runKill(comm, rank, n, outdir, static_cast<int>(arg(3, 4)));
+  if (mode == "idle-kill") return runIdleKill(comm, rank, n, outdir);
   if (mode == "perf") {
     return runPerf(comm, rank, n, static_cast<int>(arg(3, 200)),
                    static_cast<size_t>(arg(4, 1 << 18)));

@@ -373,12 +373,36 @@ ShmGroup::NotifyState ShmGroup::notifyState() const {
 
 ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_point deadline) {
   Control& c = control(rank_);
-  for (;;) {
+  // A peer that dies or aborts while this rank sleeps here sends no notification: every
+  // kIdleCheck of sleep, look for one, so that an engine waiting for a peer's submission (which
+  // will never come) runs its next exchange and fails naming that peer, instead of sleeping
+  // until its stall timeout. The first slice checks nothing: a busy engine pays no system call.
+  constexpr auto kIdleCheck = std::chrono::milliseconds(200);
+  const pid_t self = static_cast<pid_t>(c.pid.load(std::memory_order_relaxed));
+  for (bool slept = false;; slept = true) {
     const NotifyState now = notifyState();
     if (now.token != seen.token || now.cycle != seen.cycle) return now;
+    if (slept) {
+      for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        Control& cq = control(q);
+        if (cq.aborted.load(std::memory_order_acquire)) {
+          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", q,
+               " aborted while this rank was idle: ", cq.reason);
+        }
+        // A peer that destroyed its communicator first (an orderly exit) is not a dead one.
+        const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
+        if (!cq.left.load(std::memory_order_acquire) && pid > 0 && pid != self &&
+            processGone(pid)) {
+          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", q, " (pid ", pid,
+               ", on this node) has exited while this rank was idle");
+        }
+      }
+    }
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return now;
-    futexWait(&c.wakeSeq, static_cast<uint32_t>(seen.token), left);
+    futexWait(&c.wakeSeq, static_cast<uint32_t>(seen.token),
+              std::min<Clock::duration>(left, kIdleCheck));
   }
 }
 

@@ -116,8 +116,10 @@ class ShmGroup {
   // highest asked is kept) and wakes its waiter; wakeup() wakes this rank's waiter (any thread
   // of this process). waitNotify sleeps on a futex until the state differs from seen (taken
   // with notifyState() before the caller checked its own work, so no wakeup is lost) or the
-  // deadline, and returns the new state. notify and waitNotify: the thread that uses the
-  // group; notifyState and wakeup: any thread.
+  // deadline, and returns the new state; it throws MTXCOMM_REMOTE_ERROR when, after its first
+  // 200 ms of sleep, a peer is found aborted or its process gone without having destroyed its
+  // communicator (the next collective names it). notify and waitNotify: the thread that uses
+  // the group; notifyState and wakeup: any thread.
   struct NotifyState {
     uint64_t token = 0;  // changes with every wakeup or notification
     uint64_t cycle = 0;  // the highest cycle a peer asked this rank to join
