@@ -213,6 +213,7 @@ void Engine::shutdown() {
 void Engine::enqueue(Entry e) {
   e.submitted = Clock::now();
   Status refuse;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!thread_.joinable()) {
@@ -236,16 +237,18 @@ void Engine::enqueue(Entry e) {
         }
         done(st);
       };
-      const bool wasEmpty = submitted_.empty();
+      wake = submitted_.empty();
       submitted_.push_back(std::move(e));
-      if (wasEmpty) {
-        cv_.notify_all();
-        if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
-      }
-      return;
     }
   }
-  e.done(refuse);
+  if (wake) {
+    // After unlocking: a woken engine thread takes mu_ first thing, and on a rank with one core
+    // it would run, find mu_ held, and sleep again (two more context switches per call).
+    cv_.notify_all();
+    if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
+    return;
+  }
+  if (!refuse.ok()) e.done(refuse);
 }
 
 void Engine::loop() {
