@@ -81,8 +81,8 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
       g.finishChunk();
       continue;
     }
-    reduceChunkSliced(a, g, set, in, len, "allreduce (shm)");
-    copyOutSlices(g, set, len, es, recv + off * es);
+    const bool own = reduceChunkSliced(a, g, set, in, len, "allreduce (shm)", recv + off * es);
+    copyOutSlices(g, set, len, es, recv + off * es, own);
     g.finishChunk();
   }
 }

@@ -2,6 +2,7 @@
 #ifndef MTXCOMM_ALGOS_SHM_CHUNKS_H_
 #define MTXCOMM_ALGOS_SHM_CHUNKS_H_
 
+#include <algorithm>
 #include <cstddef>
 
 #include "algos/patterns.h"
@@ -45,8 +46,16 @@ inline size_t sliceBytes(size_t len, int n, int q, size_t es) {
 // reduces slice r in rank order — its own operand read in place from `in` — into the (unused)
 // slice-r position of its own slot; barrier. On return reduced slice q lies at
 // slot(set, q) + sliceOffset(q), computed once, so every reader gets the same bits.
-inline void reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const char* in, size_t len,
-                              const char* what) {
+// out, when given (this rank's output for the chunk, e.g. allreduce's receive buffer), also
+// gets this rank's own reduced slice: reduced there block by block, each block then copied to
+// the slot while it is in L1 (one read of the slice less than reducing into the slot and
+// copying out of it afterwards); copyOutSlices(..., skipOwn = true) then copies only the
+// others' slices. Not where out's slice is this rank's input and this rank is not among the
+// first two operands (the in-place case: the running sum would overwrite an operand not yet
+// read); there the slot takes the sum and out is left alone (returns false).
+inline constexpr size_t kOwnSliceBlockBytes = 8 << 10;
+inline bool reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const char* in, size_t len,
+                              const char* what, char* out = nullptr) {
   const int n = g.size(), me = g.rank();
   const size_t es = a.elemSize;
   char* mine = g.slot(set, me);
@@ -57,19 +66,37 @@ inline void reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const cha
   g.barrier(what);
   const size_t at = sliceOffset(len, n, me, es), cnt = sliceBytes(len, n, me, es) / es;
   auto operand = [&](int q) -> const char* { return q == me ? in + at : g.slot(set, q) + at; };
-  char* dst = mine + at;
-  reduceBuffers(a.dtype, a.op, dst, operand(0), operand(1), cnt);
-  for (int q = 2; q < n; ++q) reduceBuffers(a.dtype, a.op, dst, dst, operand(q), cnt);
   // MTXCOMM_AVG: the owner divides its slice while it is in cache; every reader gets the
   // quotient's bits, as it got the sum's.
-  if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, cnt, a.avgDivisor);
+  auto reduceInto = [&](char* dst, size_t from, size_t count) {
+    const size_t b = from * es;
+    reduceBuffers(a.dtype, a.op, dst + b, operand(0) + b, operand(1) + b, count);
+    for (int q = 2; q < n; ++q)
+      reduceBuffers(a.dtype, a.op, dst + b, dst + b, operand(q) + b, count);
+    if (a.avgDivisor > 0) divideBuffer(a.dtype, dst + b, count, a.avgDivisor);
+  };
+  const bool own = out && (out + at != in + at || me < 2);
+  if (own) {
+    const size_t block = std::max<size_t>(1, kOwnSliceBlockBytes / es);
+    for (size_t i = 0; i < cnt; i += block) {
+      const size_t k = std::min(block, cnt - i);
+      reduceInto(out + at, i, k);
+      copyBytes(mine + at + i * es, out + at + i * es, k * es);
+    }
+  } else {
+    reduceInto(mine + at, 0, cnt);
+  }
   g.barrier(what);
+  return own;
 }
 
-// Copies the n reduced slices of a chunk (after reduceChunkSliced) to out.
-inline void copyOutSlices(ShmGroup& g, int set, size_t len, size_t es, char* out) {
+// Copies the n reduced slices of a chunk (after reduceChunkSliced) to out; skipOwn: not this
+// rank's own (reduceChunkSliced put it there already).
+inline void copyOutSlices(ShmGroup& g, int set, size_t len, size_t es, char* out,
+                          bool skipOwn = false) {
   const int n = g.size();
   for (int q = 0; q < n; ++q) {
+    if (skipOwn && q == g.rank()) continue;
     const size_t at = sliceOffset(len, n, q, es);
     copyBytes(out + at, g.slot(set, q) + at, sliceBytes(len, n, q, es));
   }
