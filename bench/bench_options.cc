@@ -18,8 +18,16 @@ std::string envValue(const char* name) {
   return v ? v : "(default)";
 }
 
-int defaultIters(size_t bytes) { return bytes <= 64 * kKiB ? 100 : bytes <= kMiB ? 50 : 20; }
-int defaultWarmup(size_t bytes) { return bytes <= kMiB ? 10 : 2; }
+// Many iterations where a call takes a microsecond (OSU runs 10000 up to 8 KiB): with 100, a
+// sub-microsecond size was timed over ~50 us, so a scheduler tick or the first touch of the
+// lines a new size uses moved it by 30-80% (64 B allreduce at 2 ranks: 1.07-1.31x Open MPI
+// with 100 iterations, 0.67-0.79x with 2000).
+int defaultIters(size_t bytes) {
+  return bytes <= 8 * kKiB ? 2000 : bytes <= 64 * kKiB ? 500 : bytes <= kMiB ? 50 : 20;
+}
+int defaultWarmup(size_t bytes) {
+  return bytes <= 8 * kKiB ? 200 : bytes <= 64 * kKiB ? 50 : bytes <= kMiB ? 10 : 2;
+}
 
 std::optional<size_t> parseBytes(std::string s) {
   if (s.empty() || s.find_first_not_of("0123456789KkMmGgTtIiBb") != std::string::npos) {
@@ -148,10 +156,13 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt) {
                  "MIN:MAX or MAX in bytes, sizes doubling from MIN (default 4:4M); suffixes K, "
                  "M, G, T are binary (1K = 1024), case-insensitive, optionally followed by B or "
                  "iB; at most 1T");
-  app.add_option("-i,--iterations", opt.iters,
-                 "iterations per size (default 100 up to 64K, 50 up to 1M, 20 above)")
+  app.add_option(
+         "-i,--iterations", opt.iters,
+         "iterations per size (default 2000 up to 8K, 500 up to 64K, 50 up to 1M, 20 above)")
       ->check(CLI::Range(1, INT_MAX));
-  app.add_option("-x,--warmup", opt.warmup, "warmup iterations per size (default 10, 2 above 1M)")
+  app.add_option("-x,--warmup", opt.warmup,
+                 "warmup iterations per size (default 200 up to 8K, 50 up to 64K, 10 up to 1M, 2 "
+                 "above)")
       ->check(CLI::Range(0, INT_MAX));
   app.add_flag("-f,--full", opt.full,
                "full output: MPI min/max latency with --vs-mpi, and the slowest rank");
