@@ -76,7 +76,7 @@ inline bool reduceChunkSliced(const CollArgs& a, ShmGroup& g, int set, const cha
       reduceBuffers(a.dtype, a.op, dst + b, dst + b, operand(q) + b, count);
     if (a.avgDivisor > 0) divideBuffer(a.dtype, dst + b, count, a.avgDivisor);
   };
-  const bool own = out && (out + at != in + at || me < 2);
+  const bool own = out && (out != in || me < 2);
   if (own) {
     const size_t block = std::max<size_t>(1, kOwnSliceBlockBytes / es);
     for (size_t i = 0; i < cnt; i += block) {
