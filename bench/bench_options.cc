@@ -28,6 +28,8 @@ int defaultIters(size_t bytes) {
 int defaultWarmup(size_t bytes) {
   return bytes <= 8 * kKiB ? 200 : bytes <= 64 * kKiB ? 50 : bytes <= kMiB ? 10 : 2;
 }
+const char* defaultItersText() { return "2000 up to 8K, 500 up to 64K, 50 up to 1M, 20 above"; }
+const char* defaultWarmupText() { return "200 up to 8K, 50 up to 64K, 10 up to 1M, 2 above"; }
 
 std::optional<size_t> parseBytes(std::string s) {
   if (s.empty() || s.find_first_not_of("0123456789KkMmGgTtIiBb") != std::string::npos) {
@@ -156,13 +158,11 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt) {
                  "MIN:MAX or MAX in bytes, sizes doubling from MIN (default 4:4M); suffixes K, "
                  "M, G, T are binary (1K = 1024), case-insensitive, optionally followed by B or "
                  "iB; at most 1T");
-  app.add_option(
-         "-i,--iterations", opt.iters,
-         "iterations per size (default 2000 up to 8K, 500 up to 64K, 50 up to 1M, 20 above)")
+  app.add_option("-i,--iterations", opt.iters,
+                 std::string("iterations per size (default ") + defaultItersText() + ")")
       ->check(CLI::Range(1, INT_MAX));
   app.add_option("-x,--warmup", opt.warmup,
-                 "warmup iterations per size (default 200 up to 8K, 50 up to 64K, 10 up to 1M, 2 "
-                 "above)")
+                 std::string("warmup iterations per size (default ") + defaultWarmupText() + ")")
       ->check(CLI::Range(0, INT_MAX));
   app.add_flag("-f,--full", opt.full,
                "full output: MPI min/max latency with --vs-mpi, and the slowest rank");

@@ -61,6 +61,9 @@ int parseCommandLine(int argc, char** argv, int rank, Options& opt);
 // fewer for large ones).
 int defaultIters(size_t bytes);
 int defaultWarmup(size_t bytes);
+// The two rules above in words, for --help and the output's header.
+const char* defaultItersText();
+const char* defaultWarmupText();
 
 // "4", "64K", "4M", "1G", "1T" (binary multiples: K = 1024; case-insensitive; an optional
 // trailing B or iB, as in 4KB or 4KiB; a bare B means bytes). At most kMaxBytes (1T).

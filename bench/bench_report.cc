@@ -110,9 +110,10 @@ void Report::printHeader() const {
   std::printf("# Environment: %s\n", envText.c_str());
   std::printf("# Algorithm: %s (the column names the one each size used)\n",
               info_.algoText.c_str());
-  const std::string itersText = opt_.iters > 0 ? std::to_string(opt_.iters) + " per size"
-                                               : "100 up to 64K, 50 up to 1M, 20 above";
-  const std::string warmupText = opt_.warmup >= 0 ? std::to_string(opt_.warmup) : "10, 2 above 1M";
+  const std::string itersText =
+      opt_.iters > 0 ? std::to_string(opt_.iters) + " per size" : defaultItersText();
+  const std::string warmupText =
+      opt_.warmup >= 0 ? std::to_string(opt_.warmup) : defaultWarmupText();
   std::printf("# Iterations: %s; warmup %s\n", itersText.c_str(), warmupText.c_str());
   std::printf("# Latency: per-rank average per call, then Avg/Min/Max over ranks (OSU)%s\n",
               opt_.check ? "; -c: each call timed alone, refill/check untimed" : "");

@@ -327,6 +327,8 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     o.algo = run.algo;
     o.sizes = sizes;
     o.sizesGiven = true;
+    o.iters = opt.iters;  // -i and -x, when given, hold for every run of the report
+    o.warmup = opt.warmup;
     o.check = true;
     o.vsMpi = true;
     o.floor = true;

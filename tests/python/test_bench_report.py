@@ -190,3 +190,31 @@ def test_a_size_range_missing_a_bound_is_refused(sizes):
                        text=True, timeout=60)
     assert p.returncode != 0
     assert "-m %s: expected MIN:MAX or MAX in bytes" % sizes in p.stderr, p.stderr
+
+
+def test_report_runs_honour_iterations_and_warmup(tmp_path):
+    # -i and -x hold for every run of the report (they were dropped: each run took the
+    # defaults, so a report could not be shortened).
+    out = tmp_path / "r"
+    env = job_env()
+    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
+    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:16",
+                        "-i", "3", "-x", "1"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    with open(out / "results.json") as f:
+        doc = json.load(f)
+    rows = [row for run in doc["runs"] for row in run["rows"]]
+    assert len(rows) > 20
+    assert {row["iterations"] for row in rows} == {3}
+    assert {row["warmup"] for row in rows} == {1}
+
+
+def test_the_header_states_the_default_iterations():
+    p = subprocess.run(["mpirun", "-np", "2", BENCH, "allreduce", "-m", "4:8", "-x", "7"],
+                       env=job_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert ("# Iterations: 2000 up to 8K, 500 up to 64K, 50 up to 1M, 20 above; warmup 7"
+            in p.stdout), p.stdout
+    rows = [line.split() for line in p.stdout.splitlines() if line[:1].isdigit()]
+    assert [r[4] for r in rows] == ["2000", "2000"], p.stdout
