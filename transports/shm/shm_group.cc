@@ -378,7 +378,6 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
   // will never come) runs its next exchange and fails naming that peer, instead of sleeping
   // until its stall timeout. The first slice checks nothing: a busy engine pays no system call.
   constexpr auto kIdleCheck = std::chrono::milliseconds(200);
-  const pid_t self = static_cast<pid_t>(c.pid.load(std::memory_order_relaxed));
   for (bool slept = false;; slept = true) {
     const NotifyState now = notifyState();
     if (now.token != seen.token || now.cycle != seen.cycle) return now;
@@ -391,10 +390,8 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
                " aborted while this rank was idle: ", cq.reason);
         }
         // A peer that destroyed its communicator first (an orderly exit) is not a dead one.
-        const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
-        if (!cq.left.load(std::memory_order_acquire) && pid > 0 && pid != self &&
-            processGone(pid)) {
-          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", q, " (pid ", pid,
+        if (!cq.left.load(std::memory_order_acquire) && peerProcessGone(q)) {
+          fail(MTXCOMM_REMOTE_ERROR, "peer rank ", q, " (pid ", cq.pid.load(),
                ", on this node) has exited while this rank was idle");
         }
       }
@@ -424,6 +421,12 @@ void ShmGroup::abort(const std::string& reason, mtxcomm_result_t code) {
   c.abortCode.store(rootCause_.empty() ? code : rootCode_, std::memory_order_relaxed);
   c.aborted.store(1, std::memory_order_release);
   published(c);
+}
+
+bool ShmGroup::peerProcessGone(int q) const {
+  const pid_t pid = static_cast<pid_t>(control(q).pid.load(std::memory_order_relaxed));
+  const pid_t self = static_cast<pid_t>(control(rank_).pid.load(std::memory_order_relaxed));
+  return pid > 0 && pid != self && processGone(pid);
 }
 
 void ShmGroup::failPeer(int peer, const char* what, bool timedOut) {
@@ -656,7 +659,6 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeoutSeconds_));
-    const pid_t self = static_cast<pid_t>(control(rank_).pid.load(std::memory_order_relaxed));
     // Peer liveness is checked every 50 ms of waiting, whatever the phase of the backoff (the
     // clock is read every 64 yields: well under a millisecond while yielding).
     Clock::time_point nextCheck = start + std::chrono::milliseconds(50);
@@ -672,12 +674,11 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
         for (int q = 0; q < size_; ++q) {
           if (q == rank_) continue;
           Control& cq = control(q);
-          const pid_t pid = static_cast<pid_t>(cq.pid.load(std::memory_order_relaxed));
           // A peer that already got there may have finished and exited normally.
           const bool there = word(q) >= target;
           // A zombie is dead too: a launcher that reaps late (a parent waiting for another
           // rank first) would otherwise hide it until the timeout.
-          if (!there && pid > 0 && pid != self && !cq.aborted.load() && processGone(pid)) {
+          if (!there && !cq.aborted.load() && peerProcessGone(q)) {
             failPeer(q, what, false);
           }
           // A peer that destroyed its communicator before this call will never join it.

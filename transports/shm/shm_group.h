@@ -167,6 +167,9 @@ class ShmGroup {
   struct Line;
   Line* line(int r, uint64_t x, size_t j) const;
   void checkSameCall(int p, const CallSignature& theirs);
+  // Whether peer q's process (by the pid it published) is gone or a zombie; never for a peer
+  // that is this process (ranks as threads of one process, in tests).
+  bool peerProcessGone(int q) const;
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
   // After this rank advanced a counter of c: wakes the peers asleep on it.
   void published(Control& c);
