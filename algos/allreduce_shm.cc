@@ -5,8 +5,9 @@
 // Steps: at most 256 bytes (ShmGroup::kLineBytes): every rank writes its input into its
 //   line-tagged box (ShmGroup::exchangeLines: 64-byte lines each carrying the exchange's
 //   number, NCCL's LL protocol), reads every peer's as the tags arrive and reduces all of them
-//   in rank order; no barrier. Otherwise, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (256 KiB):
-//   small chunks (< 16 KiB): every rank copies its chunk into its slot; one barrier; every rank
+//   in rank order; no barrier. Otherwise, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (auto: one
+//   core's L2): small chunks (< 16 KiB): every rank copies its chunk into its slot; one barrier;
+//   every rank
 //     reduces the whole chunk from all slots, in rank order, straight into its receive buffer.
 //   larger chunks (sliced; slice q of the chunk belongs to rank q): every rank copies into its
 //     slot only the slices the others own; barrier; rank r reduces slice r — its own operand
@@ -20,9 +21,10 @@
 //   float32 element, of which one element's worth crosses cores. The whole-chunk variant moves
 //   3 reads + 2 writes and reduces twice as much: measured at np = 2 (median of 5 runs, ratio to
 //   Open MPI's MPI_Allreduce in the same run), whole-chunk 64K-64M geometric mean 0.53 (max
-//   0.81 at 512 KiB); sliced 0.45 (max 0.63). Slots of 64 KiB, 256 KiB and 1 MiB measured
-//   within noise of each other; 256 KiB keeps a chunk's working set (2 sets x 2 ranks) near
-//   the L2 size. Numbers: bench/RESULTS.md.
+//   0.81 at 512 KiB); sliced 0.45 (max 0.63). Slots: every chunk costs two barriers, so a
+//   512 KiB-4 MiB allreduce took 0.6-0.8x the time with 512 KiB or 1 MiB slots than with
+//   256 KiB on an L2 of 1 MiB (np = 2-4; defaultShmSlotBytes sizes the slot from the L2).
+//   Numbers: bench/RESULTS.md.
 // Example, n = 2, count = 4 (sliced): r0 owns [a b], r1 owns [c d]. r0 writes [c0 d0] into its
 //   slot, r1 writes [a1 b1]; barrier; r0 computes a0+a1, b0+b1 (a0, b0 from its send buffer)
 //   into its slot's [a b] place, r1 computes c0+c1, d0+d1 likewise; barrier; both copy

@@ -102,7 +102,7 @@ std::vector<double> coefficients(const Comm& c, const Algorithm& a, size_t bytes
     info.topo = &c.topology();
     info.cost = &unit;
     info.segmentBytes = c.config().segmentBytes;
-    info.shmSlotBytes = c.config().shmSlotBytes;
+    info.shmSlotBytes = c.shmSlotBytes();
     coef.push_back(predictSeconds(a, args, info));
   }
   return coef;

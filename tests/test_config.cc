@@ -82,6 +82,30 @@ TEST(Config, ValuesAreParsedAndUnknownNamesReported) {
   }
 }
 
+TEST(Config, TheShmSlotFollowsTheL2CacheWithinItsBounds) {
+  constexpr size_t K = 1024;
+  EXPECT_EQ(defaultShmSlotBytes(0, 2), 256 * K);  // unknown L2: the old fixed default
+  EXPECT_EQ(defaultShmSlotBytes(128 * K, 2), 256 * K);
+  EXPECT_EQ(defaultShmSlotBytes(512 * K, 4), 512 * K);
+  EXPECT_EQ(defaultShmSlotBytes(768 * K, 2), 768 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2), 1024 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1280 * K, 2), 1024 * K);  // Ice Lake's 1.25 MiB
+  EXPECT_EQ(defaultShmSlotBytes(2048 * K, 2), 1024 * K);
+  // The segment stays within 32 MiB: 16 ranks x 2 x 1 MiB fits, 17 halve the slot, 64 and more
+  // keep 256 KiB (the segment then grows with the ranks, as before).
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 16), 1024 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 17), 512 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 64), 256 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 500), 256 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1000 * K + 5, 2) % 4096, 0u);
+  setenv("MTXCOMM_SHM_SLOT_BYTES", "auto", 1);
+  EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
+  setenv("MTXCOMM_SHM_SLOT_BYTES", "64K", 1);
+  EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 64 * K);
+  unsetenv("MTXCOMM_SHM_SLOT_BYTES");
+  EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
+}
+
 TEST(Config, BindingsReadNormalisedValuesThroughTheCApi) {
   char buf[64];
   ASSERT_EQ(mtxcomm_config_get("MTXCOMM_FUSION_BYTES", buf, sizeof(buf)), MTXCOMM_SUCCESS);

@@ -41,6 +41,30 @@ TEST(Topology, LocalSummaryNamesTheNodeAndItsNamespaces) {
   EXPECT_GE(s.packages, 1);
   EXPECT_GE(s.numaNodes, 1);
   EXPECT_NE(describeSummary(s).find("core(s)"), std::string::npos);
+  // The L2 of one core, as the kernel reports cpu0's (sysfs "1024K").
+  for (int i = 0; i < 8; ++i) {
+    const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(base + "level"), size(base + "size");
+    int lv = 0;
+    std::string text;
+    if (!(level >> lv) || lv != 2 || !(size >> text)) continue;
+    const long kib = std::stol(text) * (text.back() == 'M' ? 1024 : 1);
+    EXPECT_EQ(s.l2KiB, kib) << "sysfs " << base << "size reads " << text;
+    EXPECT_NE(describeSummary(s).find(std::to_string(kib) + " KiB L2 per core"), std::string::npos)
+        << describeSummary(s);
+  }
+}
+
+TEST(Topology, TheSmallestL2OfTheRanksAndZeroWhereOneIsUnknown) {
+  std::vector<RankSummary> s(3);
+  for (auto& r : s) setNodeId(r, "n");
+  s[0].l2KiB = 2048;
+  s[1].l2KiB = 512;
+  s[2].l2KiB = 1024;
+  EXPECT_EQ(Topology(s).minL2Bytes(), size_t{512} << 10);
+  s[2].l2KiB = 0;
+  EXPECT_EQ(Topology(s).minL2Bytes(), 0u);
+  EXPECT_EQ(Topology::forTest({0, 1}).minL2Bytes(), 0u);
 }
 
 TEST(Topology, NodeMapOfAnUnevenLayout) {
@@ -90,6 +114,9 @@ TEST(Topology, SetupAgreesOnSummariesAndRankZerosCostParameters) {
     EXPECT_EQ(c->topology().numNodes(), 1);  // threads of one process: one node
     EXPECT_STREQ(c->topology().summary(2).nodeId, localNodeIdentity().c_str());
     EXPECT_TRUE(c->hasShm());
+    // MTXCOMM_SHM_SLOT_BYTES unset: the slot follows the agreed L2 (the same on every rank).
+    EXPECT_EQ(c->shmSlotBytes(), defaultShmSlotBytes(c->topology().minL2Bytes(), n))
+        << "rank " << r;
   }
   for (auto c : comms) mtxcomm_comm_destroy(c);
 }

@@ -74,6 +74,16 @@ Topology Topology::forTest(const std::vector<int>& nodeOf) {
   return Topology(std::move(s));
 }
 
+size_t Topology::minL2Bytes() const {
+  size_t least = 0;
+  for (const RankSummary& s : ranks_) {
+    if (s.l2KiB <= 0) return 0;
+    const size_t bytes = static_cast<size_t>(s.l2KiB) << 10;
+    if (least == 0 || bytes < least) least = bytes;
+  }
+  return least;
+}
+
 int Topology::maxLocalSize() const {
   size_t m = 0;
   for (const auto& v : nodeRanks_) m = std::max(m, v.size());
@@ -105,8 +115,9 @@ Topology Topology::subset(const std::vector<int>& members) const {
 
 std::string describeSummary(const RankSummary& s) {
   return strCat("node ", s.nodeId, ": ", s.packages, " package(s), ", s.numaNodes,
-                " NUMA domain(s), ", s.cores, " core(s), ", s.pus, " hardware thread(s), ", s.gpus,
-                " GPU(s), ", s.nics, " NIC(s); this rank is ",
+                " NUMA domain(s), ", s.cores, " core(s), ", s.pus, " hardware thread(s), ",
+                s.l2KiB > 0 ? strCat(s.l2KiB, " KiB L2 per core, ") : std::string("L2 unknown, "),
+                s.gpus, " GPU(s), ", s.nics, " NIC(s); this rank is ",
                 s.boundNuma >= 0 ? strCat("bound to NUMA domain ", s.boundNuma)
                                  : std::string("not bound to one NUMA domain"));
 }

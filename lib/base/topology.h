@@ -17,6 +17,7 @@
 #ifndef MTXCOMM_LIB_TOPOLOGY_H_
 #define MTXCOMM_LIB_TOPOLOGY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,7 +35,7 @@ struct RankSummary {
   int32_t gpus = 0;                // GPU devices hwloc sees (CUDA, OpenCL, DRM ...)
   int32_t nics = 0;                // network devices (Ethernet, InfiniBand ...)
   int32_t boundNuma = -1;          // NUMA domain this rank is bound to, or -1 (unbound, spans)
-  int32_t reserved = 0;            // keeps the size a multiple of 8
+  int32_t l2KiB = 0;               // L2 data cache of one core, KiB (hwloc; 0 = unknown)
 };
 static_assert(sizeof(RankSummary) == 144, "RankSummary is allgathered as raw bytes");
 
@@ -68,6 +69,9 @@ class Topology {
   bool sameNode(int a, int b) const { return nodeOf_[a] == nodeOf_[b]; }
   // Largest number of ranks on one node.
   int maxLocalSize() const;
+  // The smallest L2 cache (bytes) any rank reports for one of its cores; 0 where a rank could
+  // not tell (no hwloc, or hwloc saw no L2).
+  size_t minL2Bytes() const;
   // Every node holds the same number of ranks.
   bool uniformNodes() const;
   // The largest number of edges r -> r+1 (mod n) of the rank ring that leave one node: how many

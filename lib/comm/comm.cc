@@ -143,7 +143,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   info.topo = topo_.empty() ? nullptr : &topo_;
   info.cost = &config_.cost;
   info.segmentBytes = config_.segmentBytes;
-  info.shmSlotBytes = config_.shmSlotBytes;
+  info.shmSlotBytes = shmSlotBytes_;
   Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
   lastAlgorithm_ = sel.algorithm->name;
   lastPredicted_ = sel.predicted;
@@ -480,6 +480,8 @@ void Comm::setup(const Topology* agreed) {
   } else {
     agreeTopology();
   }
+  shmSlotBytes_ =
+      config_.shmSlotBytes ? config_.shmSlotBytes : defaultShmSlotBytes(topo_.minL2Bytes(), n);
   if (topo_.numNodes() > 1) {
     MTXCOMM_LOG(kInfo, rank(), n, " ranks on ", topo_.numNodes(),
                 " nodes: no shared-memory segment for the whole communicator; node map:\n",
@@ -490,13 +492,14 @@ void Comm::setup(const Topology* agreed) {
   ++seq_;
   try {
     shm_ = ShmGroup::create(*transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)),
-                            config_.shmSlotBytes, config_.timeoutSeconds);
+                            shmSlotBytes_, config_.timeoutSeconds);
   } catch (const Error& e) {
     throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
   }
   shm_->setCancelToken(cancel_);
-  MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ",
-              ShmGroup::segmentBytes(n, config_.shmSlotBytes), " bytes for ", n, " ranks");
+  MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ", ShmGroup::segmentBytes(n, shmSlotBytes_),
+              " bytes for ", n, " ranks (slots of ", shmSlotBytes_, " bytes",
+              config_.shmSlotBytes ? "" : ", from the L2 cache", ")");
 }
 
 void Comm::abort() {

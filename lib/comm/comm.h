@@ -68,6 +68,8 @@ class Comm {
   int localRank() const { return topo_.empty() ? 0 : topo_.localRank(rank()); }
   int localSize() const { return topo_.empty() ? 1 : topo_.localSize(rank()); }
   const Topology& topology() const { return topo_; }
+  // The shared-memory slot in bytes (MTXCOMM_SHM_SLOT_BYTES, or the auto value), after setup.
+  size_t shmSlotBytes() const { return shmSlotBytes_; }
   // The node-local level of the hierarchical algorithms, once built (null before).
   const Comm* localLevel() const { return local_.get(); }
   void abort();
@@ -118,6 +120,9 @@ class Comm {
   std::unique_ptr<gpu::HostCollectives> host_;  // this communicator, for the device paths
   std::unique_ptr<gpu::DeviceComm> device_;     // made by the first call on device buffers
   Topology topo_;
+  // The shm slot: MTXCOMM_SHM_SLOT_BYTES, or where it is auto defaultShmSlotBytes of the agreed
+  // topology (so every rank has the same value); set by setup().
+  size_t shmSlotBytes_ = 256 << 10;
   bool setUp_ = false;
   std::unique_ptr<Comm> local_;  // this rank's node (hierarchical algorithms), or null
   std::unique_ptr<Comm> cross_;  // the ranks with this rank's local index, one per node

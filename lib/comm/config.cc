@@ -1,5 +1,6 @@
 #include "lib/comm/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -164,9 +165,10 @@ const std::vector<ConfigVar>& configVars() {
          true},
         {"MTXCOMM_SHM_SLOT_BYTES",
          "bytes",
-         "256K",
+         "auto",
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
-         "is about 2 x ranks x this",
+         "is about 2 x ranks x this. auto: one core's L2 cache within 256K..1M, smaller where "
+         "the segment would pass 32M (never below 256K)",
          {},
          true},
         {"MTXCOMM_CYCLE_TIME",
@@ -286,6 +288,15 @@ const std::vector<ConfigVar>& configVars() {
   return kVars;
 }
 
+size_t defaultShmSlotBytes(size_t l2Bytes, int ranks) {
+  constexpr size_t kLeast = 256 << 10, kMost = 1 << 20, kSegment = size_t{32} << 20;
+  size_t slot = std::min(kMost, std::max(kLeast, l2Bytes / 4096 * 4096));
+  while (slot > kLeast && 2 * static_cast<size_t>(std::max(ranks, 1)) * slot > kSegment) {
+    slot = std::max(kLeast, slot / 2 / 4096 * 4096);
+  }
+  return slot;
+}
+
 Config Config::fromEnvironment() {
   Config c;
   for (const ConfigVar& var : configVars()) {
@@ -348,7 +359,7 @@ Config Config::fromEnvironment() {
     } else if (var.name == "MTXCOMM_SHM") {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
-      c.shmSlotBytes = parseBytes(name, v, 4096, size_t{64} << 20);
+      c.shmSlotBytes = v == "auto" ? 0 : parseBytes(name, v, 4096, size_t{64} << 20);
     } else if (var.name == "MTXCOMM_CUDA_PATH") {
       c.cudaPath = v;
     } else if (var.name == "MTXCOMM_CUDA_IPC_BYTES") {
@@ -398,7 +409,8 @@ std::vector<std::string> Config::describe() const {
       strCat("MTXCOMM_JOB_SECRET_FILE=", jobSecretFile.empty() ? "(unset)" : jobSecretFile));
   out.push_back(strCat("MTXCOMM_UCX_EAGER_LIMIT=", ucxEagerLimit));
   out.push_back(strCat("MTXCOMM_SHM=", shm));
-  out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=", shmSlotBytes));
+  out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=",
+                       shmSlotBytes ? std::to_string(shmSlotBytes) : std::string("auto")));
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));

@@ -45,7 +45,7 @@ struct Config {
   std::string jobSecretFile;                  // MTXCOMM_JOB_SECRET_FILE
   size_t ucxEagerLimit = size_t{4} << 20;     // MTXCOMM_UCX_EAGER_LIMIT
   std::string shm = "auto";                   // MTXCOMM_SHM
-  size_t shmSlotBytes = 256 << 10;            // MTXCOMM_SHM_SLOT_BYTES
+  size_t shmSlotBytes = 0;                    // MTXCOMM_SHM_SLOT_BYTES (0: auto)
   std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH
   size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES
   size_t cudaStagingBytes = size_t{4} << 20;  // MTXCOMM_CUDA_STAGING_BYTES
@@ -78,6 +78,14 @@ struct Config {
   // Forced algorithm for collective c, or "auto".
   const std::string& algorithmFor(Collective c) const { return algo[static_cast<int>(c)]; }
 };
+
+// The shared-memory slot (the chunk of the shm algorithms) where MTXCOMM_SHM_SLOT_BYTES is
+// auto: the L2 cache of one core (l2Bytes, the smallest the ranks report; 0 = unknown: 256
+// KiB) within [256 KiB, 1 MiB], halved while the segment (2 x ranks x slot) would pass 32 MiB,
+// not below 256 KiB. Fewer chunks mean fewer of the two barriers each chunk costs; measured at
+// 512 KiB-4 MiB (np = 2-4, bench/RESULTS.md): a 512 KiB or 1 MiB slot 0.6-0.8x the time of a
+// 256 KiB one where the L2 is 1 MiB, none slower; a 2 MiB slot gains nothing more at 4 MiB.
+size_t defaultShmSlotBytes(size_t l2Bytes, int ranks);
 
 // Looks up "MTXCOMM_...": the value, or nullptr when unset.
 const char* getEnv(const char* name);

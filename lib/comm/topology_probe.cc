@@ -1,6 +1,7 @@
 // What each rank sees of its node, through hwloc (lib/comm/topology_probe.h).
 #include "lib/comm/topology_probe.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -19,7 +20,7 @@ namespace {
 // What hwloc reports for this node (the hardware does not change while the process runs, so it
 // is loaded once per process; a topology load with I/O devices costs some milliseconds).
 struct HwlocView {
-  int numa = 0, packages = 0, cores = 0, pus = 0, gpus = 0, nics = 0, boundNuma = -1;
+  int numa = 0, packages = 0, cores = 0, pus = 0, gpus = 0, nics = 0, boundNuma = -1, l2KiB = 0;
   std::vector<std::vector<int>> coreCpus;
 };
 
@@ -36,6 +37,10 @@ HwlocView loadHwloc() {
   v.packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
   v.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   v.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  // The first L2 (a unified or data cache; the cores of a node share one model).
+  if (hwloc_obj_t l2 = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L2CACHE, 0)) {
+    v.l2KiB = static_cast<int>(std::min<hwloc_uint64_t>(l2->attr->cache.size >> 10, 1 << 30));
+  }
   for (int k = 0; k < v.cores; ++k) {
     hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(k));
     std::vector<int> cpus;
@@ -96,6 +101,7 @@ RankSummary localRankSummary() {
   s.gpus = v.gpus;
   s.nics = v.nics;
   s.boundNuma = v.boundNuma;
+  s.l2KiB = v.l2KiB;
 #endif
   return s;
 }
