@@ -98,6 +98,12 @@ TEST(Config, TheShmSlotFollowsTheL2CacheWithinItsBounds) {
   EXPECT_EQ(defaultShmSlotBytes(1024 * K, 64), 256 * K);
   EXPECT_EQ(defaultShmSlotBytes(1024 * K, 500), 256 * K);
   EXPECT_EQ(defaultShmSlotBytes(1000 * K + 5, 2) % 4096, 0u);
+  // A small /dev/shm: the segment takes at most half of its free space (of 48 MiB free, 16
+  // ranks get 512 KiB slots, a 16 MiB segment), and 256 KiB where even that does not fit.
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2, 64 * K * K), 1024 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 16, 48 * K * K), 512 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2, 2 * K * K), 256 * K);
+  EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2, 0), 256 * K);
   setenv("MTXCOMM_SHM_SLOT_BYTES", "auto", 1);
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
   setenv("MTXCOMM_SHM_SLOT_BYTES", "64K", 1);

@@ -41,6 +41,7 @@ TEST(Topology, LocalSummaryNamesTheNodeAndItsNamespaces) {
   EXPECT_GE(s.packages, 1);
   EXPECT_GE(s.numaNodes, 1);
   EXPECT_NE(describeSummary(s).find("core(s)"), std::string::npos);
+  if (access("/dev/shm", W_OK) == 0) EXPECT_GE(s.shmFreeMiB, 0);
   // The L2 of one core, as the kernel reports cpu0's (sysfs "1024K").
   for (int i = 0; i < 8; ++i) {
     const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
@@ -65,6 +66,12 @@ TEST(Topology, TheSmallestL2OfTheRanksAndZeroWhereOneIsUnknown) {
   s[2].l2KiB = 0;
   EXPECT_EQ(Topology(s).minL2Bytes(), 0u);
   EXPECT_EQ(Topology::forTest({0, 1}).minL2Bytes(), 0u);
+  s[0].shmFreeMiB = 100;
+  s[1].shmFreeMiB = 60;
+  s[2].shmFreeMiB = 70;
+  EXPECT_EQ(Topology(s).minShmFreeBytes(), size_t{60} << 20);
+  s[1].shmFreeMiB = -1;
+  EXPECT_EQ(Topology(s).minShmFreeBytes(), SIZE_MAX);
 }
 
 TEST(Topology, NodeMapOfAnUnevenLayout) {
@@ -115,7 +122,8 @@ TEST(Topology, SetupAgreesOnSummariesAndRankZerosCostParameters) {
     EXPECT_STREQ(c->topology().summary(2).nodeId, localNodeIdentity().c_str());
     EXPECT_TRUE(c->hasShm());
     // MTXCOMM_SHM_SLOT_BYTES unset: the slot follows the agreed L2 (the same on every rank).
-    EXPECT_EQ(c->shmSlotBytes(), defaultShmSlotBytes(c->topology().minL2Bytes(), n))
+    EXPECT_EQ(c->shmSlotBytes(),
+              defaultShmSlotBytes(c->topology().minL2Bytes(), n, c->topology().minShmFreeBytes()))
         << "rank " << r;
   }
   for (auto c : comms) mtxcomm_comm_destroy(c);

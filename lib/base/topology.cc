@@ -84,6 +84,15 @@ size_t Topology::minL2Bytes() const {
   return least;
 }
 
+size_t Topology::minShmFreeBytes() const {
+  size_t least = SIZE_MAX;
+  for (const RankSummary& s : ranks_) {
+    if (s.shmFreeMiB < 0) return SIZE_MAX;
+    least = std::min(least, static_cast<size_t>(s.shmFreeMiB) << 20);
+  }
+  return least;
+}
+
 int Topology::maxLocalSize() const {
   size_t m = 0;
   for (const auto& v : nodeRanks_) m = std::max(m, v.size());

@@ -36,8 +36,10 @@ struct RankSummary {
   int32_t nics = 0;                // network devices (Ethernet, InfiniBand ...)
   int32_t boundNuma = -1;          // NUMA domain this rank is bound to, or -1 (unbound, spans)
   int32_t l2KiB = 0;               // L2 data cache of one core, KiB (hwloc; 0 = unknown)
+  int32_t shmFreeMiB = -1;         // free space of /dev/shm at init, MiB (-1 = unknown)
+  int32_t reserved = 0;            // keeps the size a multiple of 8
 };
-static_assert(sizeof(RankSummary) == 144, "RankSummary is allgathered as raw bytes");
+static_assert(sizeof(RankSummary) == 152, "RankSummary is allgathered as raw bytes");
 
 // The node identity of this process (see the header comment). Also used by PeerLiveness, so
 // that "same node" means the same thing for liveness and for topology.
@@ -72,6 +74,9 @@ class Topology {
   // The smallest L2 cache (bytes) any rank reports for one of its cores; 0 where a rank could
   // not tell (no hwloc, or hwloc saw no L2).
   size_t minL2Bytes() const;
+  // The least free space of /dev/shm (bytes) any rank reported at init; SIZE_MAX where a rank
+  // could not tell.
+  size_t minShmFreeBytes() const;
   // Every node holds the same number of ranks.
   bool uniformNodes() const;
   // The largest number of edges r -> r+1 (mod n) of the rank ring that leave one node: how many

@@ -480,8 +480,9 @@ void Comm::setup(const Topology* agreed) {
   } else {
     agreeTopology();
   }
-  shmSlotBytes_ =
-      config_.shmSlotBytes ? config_.shmSlotBytes : defaultShmSlotBytes(topo_.minL2Bytes(), n);
+  shmSlotBytes_ = config_.shmSlotBytes
+                      ? config_.shmSlotBytes
+                      : defaultShmSlotBytes(topo_.minL2Bytes(), n, topo_.minShmFreeBytes());
   if (topo_.numNodes() > 1) {
     MTXCOMM_LOG(kInfo, rank(), n, " ranks on ", topo_.numNodes(),
                 " nodes: no shared-memory segment for the whole communicator; node map:\n",
@@ -497,9 +498,10 @@ void Comm::setup(const Topology* agreed) {
     throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
   }
   shm_->setCancelToken(cancel_);
-  MTXCOMM_LOG(kInfo, rank(), "shared-memory segment of ", ShmGroup::segmentBytes(n, shmSlotBytes_),
-              " bytes for ", n, " ranks (slots of ", shmSlotBytes_, " bytes",
-              config_.shmSlotBytes ? "" : ", from the L2 cache", ")");
+  MTXCOMM_LOG(
+      kInfo, rank(), "shared-memory segment of ", ShmGroup::segmentBytes(n, shmSlotBytes_),
+      " bytes for ", n, " ranks (slots of ", shmSlotBytes_, " bytes",
+      config_.shmSlotBytes ? "" : ", auto: from the L2 cache and the free space of /dev/shm", ")");
 }
 
 void Comm::abort() {

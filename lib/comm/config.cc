@@ -168,7 +168,7 @@ const std::vector<ConfigVar>& configVars() {
          "auto",
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
          "is about 2 x ranks x this. auto: one core's L2 cache within 256K..1M, smaller where "
-         "the segment would pass 32M (never below 256K)",
+         "the segment would pass 32M or half of /dev/shm's free space (never below 256K)",
          {},
          true},
         {"MTXCOMM_CYCLE_TIME",
@@ -288,10 +288,11 @@ const std::vector<ConfigVar>& configVars() {
   return kVars;
 }
 
-size_t defaultShmSlotBytes(size_t l2Bytes, int ranks) {
-  constexpr size_t kLeast = 256 << 10, kMost = 1 << 20, kSegment = size_t{32} << 20;
+size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes) {
+  constexpr size_t kLeast = 256 << 10, kMost = 1 << 20;
+  const size_t segment = std::min(size_t{32} << 20, shmFreeBytes / 2);
   size_t slot = std::min(kMost, std::max(kLeast, l2Bytes / 4096 * 4096));
-  while (slot > kLeast && 2 * static_cast<size_t>(std::max(ranks, 1)) * slot > kSegment) {
+  while (slot > kLeast && 2 * static_cast<size_t>(std::max(ranks, 1)) * slot > segment) {
     slot = std::max(kLeast, slot / 2 / 4096 * 4096);
   }
   return slot;

@@ -6,6 +6,7 @@
 #define MTXCOMM_LIB_CONFIG_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -81,11 +82,13 @@ struct Config {
 
 // The shared-memory slot (the chunk of the shm algorithms) where MTXCOMM_SHM_SLOT_BYTES is
 // auto: the L2 cache of one core (l2Bytes, the smallest the ranks report; 0 = unknown: 256
-// KiB) within [256 KiB, 1 MiB], halved while the segment (2 x ranks x slot) would pass 32 MiB,
-// not below 256 KiB. Fewer chunks mean fewer of the two barriers each chunk costs; measured at
-// 512 KiB-4 MiB (np = 2-4, bench/RESULTS.md): a 512 KiB or 1 MiB slot 0.6-0.8x the time of a
-// 256 KiB one where the L2 is 1 MiB, none slower; a 2 MiB slot gains nothing more at 4 MiB.
-size_t defaultShmSlotBytes(size_t l2Bytes, int ranks);
+// KiB) within [256 KiB, 1 MiB], halved while the segment (2 x ranks x slot) would pass 32 MiB
+// or half of shmFreeBytes (the least free space of /dev/shm the ranks report), not below
+// 256 KiB (where even that does not fit, the segment's creation fails naming /dev/shm). Fewer
+// chunks mean fewer of the two barriers each chunk costs; measured at 512 KiB-4 MiB (np = 2-4,
+// bench/RESULTS.md): a 512 KiB or 1 MiB slot 0.6-0.8x the time of a 256 KiB one where the L2 is 1
+// MiB, none slower; a 2 MiB slot gains nothing more at 4 MiB.
+size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes = SIZE_MAX);
 
 // Looks up "MTXCOMM_...": the value, or nullptr when unset.
 const char* getEnv(const char* name);

@@ -1,6 +1,8 @@
 // What each rank sees of its node, through hwloc (lib/comm/topology_probe.h).
 #include "lib/comm/topology_probe.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +94,13 @@ const HwlocView& hwlocView() {
 RankSummary localRankSummary() {
   RankSummary s;
   setNodeId(s, localNodeIdentity());
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) == 0) {
+    const unsigned long long mib = static_cast<unsigned long long>(vfs.f_bavail) *
+                                       static_cast<unsigned long long>(vfs.f_frsize) >>
+                                   20;
+    s.shmFreeMiB = static_cast<int32_t>(std::min<unsigned long long>(mib, 1u << 30));
+  }
 #ifdef MTXCOMM_HAVE_HWLOC
   const HwlocView& v = hwlocView();
   s.numaNodes = v.numa;
