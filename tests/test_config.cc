@@ -108,6 +108,11 @@ TEST(Config, TheShmSlotFollowsTheL2CacheWithinItsBounds) {
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
   setenv("MTXCOMM_SHM_SLOT_BYTES", "64K", 1);
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 64 * K);
+  // A count whose multiple wraps around 2^64, and a leading space, are refused.
+  for (const char* bad : {"18014398509481988K", "17592186044417M", " 1M", "+1M"}) {
+    setenv("MTXCOMM_SHM_SLOT_BYTES", bad, 1);
+    EXPECT_THROW(Config::fromEnvironment(), Error) << bad;
+  }
   unsetenv("MTXCOMM_SHM_SLOT_BYTES");
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
 }

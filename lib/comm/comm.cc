@@ -424,6 +424,27 @@ void Comm::agreeConfig() {
   }
 }
 
+void Comm::allgatherAtSetup(const void* mine, size_t bytes, void* all) {
+  CollArgs ag;
+  ag.coll = Collective::kAllgather;
+  ag.sendbuf = mine;
+  ag.recvbuf = all;
+  ag.count = bytes;
+  ag.dtype = MTXCOMM_UINT8;
+  // The automatic choice: a forced MTXCOMM_ALLGATHER_ALGO (shm, say) is for the caller's
+  // allgathers, and no shared-memory segment exists yet (it warned that shm cannot run).
+  std::string& forced = config_.algo[static_cast<int>(Collective::kAllgather)];
+  const std::string userChoice = forced;
+  forced = "auto";
+  try {
+    run(ag);
+  } catch (...) {
+    forced = userChoice;
+    throw;
+  }
+  forced = userChoice;
+}
+
 void Comm::agreeTopology() {
   const int n = size();
   if (n == 1) {
@@ -438,24 +459,7 @@ void Comm::agreeTopology() {
   static_assert(std::is_trivially_copyable<Contribution>::value, "allgathered as bytes");
   Contribution mine{localRankSummary(), config_.cost};
   std::vector<Contribution> all(n);
-  CollArgs ag;
-  ag.coll = Collective::kAllgather;
-  ag.sendbuf = &mine;
-  ag.recvbuf = all.data();
-  ag.count = sizeof(Contribution);
-  ag.dtype = MTXCOMM_UINT8;
-  // The automatic choice: a forced MTXCOMM_ALLGATHER_ALGO (shm, say) is for the caller's
-  // allgathers, and no shared-memory segment exists yet (it warned that shm cannot run).
-  std::string& forced = config_.algo[static_cast<int>(Collective::kAllgather)];
-  const std::string userChoice = forced;
-  forced = "auto";
-  try {
-    run(ag);
-  } catch (...) {
-    forced = userChoice;
-    throw;
-  }
-  forced = userChoice;
+  allgatherAtSetup(&mine, sizeof(Contribution), all.data());
   std::vector<RankSummary> summaries;
   for (const Contribution& c : all) summaries.push_back(c.summary);
   topo_ = Topology(std::move(summaries));
@@ -480,9 +484,19 @@ void Comm::setup(const Topology* agreed) {
   } else {
     agreeTopology();
   }
-  shmSlotBytes_ = config_.shmSlotBytes
-                      ? config_.shmSlotBytes
-                      : defaultShmSlotBytes(topo_.minL2Bytes(), n, topo_.minShmFreeBytes());
+  size_t shmFree = topo_.minShmFreeBytes();
+  if (agreed && !config_.shmSlotBytes && topo_.numNodes() == 1 && n > 1 && config_.shm != "off") {
+    // A split: the summaries were taken at the parent's init, before any segment existed; the
+    // free space of /dev/shm now, agreed (the least any rank sees; unknown on one: unknown).
+    const int32_t mine = localShmFreeMiB();
+    std::vector<int32_t> all(n);
+    allgatherAtSetup(&mine, sizeof(mine), all.data());
+    const bool known = std::all_of(all.begin(), all.end(), [](int32_t m) { return m >= 0; });
+    shmFree =
+        known ? static_cast<size_t>(*std::min_element(all.begin(), all.end())) << 20 : SIZE_MAX;
+  }
+  shmSlotBytes_ = config_.shmSlotBytes ? config_.shmSlotBytes
+                                       : defaultShmSlotBytes(topo_.minL2Bytes(), n, shmFree);
   if (topo_.numNodes() > 1) {
     MTXCOMM_LOG(kInfo, rank(), n, " ranks on ", topo_.numNodes(),
                 " nodes: no shared-memory segment for the whole communicator; node map:\n",

@@ -109,6 +109,9 @@ class Comm {
   [[noreturn]] void failCall(const CollArgs& args, const std::string& what, const Error& e);
   void poison(const std::string& message);
   void agreeTopology();
+  // An allgather of `bytes` per rank during setup, before any segment exists, with the
+  // automatic algorithm (a forced MTXCOMM_ALLGATHER_ALGO is for the caller's allgathers).
+  void allgatherAtSetup(const void* mine, size_t bytes, void* all);
   // Tells the peers (and the levels' peers) that this rank left: transports and segments.
   void abortWith(const std::string& reason, mtxcomm_result_t code = MTXCOMM_REMOTE_ERROR);
   // The node-local and cross-node sub-communicators, built at the first hierarchical call.

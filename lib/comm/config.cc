@@ -1,6 +1,7 @@
 #include "lib/comm/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -44,7 +45,7 @@ size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) 
   errno = 0;
   char* end = nullptr;
   unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  if (v.empty() || end == v.c_str() || errno || v[0] == '-') {
+  if (v.empty() || end == v.c_str() || errno || !std::isdigit(static_cast<unsigned char>(v[0]))) {
     badValue(name, v, "not a byte count (e.g. 1048576 or 1M)");
   }
   std::string suffix(end);
@@ -57,6 +58,7 @@ size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) 
     mult = 1ull << 30;
   else if (!suffix.empty())
     badValue(name, v, "unknown suffix (use K, M or G)");
+  if (x > hi / mult) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
   x *= mult;
   if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
   return static_cast<size_t>(x);

@@ -81,8 +81,8 @@ struct Config {
 };
 
 // The shared-memory slot (the chunk of the shm algorithms) where MTXCOMM_SHM_SLOT_BYTES is
-// auto: the L2 cache of one core (l2Bytes, the smallest the ranks report; 0 = unknown: 256
-// KiB) within [256 KiB, 1 MiB], halved while the segment (2 x ranks x slot) would pass 32 MiB
+// auto: one core's share of its L2 cache (l2Bytes, the smallest the ranks report; 0 = unknown:
+// 256 KiB) within [256 KiB, 1 MiB], halved while 2 x ranks x slot would pass 32 MiB
 // or half of shmFreeBytes (the least free space of /dev/shm the ranks report), not below
 // 256 KiB (where even that does not fit, the segment's creation fails naming /dev/shm). Fewer
 // chunks mean fewer of the two barriers each chunk costs; measured at 512 KiB-4 MiB (np = 2-4,

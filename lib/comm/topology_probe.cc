@@ -39,9 +39,14 @@ HwlocView loadHwloc() {
   v.packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
   v.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
   v.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-  // The first L2 (a unified or data cache; the cores of a node share one model).
-  if (hwloc_obj_t l2 = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L2CACHE, 0)) {
-    v.l2KiB = static_cast<int>(std::min<hwloc_uint64_t>(l2->attr->cache.size >> 10, 1 << 30));
+  // One core's share of its L2 (a unified or data cache): each L2's size over the cores under
+  // it, the smallest over the node's L2s (hybrid CPUs have L2s of several sizes and sharings).
+  for (hwloc_obj_t l2 = nullptr; (l2 = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_L2CACHE, l2));) {
+    const int sharing =
+        std::max(1, hwloc_get_nbobjs_inside_cpuset_by_type(topo, l2->cpuset, HWLOC_OBJ_CORE));
+    const int kib =
+        static_cast<int>(std::min<hwloc_uint64_t>((l2->attr->cache.size >> 10) / sharing, 1 << 30));
+    if (kib > 0 && (v.l2KiB == 0 || kib < v.l2KiB)) v.l2KiB = kib;
   }
   for (int k = 0; k < v.cores; ++k) {
     hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(k));
@@ -91,16 +96,19 @@ const HwlocView& hwlocView() {
 
 }  // namespace
 
+int32_t localShmFreeMiB() {
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) return -1;
+  const unsigned long long mib = static_cast<unsigned long long>(vfs.f_bavail) *
+                                     static_cast<unsigned long long>(vfs.f_frsize) >>
+                                 20;
+  return static_cast<int32_t>(std::min<unsigned long long>(mib, 1u << 30));
+}
+
 RankSummary localRankSummary() {
   RankSummary s;
   setNodeId(s, localNodeIdentity());
-  struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) == 0) {
-    const unsigned long long mib = static_cast<unsigned long long>(vfs.f_bavail) *
-                                       static_cast<unsigned long long>(vfs.f_frsize) >>
-                                   20;
-    s.shmFreeMiB = static_cast<int32_t>(std::min<unsigned long long>(mib, 1u << 30));
-  }
+  s.shmFreeMiB = localShmFreeMiB();
 #ifdef MTXCOMM_HAVE_HWLOC
   const HwlocView& v = hwlocView();
   s.numaNodes = v.numa;

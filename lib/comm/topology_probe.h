@@ -6,14 +6,19 @@
 #ifndef MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
 #define MTXCOMM_LIB_COMM_TOPOLOGY_PROBE_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "lib/base/topology.h"
 
 namespace mtxcomm {
 
-// This rank's summary: hwloc when built with it, otherwise only the node identity.
+// This rank's summary: hwloc when built with it, otherwise only the node identity (and the
+// free space of /dev/shm).
 RankSummary localRankSummary();
+
+// The free space of /dev/shm now, MiB (at most 2^30), or -1 where statvfs fails.
+int32_t localShmFreeMiB();
 
 // The node's cores in hwloc's logical order, each with the OS indexes of its hardware threads
 // (CPUs); without hwloc, every online CPU (/sys/devices/system/cpu/online) as one core.
