@@ -9,6 +9,8 @@
 #   shm_driver.sh perm JOB NP                    mode 0600, unguessable name, unlinked while live
 #   shm_driver.sh tiny JOB                       /dev/shm of 64 KiB: init fails cleanly;
 #                                                MTXCOMM_SHM=off works there
+#   shm_driver.sh small JOB                      /dev/shm of 12 MiB: the auto slot shrinks to fit
+#                                                the world and two splits (each its own segment)
 #   shm_driver.sh kill JOB NP MPIEXEC            a rank SIGKILLs itself in a 4 MiB shm allreduce
 #   shm_driver.sh idle-kill JOB NP               a rank SIGKILLs itself while the others sleep
 #                                                in mtxcomm_comm_wait_notify (an idle engine)
@@ -278,6 +280,27 @@ case $mode in
       grep -q "segment none" "$workdir/out$r.log" || die "rank $r maps a segment despite off"
     done
     echo "PASS: a too-small /dev/shm fails init cleanly on every rank; MTXCOMM_SHM=off works"
+    ;;
+  small)
+    exe=$2
+    if ! isolate 12m "$@"; then
+      echo "SKIP: cannot give the job a private 12 MiB /dev/shm: $isolate_error"
+      exit 77
+    fi
+    df -k /dev/shm | tail -1
+    echo "--- 2 ranks, MTXCOMM_SHM_SLOT_BYTES auto: the world and 2 splits, each a segment"
+    MTXCOMM_LOG_LEVEL=INFO start_file_ranks 2 "$exe" splits "$workdir" 2
+    wait_ranks 60
+    show_ranks 2
+    for r in 0 1; do
+      ((codes[r] != 124)) || die "rank $r hung"
+      ((codes[r] == 0)) || die "rank $r exited with ${codes[$r]}"
+      grep -q "init code" "$workdir/out$r.log" && die "rank $r: init failed"
+      grep -q "splits ok" "$workdir/out$r.log" || die "rank $r: the splits did not all run"
+      segs=$(grep -c "shared-memory segment of" "$workdir/out$r.log")
+      ((segs == 3)) || die "rank $r: $segs segments logged, expected 3 (world and 2 splits)"
+    done
+    echo "PASS: on a 12 MiB /dev/shm the auto slot fits the world's segment and two splits'"
     ;;
   kill)
     exe=$2 np=$3 mpiexec=$4

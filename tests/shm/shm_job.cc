@@ -28,6 +28,8 @@
 //                            the survivors' next allreduce too (OUTDIR/rank<R>.txt: the wait's
 //                            code, elapsed and message, then "next <code> <message>").
 //   perf ITERS FLOATS        ITERS checked allreduces of FLOATS float32; rank 0 prints the time.
+//   splits K                 K splits of the world (every one kept, each with its own segment),
+//                            then checked collectives on each (as collectives, 2 iterations).
 // Exit code: 0 when this rank saw what its mode expects, 1 otherwise (with a "FAIL" line).
 #include <signal.h>
 #include <sys/stat.h>
@@ -269,9 +271,10 @@ int runPerf(mtxcomm_comm_t comm, int rank, int n, int iters, size_t floats) {
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: %s init|collectives|abort|loop|kill|idle-kill|perf OUTDIR [ARGS...]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s init|collectives|abort|loop|kill|idle-kill|perf|splits OUTDIR [ARGS...]\n",
+        argv[0]);
     return 2;
   }
   const std::string mode = argv[1], outdir = argv[2];
@@ -303,6 +306,24 @@ int main(int argc, char** argv) {
   if (mode == "loop") return runLoop(comm, rank, n, outdir);
   if (mode == "kill") return runKill(comm, rank, n, outdir, static_cast<int>(arg(3, 4)));
   if (mode == "idle-kill") return runIdleKill(comm, rank, n, outdir);
+  if (mode == "splits") {
+    std::vector<mtxcomm_comm_t> splits;
+    for (long k = 0; k < arg(3, 2); ++k) {
+      mtxcomm_comm_t child = nullptr;
+      if (mtxcomm_comm_split(comm, 0, rank, &child) != MTXCOMM_SUCCESS) {
+        return failed(rank, "split " + std::to_string(k) + ": " + mtxcomm_get_last_error(comm));
+      }
+      splits.push_back(child);
+    }
+    for (size_t k = 0; k < splits.size(); ++k) {
+      if (runCollectives(splits[k], rank, n, 2) != 0)
+        return failed(rank, "on split " + std::to_string(k));
+    }
+    for (mtxcomm_comm_t c : splits) mtxcomm_comm_destroy(c);
+    mtxcomm_comm_destroy(comm);
+    std::printf("rank %d: splits ok\n", rank);
+    return 0;
+  }
   if (mode == "perf") {
     return runPerf(comm, rank, n, static_cast<int>(arg(3, 200)),
                    static_cast<size_t>(arg(4, 1 << 18)));
