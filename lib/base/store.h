@@ -28,6 +28,13 @@ class Store {
   // (the TCP transport's accept loop) fails naming the cause instead of timing out. Cheap:
   // callers may call it every few hundred milliseconds.
   virtual void check() {}
+  // The fault the store knows of now (as check() would throw it), or "": asked at once, over a
+  // connection the store already has, within budget; never throws. For a rank whose bootstrap
+  // failed on a peer's closed connection: that peer may have left because the job is faulty.
+  virtual std::string knownFault(std::chrono::milliseconds budget) {
+    (void)budget;
+    return "";
+  }
   // This rank's init failed with message: tells the other ranks where the store can (a file:
   // store's fault file, a tcp: store's server on rank 0), so that they fail with the cause
   // instead of timing out. Best effort, never throws.

@@ -532,6 +532,25 @@ class TcpStore : public Store {
     receiveStatus(deadline, "(check)", timeout_);
   }
 
+  std::string knownFault(Ms budget) override {
+    if (server_) {
+      const std::string f = server_->fault();
+      return f.empty() ? f : strCat("store ", spec_, ": ", f);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ < 0) return "";
+    try {
+      std::string req(1, static_cast<char>(kOpCheck));
+      const uint64_t klen = 0;
+      req.append(reinterpret_cast<const char*>(&klen), 8);
+      sendRequest(req, "(check)");
+      receiveStatus(Clock::now() + budget, "(check)", budget);
+    } catch (const Error& e) {
+      if (e.code() == MTXCOMM_INVALID_USAGE) return e.what();
+    }
+    return "";
+  }
+
   void set(const std::string& key, const std::string& value) override {
     std::lock_guard<std::mutex> lock(mu_);
     const auto deadline = Clock::now() + timeout_;

@@ -209,6 +209,12 @@ std::unique_ptr<Transport> makeTcpTransport(Store& store, int rank, int size,
   try {
     return tcp::bootstrap(store, rank, size, timeout);
   } catch (const Error& e) {
+    // A peer that closed its connection may have left because the store found the job faulty
+    // (two processes claim one rank, a rank has another size): that cause, not the symptom.
+    if (e.code() != MTXCOMM_INVALID_USAGE) {
+      const std::string cause = store.knownFault(std::chrono::milliseconds(1000));
+      if (!cause.empty()) throw Error(MTXCOMM_INVALID_USAGE, cause);
+    }
     // The ranks still waiting (for the store, for this rank's connection) learn why at once.
     store.reportFault(strCat("rank ", rank, ": ", e.what()));
     throw;
