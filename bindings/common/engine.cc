@@ -96,6 +96,13 @@ class Engine {
   // Sleeps until this rank has work, a peer asks for the next cycle, or a timer is due.
   void waitForWork();
   bool cycle();  // false: the engine stops
+  // A peer asked for a cycle and this rank has nothing pending: such a cycle can make nothing
+  // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME for this
+  // rank's own submission and bring it to the same cycle. A rank that arrives late by less than
+  // that pays one exchange, not two (an empty one, then its own), and its compute is not
+  // interrupted for the empty one. The peer waits in the exchange meanwhile (spinning, then on
+  // a futex), which it would do for this rank's request anyway. Called with mu_ held.
+  void lingerForOwnWork(std::unique_lock<std::mutex>& lk);
   bool exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
                 std::vector<Cancelled>* cancelled);
   void execute(std::vector<ReadyOp>& ready);
@@ -262,6 +269,20 @@ void Engine::loop() {
   comm_ = nullptr;
 }
 
+void Engine::lingerForOwnWork(std::unique_lock<std::mutex>& lk) {
+  // Only a rank with nothing of its own anywhere (nothing submitted, nothing waiting for
+  // peers, not joined: a joined rank's join waits in local_) and woken by a peer's request.
+  if (!notifies_ || !submitted_.empty() || shutdownRequested_ || peerTrouble_ || !local_.empty() ||
+      cycleSeconds_ <= 0) {
+    return;
+  }
+  mtxcomm_notify_state_t st{};
+  mtxcomm_comm_notify_state(comm_, &st);
+  if (st.cycle <= cycles_) return;  // a timer woke it (a stall check or warning): no peer waits
+  cv_.wait_for(lk, seconds(cycleSeconds_),
+               [this] { return !submitted_.empty() || shutdownRequested_; });
+}
+
 void Engine::waitForWork() {
   if (!notifies_) {
     // Polling: every rank cycles every MTXCOMM_CYCLE_TIME while idle.
@@ -337,14 +358,15 @@ bool Engine::exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
 }
 
 bool Engine::cycle() {
-  const auto cycleStart = Clock::now();
   std::vector<Entry> fresh;
   bool wantShutdown;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    lingerForOwnWork(lk);
     fresh.swap(submitted_);
     wantShutdown = shutdownRequested_;
   }
+  const auto cycleStart = Clock::now();  // the timeline's CYCLE: after any linger
   CycleMessage msg;
   msg.shutdown = wantShutdown;
   for (Entry& e : fresh) {

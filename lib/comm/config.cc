@@ -176,9 +176,10 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_CYCLE_TIME",
          "seconds",
          "0.001",
-         "framework bindings: only where the ranks have no shared-memory segment (across nodes, "
+         "framework bindings: where the ranks have no shared-memory segment (across nodes, "
          "MTXCOMM_SHM=off), how often an idle engine polls the others for work (0..1); on one "
-         "node an idle engine sleeps until a rank submits work",
+         "node an idle engine sleeps until a rank submits work, and one that a peer's request "
+         "woke waits up to this long for a request of its own before it joins the cycle",
          {}},
         {"MTXCOMM_CACHE_CAPACITY",
          "int",

@@ -100,6 +100,31 @@ def test_timeline_is_valid_json_after_a_sigkill(tmp):
         assert all("algorithm" in e["args"] and e["args"]["bytes"] > 0 for e in ar), ar[:3]
 
 
+# ---- cycles ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ranks_arriving_apart_agree_in_one_cycle_per_collective(tmp, np_):
+    # Every rank but 0 arrives 300 us late at each of 40 allreduces. A peer woken by rank 0's
+    # request with nothing of its own waits (up to MTXCOMM_CYCLE_TIME, 1 ms) for its own, so
+    # each allreduce takes one cycle; joining at once took two (an empty one, then the late
+    # rank's): 76 cycles for 40 calls at np=2.
+    calls = 40
+    path = tmp / ("skew%d.json" % np_)
+    job = run(["-np", str(np_), "python", os.path.join(SCRIPTS, "skewed_arrivals.py")], tmp,
+              env={"MTXCOMM_TIMELINE": str(path), "CALLS": str(calls), "SKEW_US": "300"})
+    job.check_ok()
+    # sum over k of sum over r of (r + k)
+    expected = sum(n * k + n * (n - 1) // 2 for n in [np_] for k in range(calls))
+    sums = dict(re.findall(r"^SKEWED (\d+) (\d+)$", job.stdout, re.M))
+    assert sums == {str(r): str(expected) for r in range(np_)}, job.describe()
+    for r in range(np_):
+        events = json.loads((tmp / ("skew%d.json.%d" % (np_, r))).read_text())
+        cycles = sum(1 for e in events if e.get("name") == "CYCLE")
+        assert calls <= cycles <= calls * 5 // 4 + 4, \
+            f"rank {r}: {cycles} cycles for {calls} allreduces"
+
+
 # ---- placement ---------------------------------------------------------------------------------
 
 
