@@ -525,11 +525,7 @@ class TcpStore : public Store {
     nextCheck_ = now + std::chrono::milliseconds(200);
     const auto deadline = now + timeout_;
     if (fd_ < 0) connectToServer(deadline);
-    std::string req(1, static_cast<char>(kOpCheck));
-    const uint64_t klen = 0;
-    req.append(reinterpret_cast<const char*>(&klen), 8);
-    sendRequest(req, "(check)");
-    receiveStatus(deadline, "(check)", timeout_);
+    askServerForFault(deadline, timeout_);
   }
 
   std::string knownFault(Ms budget) override {
@@ -540,11 +536,7 @@ class TcpStore : public Store {
     std::lock_guard<std::mutex> lock(mu_);
     if (fd_ < 0) return "";
     try {
-      std::string req(1, static_cast<char>(kOpCheck));
-      const uint64_t klen = 0;
-      req.append(reinterpret_cast<const char*>(&klen), 8);
-      sendRequest(req, "(check)");
-      receiveStatus(Clock::now() + budget, "(check)", budget);
+      askServerForFault(Clock::now() + budget, budget);
     } catch (const Error& e) {
       if (e.code() == MTXCOMM_INVALID_USAGE) return e.what();
     }
@@ -633,6 +625,16 @@ class TcpStore : public Store {
       fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": lost the connection to the server (",
            errnoText(err), ") sending key '", key, "'");
     }
+  }
+
+  // One check request over the open connection: returns when the server knows no fault, throws
+  // MTXCOMM_INVALID_USAGE with the job's fault (a size mismatch, a duplicate rank) otherwise.
+  void askServerForFault(Clock::time_point deadline, Ms timeout) {
+    std::string req(1, static_cast<char>(kOpCheck));
+    const uint64_t klen = 0;
+    req.append(reinterpret_cast<const char*>(&klen), 8);
+    sendRequest(req, "(check)");
+    receiveStatus(deadline, "(check)", timeout);
   }
 
   // The status byte of an answer; a fault answer throws MTXCOMM_INVALID_USAGE with its message.
