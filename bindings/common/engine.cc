@@ -97,10 +97,10 @@ class Engine {
   void waitForWork();
   bool cycle();  // false: the engine stops
   // A peer asked for a cycle and this rank has nothing pending: such a cycle can make nothing
-  // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME for this
-  // rank's own submission and bring it to the same cycle. A rank that arrives late by less than
-  // that pays one exchange, not two (an empty one, then its own), and its compute is not
-  // interrupted for the empty one. The peer waits in the exchange meanwhile (spinning, then on
+  // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME (at most
+  // 1 ms) for this rank's own submission and bring it to the same cycle. A rank that arrives late
+  // by less than that pays one exchange, not two (an empty one, then its own), and its compute is
+  // not interrupted for the empty one. The peer waits in the exchange meanwhile (spinning, then on
   // a futex), which it would do for this rank's request anyway. Called with mu_ held.
   void lingerForOwnWork(std::unique_lock<std::mutex>& lk);
   bool exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
@@ -279,7 +279,10 @@ void Engine::lingerForOwnWork(std::unique_lock<std::mutex>& lk) {
   mtxcomm_notify_state_t st{};
   mtxcomm_comm_notify_state(comm_, &st);
   if (st.cycle <= cycles_) return;  // a timer woke it (a stall check or warning): no peer waits
-  cv_.wait_for(lk, seconds(cycleSeconds_),
+  // At most 1 ms whatever MTXCOMM_CYCLE_TIME says: the peer's cycle may carry a shutdown or a
+  // stall verdict, which this rank's own request cannot help, and each waits this long.
+  constexpr double kMostSeconds = 0.001;
+  cv_.wait_for(lk, seconds(std::min(cycleSeconds_, kMostSeconds)),
                [this] { return !submitted_.empty() || shutdownRequested_; });
 }
 

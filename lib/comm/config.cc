@@ -179,7 +179,8 @@ const std::vector<ConfigVar>& configVars() {
          "framework bindings: where the ranks have no shared-memory segment (across nodes, "
          "MTXCOMM_SHM=off), how often an idle engine polls the others for work (0..1); on one "
          "node an idle engine sleeps until a rank submits work, and one that a peer's request "
-         "woke waits up to this long for a request of its own before it joins the cycle",
+         "woke waits up to this long (at most 1 ms) for a request of its own before it joins the "
+         "cycle",
          {}},
         {"MTXCOMM_CACHE_CAPACITY",
          "int",

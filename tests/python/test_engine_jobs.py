@@ -125,6 +125,26 @@ def test_ranks_arriving_apart_agree_in_one_cycle_per_collective(tmp, np_):
             f"rank {r}: {cycles} cycles for {calls} allreduces"
 
 
+def test_a_long_cycle_time_delays_neither_a_stall_error_nor_a_shutdown(tmp):
+    # An idle rank waits for a request of its own before it joins a peer's cycle, but never
+    # longer than 1 ms, whatever MTXCOMM_CYCLE_TIME says: the peer's cycle may carry a stall
+    # verdict or a shutdown. Waiting the whole MTXCOMM_CYCLE_TIME=1 made the stall error come at
+    # 4.5 s instead of 3 and rank 0's shutdown() take 1 s.
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")], tmp,
+              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0",
+                   "MTXCOMM_CYCLE_TIME": "1"})
+    job.check_ok()
+    errors = re.findall(r"STALL_ERROR 0 after ([0-9.]+) s", job.stdout)
+    assert len(errors) == 1, job.describe()
+    assert 2.5 <= float(errors[0]) < 4.0, f"failed after {errors[0]} s, the timeout is 3 s"
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "shutdown_idle.py")], tmp,
+              env={"MTXCOMM_CYCLE_TIME": "1"})
+    job.check_ok()
+    took = re.findall(r"^SHUTDOWN 0 ([0-9.]+)$", job.stdout, re.M)
+    assert len(took) == 1, job.describe()
+    assert float(took[0]) < 0.5, f"rank 0's shutdown() took {took[0]} s"
+
+
 # ---- placement ---------------------------------------------------------------------------------
 
 
