@@ -20,9 +20,9 @@
 // nothing to do sleeps on a futex; a rank that submits work asks every rank to join its next
 // cycle (mtxcomm_comm_notify), so a cycle starts promptly everywhere and nobody waits for a
 // peer's next wake-up. A rank so asked that has nothing pending waits up to MTXCOMM_CYCLE_TIME
-// (at most 1 ms) for its own submission before it joins (a cycle without it makes nothing ready), so ranks
-// that arrive a little apart agree in one cycle instead of two. Without a segment (ranks on
-// several nodes, MTXCOMM_SHM=off) an idle engine cycles every MTXCOMM_CYCLE_TIME.
+// (at most 1 ms) for its own submission before it joins (a cycle without it makes nothing ready),
+// so ranks that arrive a little apart agree in one cycle instead of two. Without a segment (ranks
+// on several nodes, MTXCOMM_SHM=off) an idle engine cycles every MTXCOMM_CYCLE_TIME.
 //
 // Stalls end: a name some ranks submitted and others did not fails on the ranks that submitted
 // it after MTXCOMM_STALL_TIMEOUT, naming it and the missing ranks (rank 0 decides, through its
