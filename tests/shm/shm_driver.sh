@@ -48,6 +48,18 @@ isolate() {
     "$size" "${BASH_SOURCE[0]}" "$@"
 }
 
+# isolate_or_skip SIZE WHAT ARGS...: isolate, or exit 77 (ctest's skip) saying why, WHAT naming
+# the size; in the namespace, shows the new /dev/shm.
+isolate_or_skip() {
+  local size=$1 what=$2
+  shift 2
+  if ! isolate "$size" "$@"; then
+    echo "SKIP: cannot give the job a private $what /dev/shm: $isolate_error"
+    exit 77
+  fi
+  df -k /dev/shm | tail -1
+}
+
 shm_names() {
   local f
   for f in /dev/shm/mtxcomm-*; do [[ -e $f ]] && echo "${f#/dev/shm/}"; done | sort
@@ -251,11 +263,7 @@ case $mode in
     ;;
   tiny)
     exe=$2
-    if ! isolate 64k "$@"; then
-      echo "SKIP: cannot give the job a private 64 KiB /dev/shm: $isolate_error"
-      exit 77
-    fi
-    df -k /dev/shm | tail -1
+    isolate_or_skip 64k "64 KiB" "$@"
     echo "--- 2 ranks, default MTXCOMM_SHM=auto: init must fail on both"
     start_file_ranks 2 "$exe" init "$workdir"
     wait_ranks 60
@@ -283,11 +291,7 @@ case $mode in
     ;;
   small)
     exe=$2
-    if ! isolate 12m "$@"; then
-      echo "SKIP: cannot give the job a private 12 MiB /dev/shm: $isolate_error"
-      exit 77
-    fi
-    df -k /dev/shm | tail -1
+    isolate_or_skip 12m "12 MiB" "$@"
     echo "--- 2 ranks, MTXCOMM_SHM_SLOT_BYTES auto: the world and 2 splits, each a segment"
     MTXCOMM_LOG_LEVEL=INFO start_file_ranks 2 "$exe" splits "$workdir" 2
     wait_ranks 60
