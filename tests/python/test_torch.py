@@ -236,6 +236,65 @@ def test_all_to_all(dt):
         np.testing.assert_array_equal(as_np(outs[src]).astype(np.float64), want)
 
 
+@pytest.mark.parametrize("dt", [torch.uint8, torch.int64, torch.bfloat16, torch.float32,
+                                torch.bool], ids=["uint8", "int64", "bfloat16", "float32", "bool"])
+def test_gather_and_scatter_at_every_root(dt):
+    gathered, scattered = [], []
+    for root in range(SIZE):
+        gl = [torch.empty((2, 3), dtype=dt) for _ in range(SIZE)] if RANK == root else None
+        dist.gather(tensor_of((2, 3), dt, RANK, offset=root), gl, dst=root)
+        gathered.append(gl)
+        out = torch.empty((4,), dtype=dt)
+        sl = ([tensor_of((4,), dt, root, offset=j) for j in range(SIZE)] if RANK == root
+              else None)
+        dist.scatter(out, sl, src=root)
+        scattered.append(out)
+    for root in range(SIZE):
+        if RANK == root:
+            for src in range(SIZE):
+                np.testing.assert_array_equal(as_np(gathered[root][src]),
+                                              values((2, 3), np_dtype(dt), src, offset=root))
+        else:
+            assert gathered[root] is None
+        np.testing.assert_array_equal(as_np(scattered[root]),
+                                      values((4,), np_dtype(dt), root, offset=RANK))
+
+
+def test_gather_object_and_scatter_object_list():
+    # Both are PyTorch's own functions over the backend's gather and scatter (and allgather).
+    objs = [None] * SIZE if RANK == SIZE - 1 else None
+    dist.gather_object({"rank": RANK, "text": "x" * (100 * RANK)}, objs, dst=SIZE - 1)
+    got = [None]
+    dist.scatter_object_list(got, [("row", i, [i] * i) for i in range(SIZE)] if RANK == 0
+                             else None, src=0)
+    if RANK == SIZE - 1:
+        assert objs == [{"rank": i, "text": "x" * (100 * i)} for i in range(SIZE)]
+    assert got == [("row", RANK, [RANK] * RANK)]
+
+
+@multi_rank
+def test_gather_into_a_non_contiguous_list_and_a_wrong_size():
+    gl = [torch.empty(4, 2).t() for _ in range(SIZE)] if RANK == 0 else None
+    work = dist.gather(torch.full((2, 4), float(RANK)), gl, dst=0, async_op=True)
+    work.wait()
+    # One rank sends 4 elements where the root's list holds 3: the root fails naming both
+    # sizes (the senders, as with Gloo, do not hear of it); the group still works.
+    gl2 = [torch.empty(3) for _ in range(SIZE)] if RANK == 0 else None
+    err = None
+    try:
+        dist.gather(torch.ones(4 if RANK == SIZE - 1 else 3), gl2, dst=0)
+    except RuntimeError as e:
+        err = str(e)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if RANK == 0:
+        assert all(torch.equal(gl[i], torch.full((2, 4), float(i))) for i in range(SIZE))
+        assert err is not None and "(%d,)" % (3 * SIZE) in err and "(%d,)" % (3 * SIZE + 1) in err
+    else:
+        assert err is None
+    assert t.tolist() == [SIZE] * 2
+
+
 def test_barrier_and_monotonic_progress():
     for _ in range(3):
         dist.barrier()
@@ -318,10 +377,9 @@ def test_unsupported_op_and_collective():
     t = torch.ones(3, dtype=torch.int32)
     with pytest.raises(ValueError, match="reduce op .*BAND.* is not supported"):
         dist.all_reduce(t, op=dist.ReduceOp.BAND)
-    with pytest.raises((RuntimeError, NotImplementedError), match="(?i)gather|not supported|"
+    with pytest.raises((RuntimeError, NotImplementedError), match="(?i)send|not supported|"
                                                                   "not implemented"):
-        dist.gather(t, [torch.empty(3, dtype=torch.int32) for _ in range(SIZE)]
-                    if RANK == 0 else None, dst=0)
+        backend().send([t], (RANK + 1) % SIZE, 0)
     with pytest.raises(ValueError, match="complex|not defined"):
         dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist.ReduceOp.MAX)
     with pytest.raises(ValueError, match="root 99 is not a rank|99"):

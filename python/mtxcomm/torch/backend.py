@@ -25,10 +25,11 @@ Supported: allreduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM; BAND/BOR/BXOR are
 allreduce_coalesced, broadcast, reduce, allgather, all_gather_single (``_allgather_base``,
 ``all_gather_into_tensor``), allgather_coalesced, reduce_scatter, reduce_scatter_single
 (``_reduce_scatter_base``, ``reduce_scatter_tensor``), all_to_all_single (``all_to_all_single``
-with or without split sizes), alltoall (lists), barrier. dtypes: every one mtxcomm has
+with or without split sizes), alltoall (lists), gather and scatter (alltoalls in which only the
+root receives or sends), barrier. dtypes: every one mtxcomm has
 (int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64,
 bool), and complex64/complex128 for SUM, AVG and PREMUL_SUM (as pairs of reals). Anything else
-(gather, scatter, send/recv, a sparse or CUDA tensor) raises a clear error.
+(send/recv, a sparse or CUDA tensor) raises a clear error.
 
 Rendezvous: when the process was started by ``mpirun``/``mtxrun`` or has ``MTXCOMM_STORE`` set,
 mtxcomm's own bootstrap runs and its world must match the group's rank and size. Otherwise
@@ -807,7 +808,57 @@ class MtxcommBackend(_C10dBackend):
 
     @_collective
     def alltoall(self, output_tensors, input_tensors, opts):
-        what = "all_to_all"
+        return self._alltoall_lists("all_to_all", output_tensors, input_tensors)
+
+    # -- gather, scatter: alltoalls in which only the root receives, or only the root sends --
+
+    @_collective
+    def gather(self, output_tensors, input_tensors, opts):
+        what = "gather"
+        root = self._root(opts.rootRank, what)
+        inp = self._one(input_tensors, what, "input")
+        _check(inp, what)
+        none = [torch.empty(0, dtype=inp.dtype)] * self.size()
+        ins = list(none)
+        ins[root] = inp
+        if self.rank() == root:
+            outs = self._one(output_tensors, what, "output list (the root's gather_list)")
+        else:
+            if any(len(o) for o in output_tensors):
+                raise ValueError("mtxcomm backend: gather: rank %d is not the root (%d) but "
+                                 "was given a gather_list" % (self.rank(), root))
+            outs = none
+        return self._alltoall_lists(what, outs, ins, result=[t for o in output_tensors for t in o])
+
+    @_collective
+    def scatter(self, output_tensors, input_tensors, opts):
+        what = "scatter"
+        root = self._root(opts.rootRank, what)
+        out = self._one(output_tensors, what, "output")
+        _check(out, what)
+        none = [torch.empty(0, dtype=out.dtype)] * self.size()
+        outs = list(none)
+        outs[root] = out
+        if self.rank() == root:
+            ins = self._one(input_tensors, what, "input list (the root's scatter_list)")
+        else:
+            if any(len(i) for i in input_tensors):
+                raise ValueError("mtxcomm backend: scatter: rank %d is not the root (%d) but "
+                                 "was given a scatter_list" % (self.rank(), root))
+            ins = none
+        return self._alltoall_lists(what, outs, ins, result=output_tensors)
+
+    @staticmethod
+    def _one(items, what, name):
+        if len(items) != 1:
+            raise ValueError("mtxcomm backend: %s: expected one %s, got %d" % (what, name,
+                                                                                 len(items)))
+        return items[0]
+
+    def _alltoall_lists(self, what, output_tensors, input_tensors, result=None):
+        """Alltoall of lists: input_tensors[j] goes to rank j, output_tensors[i] comes from
+        rank i (one flat alltoall with splits; each output's size is checked against what its
+        sender sent). result: the tensors the Work reports (default output_tensors)."""
         n = self.size()
         if len(output_tensors) != n or len(input_tensors) != n:
             raise ValueError("mtxcomm backend: %s: %d output and %d input tensors for a group of "
@@ -836,7 +887,8 @@ class MtxcommBackend(_C10dBackend):
             for t in output_tensors:
                 t.copy_(flat_out[offset:offset + t.numel()].view(t.shape))
                 offset += t.numel()
-        return self._work(what, [p], list(output_tensors), (b, o), finish)
+        return self._work(what, [p], list(output_tensors) if result is None else result,
+                          (b, o), finish)
 
     # -- barrier --
 
