@@ -814,39 +814,35 @@ class MtxcommBackend(_C10dBackend):
 
     @_collective
     def gather(self, output_tensors, input_tensors, opts):
-        what = "gather"
-        root = self._root(opts.rootRank, what)
-        inp = self._one(input_tensors, what, "input")
-        _check(inp, what)
-        none = [torch.empty(0, dtype=inp.dtype)] * self.size()
-        ins = list(none)
-        ins[root] = inp
-        if self.rank() == root:
-            outs = self._one(output_tensors, what, "output list (the root's gather_list)")
-        else:
-            if any(len(o) for o in output_tensors):
-                raise ValueError("mtxcomm backend: gather: rank %d is not the root (%d) but "
-                                 "was given a gather_list" % (self.rank(), root))
-            outs = none
-        return self._alltoall_lists(what, outs, ins, result=[t for o in output_tensors for t in o])
+        return self._rooted("gather", opts.rootRank, input_tensors, output_tensors,
+                            root_sends=False)
 
     @_collective
     def scatter(self, output_tensors, input_tensors, opts):
-        what = "scatter"
-        root = self._root(opts.rootRank, what)
-        out = self._one(output_tensors, what, "output")
-        _check(out, what)
-        none = [torch.empty(0, dtype=out.dtype)] * self.size()
-        outs = list(none)
-        outs[root] = out
+        return self._rooted("scatter", opts.rootRank, output_tensors, input_tensors,
+                            root_sends=True)
+
+    def _rooted(self, what, root, single, lists, root_sends):
+        """gather (root_sends False) or scatter: every rank's one tensor `single`, the root's
+        list of size() tensors in `lists` ([[...]]; [] on the others)."""
+        root = self._root(root, what)
+        t = self._one(single, what, "tensor")
+        _check(t, what)
+        none = [torch.empty(0, dtype=t.dtype)] * self.size()
+        mine = list(none)
+        mine[root] = t
         if self.rank() == root:
-            ins = self._one(input_tensors, what, "input list (the root's scatter_list)")
+            listed = self._one(lists, what, "list (the root's %s_list)" % what)
+        elif any(len(x) for x in lists):
+            raise ValueError("mtxcomm backend: %s: rank %d is not the root (%d) but was given a "
+                             "%s_list" % (what, self.rank(), root, what))
         else:
-            if any(len(i) for i in input_tensors):
-                raise ValueError("mtxcomm backend: scatter: rank %d is not the root (%d) but "
-                                 "was given a scatter_list" % (self.rank(), root))
-            ins = none
-        return self._alltoall_lists(what, outs, ins, result=output_tensors)
+            listed = none
+        outs, ins = (mine, listed) if root_sends else (listed, mine)
+        # What the Work's result() holds: the root's gathered list, or each rank's scattered
+        # tensor.
+        result = list(single) if root_sends else [y for x in lists for y in x]
+        return self._alltoall_lists(what, outs, ins, result=result)
 
     @staticmethod
     def _one(items, what, name):
