@@ -109,6 +109,7 @@ class Engine {
   void finishJoin(ReadyOp& op);
   Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
   void failAll(const Status& st);
+  Status failureOf(const Request& r) const;
   bool stopped() {
     std::lock_guard<std::mutex> lk(mu_);
     return stopped_;
@@ -227,7 +228,7 @@ void Engine::enqueue(Entry e) {
       refuse = {MTXCOMM_INVALID_USAGE,
                 "mtxcomm is not initialised: call init() first (or it was shut down)"};
     } else if (stopped_) {
-      refuse = failure_;
+      refuse = failureOf(e.request);
     } else if (!inFlight_.insert(e.request.name).second) {
       // Which of two concurrent requests of one name pairs with which on the other ranks is
       // not defined (threads, graph order): refused, as Horovod does, never a wrong pairing.
@@ -494,7 +495,8 @@ void Engine::execute(std::vector<ReadyOp>& ready) {
   size_t i = 0;
   while (i < ready.size()) {
     if (stopped()) {  // a collective failed: the rest cannot run
-      for (size_t k = i; k < ready.size(); ++k) ready[k].entry.done(failure_);
+      for (size_t k = i; k < ready.size(); ++k)
+        ready[k].entry.done(failureOf(ready[k].entry.request));
       return;
     }
     Status st = negotiation_->check(ready[i].agreed);
@@ -548,11 +550,15 @@ void Engine::failAll(const Status& st) {
   }
   local_.clear();
   negotiation_->clear();
-  for (Entry& e : pending) {
-    Status s = failure_;
-    s.message = std::string(kindName(e.request.kind)) + " '" + e.request.name + "': " + s.message;
-    e.done(s);
-  }
+  for (Entry& e : pending) e.done(failureOf(e.request));
+}
+
+// The engine's failure as one request hears it, named the same whether the request waited when
+// the engine stopped or came after.
+Status Engine::failureOf(const Request& r) const {
+  Status s = failure_;
+  s.message = std::string(kindName(r.kind)) + " '" + r.name + "': " + s.message;
+  return s;
 }
 
 Engine& engine() {

@@ -113,6 +113,7 @@ def _patch_keras(keras):
 
     rank = mtx.rank()
     _synchronise_batch_norm(keras, hvd)
+    _weigh_batch_means(keras, hvd)
     model_cls = keras.Model
     quiet_callbacks = tuple(c for c in (
         getattr(keras.callbacks, "ModelCheckpoint", None),
@@ -135,7 +136,8 @@ def _patch_keras(keras):
             arguments["verbose"] = 0
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                      _RowWeightedLogs(self._mtx_rows, keras, hvd)
-                     if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback()]
+                     if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback(),
+                     _SameWeights(keras, hvd)]
         callbacks = callbacks + user_callbacks
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
@@ -147,18 +149,29 @@ def _patch_keras(keras):
 
     model_cls.fit = fit
 
-    original_train_on_batch = model_cls.train_on_batch
+    for name in ("train_on_batch", "test_on_batch"):
+        original = getattr(model_cls, name)
+        sig = inspect.signature(original)
 
-    @functools.wraps(original_train_on_batch)
-    def train_on_batch(self, *args, **kwargs):
-        # The batch itself, not row indices: a train step traced by fit for another kind of
-        # input (NumPy rows as indices, a sharded dataset) is traced again for it.
-        if getattr(self, "_mtx_input", "step") != "step":
-            self._mtx_input = "step"
-            self.train_function = None
-        return original_train_on_batch(self, *args, **kwargs)
+        def on_batch(original=original, sig=sig, name=name):
+            @functools.wraps(original)
+            def method(self, *args, **kwargs):
+                bound = sig.bind(self, *args, **kwargs)
+                _make_data_parallel(self, keras, hvd)
+                # The batch itself, not row indices: a train step traced by fit for another
+                # kind of input (NumPy rows as indices, a sharded dataset) is traced again.
+                if name == "train_on_batch" and getattr(self, "_mtx_input", "step") != "step":
+                    self._mtx_input = "step"
+                    self.train_function = None
+                as_dict = bound.arguments.get("return_dict", False)
+                bound.arguments["return_dict"] = True
+                logs = original(*bound.args, **bound.kwargs)
+                # The whole batch's values, not this rank's share's.
+                logs = self._get_metrics_result_or_logs(logs)
+                return logs if as_dict else self._flatten_metrics_in_order(logs)
+            return method
 
-    model_cls.train_on_batch = train_on_batch
+        setattr(model_cls, name, on_batch())
 
     for name in ("evaluate", "predict"):
         original = getattr(model_cls, name)
@@ -171,28 +184,108 @@ def _patch_keras(keras):
                 if rank != 0:
                     bound.arguments["verbose"] = 0
                 _make_data_parallel(self, keras, hvd)
-                if name == "evaluate":
-                    self._mtx_evaluating = getattr(self, "_mtx_evaluating", 0) + 1
                 try:
                     return original(*bound.args, **bound.kwargs)
                 finally:
                     if name == "evaluate":
-                        self._mtx_evaluating -= 1
                         # (Only evaluate's own: fit's is still in use when fit validates.)
                         iterators.release_held(self, ("test_function",))
             return method
 
         setattr(model_cls, name, distributed())
 
-    if rank != 0:
-        def skip(*args, **kwargs):
+    _save_on_rank_0(keras, model_cls, rank)
+
+
+def _save_on_rank_0(keras, model_cls, rank):
+    """Model.save, save_weights and keras.saving.save_model write on rank 0 only, each file
+    through a temporary name in its directory and a rename, so that it is never seen half
+    written. A rank that skipped the save of a local path and then loads that path
+    (keras.models.load_model, Model.load_weights: a script that saves and reloads) first waits
+    until rank 0's rename has replaced what the path held at the skip (at most
+    _SAVE_WAIT_SECONDS, then it loads what is there, with a warning)."""
+    import os
+    import sys
+    import time
+
+    def local(path):
+        return isinstance(path, (str, os.PathLike)) and "://" not in os.fspath(path)
+
+    def state(path):
+        try:
+            st = os.stat(path)
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
             return None
-        model_cls.save = skip
-        model_cls.save_weights = skip
-        keras.saving.save_model = skip
-        keras.models.save_model = skip
+
+    if rank == 0:
+        def atomic(original, at):
+            @functools.wraps(original)
+            def write(*args, **kwargs):
+                args = list(args)
+                path = args[at] if len(args) > at else kwargs.get("filepath")
+                if not local(path) or (kwargs.get("overwrite") is False and
+                                       os.path.exists(path)):
+                    return original(*args, **kwargs)  # (Keras asks before overwriting)
+                path = os.fspath(path)
+                head, tail = os.path.split(path)
+                # The suffix stays last: Keras checks it (.keras, .h5, .weights.h5).
+                cut = tail.find(".")
+                tmp = os.path.join(head, ".%s.mtxcomm-%d%s" % (
+                    tail[:cut] if cut > 0 else tail, os.getpid(), tail[cut:] if cut > 0 else ""))
+                if len(args) > at:
+                    args[at] = tmp
+                else:
+                    kwargs["filepath"] = tmp
+                try:
+                    result = original(*args, **kwargs)
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                return result
+            return write
+
+        model_cls.save = atomic(model_cls.save, 1)
+        model_cls.save_weights = atomic(model_cls.save_weights, 1)
+        for module in (keras.saving, keras.models):
+            module.save_model = atomic(module.save_model, 1)
+        return
+
+    skipped = {}
+
+    def skip(*args, **kwargs):
+        path = args[1] if len(args) > 1 else kwargs.get("filepath")
+        if local(path):
+            skipped[os.path.abspath(os.fspath(path))] = state(path)
+        return None
+
+    def awaiting(original, at):
+        @functools.wraps(original)
+        def load(*args, **kwargs):
+            path = args[at] if len(args) > at else kwargs.get("filepath")
+            key = os.path.abspath(os.fspath(path)) if local(path) else None
+            if key in skipped:
+                before = skipped.pop(key)
+                deadline = time.monotonic() + _SAVE_WAIT_SECONDS
+                while state(key) in (before, None) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if state(key) in (before, None):
+                    print("[mtxcomm rank %d] WARN transparent: %s was saved on rank 0 only and "
+                          "did not change within %.0f s; loading what is there"
+                          % (rank, key, _SAVE_WAIT_SECONDS), file=sys.stderr, flush=True)
+            return original(*args, **kwargs)
+        return load
+
+    model_cls.save = skip
+    model_cls.save_weights = skip
+    model_cls.load_weights = awaiting(model_cls.load_weights, 1)
+    for module in (keras.saving, keras.models):
+        module.save_model = skip
+        module.load_model = awaiting(module.load_model, 0)
 
 
+_SAVE_WAIT_SECONDS = 30.0
 _gc_frozen = False
 
 
@@ -313,14 +406,71 @@ def _choose_input(model, arguments, tf):
         rows = at
     # The arrays stay here; Keras batches and shuffles their row indices exactly as it would
     # batch and shuffle the rows (the permutation does not depend on the data).
-    # Not through Keras' attribute tracking: it would wrap dicts and lists of targets in its
-    # own tracked types, which its loss no longer matches to the outputs.
-    object.__setattr__(model, "_mtx_arrays", tf.nest.map_structure(
-        lambda a: None if a is None else tf.constant(a), (x, y, sw)))
+    _hold_arrays(model, (x, y, sw), tf)
     arguments["x"] = np.arange(rows, dtype=np.int64)
     arguments["y"] = None
     arguments["sample_weight"] = None
     model._mtx_input = "indices"
+
+
+def _hold_arrays(model, arrays, tf):
+    """This fit's arrays as the variables the traced train step gathers its rows from
+    (model._mtx_arrays): a later fit with other arrays, or the same arrays changed in place,
+    assigns its rows to them (any number of rows), so the step never trains on an earlier
+    fit's data; arrays of another structure, dtype or row shape get new variables and a new
+    trace. Not through Keras' attribute tracking: it would wrap dicts and lists of targets in
+    its own tracked types, which its loss no longer matches to the outputs, and save the data
+    with the model."""
+    def spec(a):
+        return None if a is None else (str(a.dtype), tuple(a.shape[1:]))
+
+    signature = tf.nest.map_structure(spec, arrays)  # the structure too (dict keys, tuples)
+    held = getattr(model, "_mtx_arrays", None)
+    if held is not None and getattr(model, "_mtx_arrays_signature", None) == signature:
+        for v, a in zip(tf.nest.flatten(held), tf.nest.flatten(arrays)):
+            if a is not None:
+                v.assign(a)
+        return
+    object.__setattr__(model, "_mtx_arrays", tf.nest.map_structure(
+        lambda a: None if a is None else tf.Variable(
+            a, trainable=False, shape=tf.TensorShape([None] + list(a.shape[1:]))), arrays))
+    object.__setattr__(model, "_mtx_arrays_signature", signature)
+    model.train_function = None
+
+
+def _weigh_batch_means(keras, hvd):
+    """In a transparent train or test step, a keras.metrics.Mean given one value per batch (a
+    scalar: a loss tracker of a custom train_step, the per-output losses of a multi-output
+    model) counts with this rank's share of the batch's rows as its weight, so that the sum of
+    the ranks' states (how the epoch's logs are combined) counts each global batch once with
+    the rows-weighted mean of the shares' values, the batch's own value, as the 1-process run
+    counts it. The per-output losses are weighted by the batch's static size (Keras passes
+    y_pred.shape[0]): where this rank's share has a static size, that is already its share
+    of the 1-process run's weight; where it has none, the weight is the global batch's static
+    size (None, as in the 1-process run, where the batch has none either) times the share.
+    Values per row (the metrics of compile) and explicit weights are left as they are: their
+    sum over the ranks is already the whole batch's."""
+    mean_cls = getattr(keras.metrics, "Mean", None)
+    original = getattr(mean_cls, "update_state", None)
+    if original is None or getattr(original, "_mtx_shared", False):
+        return
+    tf = tf_module()
+
+    def update_state(self, values, sample_weight=None):
+        share = getattr(hvd._step_state, "row_share", None)
+        if share is not None and sample_weight is None:
+            values = tf.convert_to_tensor(values)
+            if values.shape.rank == 0:
+                weight = None
+                model = hvd._step_state.model
+                compiled = getattr(getattr(model, "_compile_loss", None), "metrics", ())
+                if any(m is self for m in compiled):
+                    weight = hvd._step_state.static_batch
+                sample_weight = share * (1.0 if weight is None else float(weight))
+        return original(self, values, sample_weight=sample_weight)
+
+    update_state._mtx_shared = True
+    mean_cls.update_state = update_state
 
 
 def _synchronise_batch_norm(keras, hvd):
@@ -405,13 +555,26 @@ def _make_data_parallel(model, keras, hvd):
         tf.cond(count > 0, lambda: tf.constant(False), restore)
         return logs
 
+    def sharing(data, count, batch, step):
+        """Runs step with hvd._step_state telling the Mean metrics this rank's share of the
+        batch (_weigh_batch_means)."""
+        flat = [t for t in tf.nest.flatten(data) if t is not None]
+        hvd._step_state.model = model
+        hvd._step_state.row_share = tf.cast(count, tf.float32) / tf.cast(batch, tf.float32)
+        hvd._step_state.static_batch = flat[0].shape[0] if flat and flat[0].shape.rank else None
+        try:
+            return unchanged_metrics(count, step)
+        finally:
+            hvd._step_state.row_share = None
+            hvd._step_state.model = None
+
     def train_step(data):
         local, count, batch = local_batch(data)
         rows.assign_add(tf.cast(count, tf.float64))
         hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
         try:
-            return unchanged_metrics(count, lambda: original_step(local))
+            return sharing(data, count, batch, lambda: original_step(local))
         finally:
             hvd._step_state.grad_scale = None
             hvd._step_state.row_weight = None
@@ -419,7 +582,7 @@ def _make_data_parallel(model, keras, hvd):
     def test_step(data):
         batch = _rows(data)
         start, end, count = _share(batch, n, r)
-        return unchanged_metrics(count, lambda: original_test(_take(data, start, end)))
+        return sharing(data, count, batch, lambda: original_test(_take(data, start, end)))
 
     def predict_step(data):
         batch = _rows(data)
@@ -434,19 +597,30 @@ def _make_data_parallel(model, keras, hvd):
     model.train_step = train_step
     model.test_step = test_step
     model.predict_step = predict_step
-    original_results = model._get_metrics_result_or_logs
-
     def summed_results(logs):
-        # evaluate: each rank's metric state covers its rows; their sum is the state of the
-        # whole data (tf.distribute's SUM aggregation of metric variables).
-        if getattr(model, "_mtx_evaluating", 0):
-            variables = [v for m in model.metrics for v in m.variables]
-            if variables:
-                totals = hvd.grouped_allreduce([tf.convert_to_tensor(v) for v in variables],
-                                               op=hvd.Sum, name="mtxcomm.transparent.metrics")
-                for v, t in zip(variables, totals):
-                    v.assign(t)
-        return original_results(logs)
+        """Keras' _get_metrics_result_or_logs (the logs of fit's epoch and of evaluate) with
+        every metric's result computed from the sum of the ranks' metric states: each rank's
+        state covers its rows, their sum is the state of the whole data (tf.distribute's SUM
+        aggregation of metric variables), so a ratio (AUC, precision, F1), a weighted metric
+        or a mean is the 1-process value. Each rank's own state is put back afterwards (a
+        train_on_batch with reset_metrics=False goes on accumulating its own rows). A collective:
+        every rank calls it at the same points."""
+        variables = [v for m in model.metrics for v in m.variables]
+        own = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+        if variables:
+            totals = hvd.grouped_allreduce(own, op=hvd.Sum, name="mtxcomm.transparent.metrics")
+            for v, t in zip(variables, totals):
+                v.assign(t)
+        try:
+            metric_logs = model.get_metrics_result()
+        finally:
+            for v, t in zip(variables, own):
+                v.assign(t)
+        combined = isinstance(logs, dict) and set(logs) == set(metric_logs)
+        # fit's epoch: the logs are combined here, else (a train_step returning logs of its own)
+        # by _RowWeightedLogs.
+        object.__setattr__(model, "_mtx_logs_combined", combined)
+        return metric_logs if combined else logs
 
     object.__setattr__(model, "_get_metrics_result_or_logs", summed_results)
     model._mtx_sharded = True
@@ -467,7 +641,7 @@ def _RowWeightedLogs(rows, keras, hvd):
             rows.assign(0.0)
 
         def on_epoch_end(self, epoch, logs=None):
-            if not logs:
+            if not logs or getattr(self.model, "_mtx_logs_combined", False):
                 return
             keys = sorted(k for k, v in logs.items()
                           if not k.startswith("val_") and (np.isscalar(v) or np.ndim(v) == 0))
@@ -480,3 +654,49 @@ def _RowWeightedLogs(rows, keras, hvd):
                     logs[k] = float(v / total[-1])
 
     return RowWeightedLogs()
+
+
+def _SameWeights(keras, hvd):
+    """After epochs 1, 2, 4, 8, ..., checks that every rank holds the same trainable weights (a
+    sum and a sum of squares per variable, their maximum and minimum over the ranks): the
+    optimizer applies the same averaged gradients on every rank, so they can differ only when
+    the model changes its weights some other way (a train_step that assigns them itself). Then
+    every rank raises, naming the first variable that differs, instead of training ranks that
+    have drifted apart and predicting with a mix of them. Variables registered as local
+    (register_local_var) are not compared."""
+    import numpy as np
+    import tensorflow as tf
+
+    class SameWeights(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if (epoch + 1) & epoch:
+                return  # after epochs 1, 2, 4, 8, ...: a cost that does not grow with the epochs
+            variables = list(self.model.trainable_variables)
+            optimizer = getattr(self.model, "optimizer", None)
+            if optimizer is not None and getattr(optimizer, "_mtx_local", None):
+                local = hvd._local_vars_flags(optimizer, variables)
+                variables = [v for v, is_local in zip(variables, local) if not is_local]
+            if not variables:
+                return
+            sums = []
+            for v in variables:
+                x = tf.cast(tf.convert_to_tensor(v), tf.float64)
+                sums += [tf.reduce_sum(x), tf.reduce_sum(x * x)]
+            mine = tf.stack(sums)
+            # One allreduce: the maximum of the values and of their negations (the minimum).
+            both = hvd.allreduce(tf.concat([mine, -mine], 0), op=hvd.Max,
+                                 name="mtxcomm.transparent.same_weights").numpy()
+            high, low = both[:len(sums)], -both[len(sums):]
+            same = (high == low) | (np.isnan(high) & np.isnan(low))
+            if same.all():
+                return
+            first = variables[int(np.argmin(same)) // 2]
+            raise RuntimeError(
+                "mtxrun --transparent: after epoch %d the ranks hold different values of %s "
+                "(and maybe others): the model changed its weights other than through its "
+                "optimizer's apply_gradients (a train_step that assigns them itself?), whose "
+                "gradients mtxcomm averages over the ranks. Average them in the train_step "
+                "with mtxcomm.tensorflow.allreduce, or apply them with the compiled "
+                "optimizer." % (epoch + 1, getattr(first, "path", None) or first.name))
+
+    return SameWeights()

@@ -297,11 +297,14 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
 
 
 @pytest.mark.parametrize("form,np_", [("dict_outputs", 2), ("dict_weights", 2), ("batch_norm", 2),
-                                      ("batch_norm", 3)])
+                                      ("batch_norm", 3), ("fit_twice", 2), ("ratio_metrics", 2),
+                                      ("ratio_metrics", 3), ("custom_step", 2)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
-    # Dict targets and sample weights (a two-output functional model), and BatchNormalization,
-    # whose batch statistics must be the global batch's: every rank's weights, moving statistics
-    # and predictions equal the 1-process run's (scripts/model_forms.py).
+    # Dict targets and sample weights (a two-output functional model), BatchNormalization,
+    # whose batch statistics must be the global batch's, two fits on different arrays and a
+    # save then load, ratio and weighted metrics and train_on_batch/test_on_batch, per-output
+    # and custom loss trackers over unevenly split batches: every rank's weights, moving
+    # statistics, History and predictions equal the 1-process run's (scripts/model_forms.py).
     import json
 
     script = os.path.join(SCRIPTS, "model_forms.py")
@@ -319,6 +322,28 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
         for a, b in zip(many[r]["predict"], one["predict"]):
             np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
                                        err_msg=f"{form}: rank {r}'s predict()")
+        assert set(many[r]["history"]) == set(one["history"]), (form, r)
         for key, values in one["history"].items():
             np.testing.assert_allclose(many[r]["history"][key], values, rtol=1e-4,
                                        err_msg=f"{form}: History['{key}'] on rank {r}")
+
+
+def test_transparent_weights_changed_outside_the_optimizer_fail_every_rank(tmp):
+    # A train_step that assigns the weights itself: each rank applies its own half batch's
+    # gradient, the ranks drift apart, and after the first epoch every rank raises, naming the
+    # variable, instead of training on and predicting with a mix of the two models.
+    script = os.path.join(SCRIPTS, "model_forms.py")
+    # Each rank's output in a file of its own (Open MPI's --output-filename): the two ranks'
+    # tracebacks interleave on a shared stderr.
+    logs = tmp / "logs"
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "--mpi-args",
+                          "--output-filename " + str(logs), "python", script,
+                          "manual.{rank}.json", "manual_update"], cwd=str(tmp),
+              timeout=JOB_TIMEOUT)
+    assert not job.timed_out and job.returncode != 0, job.describe()
+    for r in range(2):
+        stderr = next(logs.glob(f"**/rank.{r}/stderr")).read_text()
+        errors = re.findall(r"RuntimeError: mtxrun --transparent: after epoch 1 the ranks hold "
+                            r"different values of (\S+)", stderr)
+        assert len(errors) == 1 and ("kernel" in errors[0] or "bias" in errors[0]), (r, stderr)
+    assert not list(tmp.glob("manual.*.json")), "a rank went on to write its results"

@@ -5,7 +5,16 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   dict_outputs   inputs {"a", "b"} and outputs {"cls", "reg"}, fit with dict targets
   dict_weights   the same with dict sample weights
   batch_norm     Dense -> BatchNormalization -> relu -> Dense; 97 rows in batches of 32 (every
-                 batch splits unevenly over 3 ranks, the last one has a single row)"""
+                 batch splits unevenly over 3 ranks, the last one has a single row)
+  fit_twice      fit on 50 rows, then on 64 other rows, then on those changed in place; then
+                 save("m.keras") and keras.models.load_model (its predictions are recorded)
+  ratio_metrics  a classifier with AUC, Precision, Recall and F1Score (per class, an array) and
+                 a weighted metric with sample weights, in batches of 15 (uneven splits); then
+                 train_on_batch and test_on_batch, whose returned values are recorded
+  custom_step    a two-output model whose per-output losses Keras tracks, and a subclassed
+                 model whose train_step keeps its own Mean loss tracker; batches of 25 and 15
+  manual_update  a train_step that assigns the weights itself (no optimizer): the transparent
+                 mode must fail on every rank, naming a variable"""
 
 import json
 import os
@@ -45,6 +54,111 @@ if form in ("dict_outputs", "dict_weights"):
                         **kwargs)
     predicted = model.predict(held, batch_size=16, verbose=0)
     predicted = [predicted[k].tolist() for k in sorted(predicted)]
+elif form == "fit_twice":
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    x1 = rng.normal(size=(50, 6)).astype("float32")
+    x2 = rng.normal(size=(64, 6)).astype("float32") + 2.0
+    h1 = model.fit(x1, x1[:, :1] - x1[:, 1:2], batch_size=7, epochs=2, verbose=0)
+    y2 = x2[:, 2:3] * 3.0
+    h2 = model.fit(x2, y2, batch_size=7, epochs=2, verbose=0)
+    x2 *= -1.0  # the same arrays, changed in place
+    y2 += 1.0
+    h3 = model.fit(x2, y2, batch_size=7, epochs=1, verbose=0)
+    history = keras.callbacks.History()
+    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2), ("c", h3))
+                       for k, v in h.history.items()}
+    model.save("m.keras")
+    loaded = keras.models.load_model("m.keras")
+    predicted = [model.predict(x2[:9], verbose=0).tolist(),
+                 loaded.predict(x2[:9], verbose=0).tolist()]
+elif form == "ratio_metrics":
+    x = rng.normal(size=(70, 6)).astype("float32")
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("float32")[:, None]
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy",
+                  metrics=[keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="prec"),
+                           keras.metrics.Recall(name="rec"),
+                           keras.metrics.F1Score(average=None, threshold=0.5, name="f1")],
+                  weighted_metrics=["accuracy"])
+    history = model.fit(x, y, sample_weight=np.linspace(0.1, 2.0, 70).astype("float32"),
+                        batch_size=15, epochs=2, verbose=0)
+    for i in range(0, 70, 15):
+        for k, v in model.train_on_batch(x[i:i + 15], y[i:i + 15], return_dict=True).items():
+            history.history.setdefault("train_on_batch_" + k, []).append(v)
+    for k, v in model.test_on_batch(x[:35], y[:35], return_dict=True).items():
+        history.history["test_on_batch_" + k] = [v]
+    predicted = [model.predict(x[:9], verbose=0).tolist()]
+elif form == "custom_step":
+    a = rng.normal(size=(90, 5)).astype("float32")
+    y1 = a.sum(1, keepdims=True)
+    y2 = (a[:, 0] > 0).astype("int32")
+    inp = keras.Input((5,))
+    h = keras.layers.Dense(8, activation="tanh")(inp)
+    model = keras.Model(inp, [keras.layers.Dense(1, name="reg")(h),
+                              keras.layers.Dense(2, activation="softmax", name="cls")(h)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05),
+                  loss=["mse", "sparse_categorical_crossentropy"], loss_weights=[0.3, 1.7])
+    h1 = model.fit(a, [y1, y2], batch_size=25, epochs=2, verbose=0)
+
+    class Tracked(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+            self.tracker = keras.metrics.Mean(name="loss")
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            import tensorflow as tf
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = keras.ops.mean(keras.ops.square(self(x) - y))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+            self.tracker.update_state(loss)
+            return {"loss": self.tracker.result()}
+
+        @property
+        def metrics(self):
+            return [self.tracker]
+
+    own = Tracked()
+    own.compile(optimizer=keras.optimizers.SGD(0.05))
+    h2 = own.fit(a, y1, batch_size=15, epochs=2, verbose=0)
+    history = keras.callbacks.History()
+    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2))
+                       for k, v in h.history.items()}
+    predicted = [p.tolist() for p in model.predict(a[:9], verbose=0)] + [
+        own.predict(a[:9], verbose=0).tolist()]
+elif form == "manual_update":
+    import tensorflow as tf
+
+    class Manual(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = keras.ops.mean(keras.ops.square(self(x) - y))
+            for v, g in zip(self.trainable_variables,
+                            tape.gradient(loss, self.trainable_variables)):
+                v.assign_sub(0.1 * g)
+            return {"loss": loss}
+
+    x = rng.normal(size=(64, 4)).astype("float32")
+    model = Manual()
+    model.compile(optimizer="sgd")
+    history = model.fit(x, x[:, :1] * 2.0, batch_size=16, epochs=2, verbose=0)
+    predicted = []
 else:
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
@@ -56,5 +170,6 @@ else:
     predicted = [model.predict(x[97:], batch_size=16, verbose=0).tolist()]
 out = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(out, "w") as f:
-    json.dump({"history": history.history, "predict": predicted,
+    json.dump({"history": {k: [np.asarray(v).tolist() for v in vs]
+                           for k, vs in history.history.items()}, "predict": predicted,
                "weights": [w.tolist() for w in model.get_weights()]}, f)
