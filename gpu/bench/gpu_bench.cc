@@ -202,6 +202,9 @@ int run(const Options& o) {
                               for (int k = 0; k < o.iters; ++k) call();
                             }) /
                o.iters;
+    // The device path of the timed calls, read before the host collectives below (an allreduce
+    // of the time, of the wrong elements) make theirs the communicator's last algorithm.
+    const std::string path = mtxcomm::unwrapComm(comm)->lastAlgorithm();
     check(mtxcomm_allreduce(&t, &t, 1, MTXCOMM_FLOAT64, MTXCOMM_MAX, comm, nullptr), comm,
           "allreduce");
     unsigned long long wrong = 0;
@@ -222,7 +225,6 @@ int run(const Options& o) {
       check(mtxcomm_allreduce(&wrong, &wrong, 1, MTXCOMM_UINT64, MTXCOMM_SUM, comm, nullptr), comm,
             "allreduce");
     }
-    const std::string path = mtxcomm::unwrapComm(comm)->lastAlgorithm();
     if (rank == 0) {
       const double algbw = total * es / t;
       std::printf("%12zu %12zu %12.2f %10.2f %10.2f %8.3f %7s %s\n", total * es, count, t * 1e6,
