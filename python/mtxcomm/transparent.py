@@ -131,14 +131,19 @@ def _patch_keras(keras):
         arguments = bound.arguments
         _make_data_parallel(self, keras, hvd)
         user_callbacks = list(arguments.get("callbacks") or [])
+        writes = any(isinstance(c, quiet_callbacks) for c in user_callbacks)
         if rank != 0:
             user_callbacks = [c for c in user_callbacks if not isinstance(c, quiet_callbacks)]
             arguments["verbose"] = 0
-        callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                     _RowWeightedLogs(self._mtx_rows, keras, hvd)
+        # Ours first where they combine the epoch's logs (the user's callbacks then read the
+        # combined ones); the start-of-training broadcast last, after every user callback's
+        # on_train_begin (a BackupAndRestore restores weights and the epoch on rank 0 there).
+        callbacks = [_RowWeightedLogs(self._mtx_rows, keras, hvd)
                      if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback(),
                      _SameWeights(keras, hvd)]
-        callbacks = callbacks + user_callbacks
+        callbacks = callbacks + user_callbacks + [_StartAsRank0(keras, hvd)]
+        if writes:
+            callbacks.append(_AfterRank0Files(keras, hvd))
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
@@ -458,14 +463,21 @@ def _weigh_batch_means(keras, hvd):
 
     def update_state(self, values, sample_weight=None):
         share = getattr(hvd._step_state, "row_share", None)
-        if share is not None and sample_weight is None:
+        if share is None:
+            return original(self, values, sample_weight=sample_weight)
+        model = hvd._step_state.model
+        compiled = getattr(getattr(model, "_compile_loss", None), "metrics", ())
+        per_output = any(m is self for m in compiled)
+        if getattr(hvd._step_state, "summed_loss", False) and (
+                per_output or self is getattr(model, "_loss_tracker", None)):
+            # A loss summed over the rows (reduction "sum"): this rank's value covers its
+            # share; the batch's is the sum over the ranks, this value over the share.
+            values = tf.convert_to_tensor(values)
+            values = tf.math.divide_no_nan(values, tf.cast(share, values.dtype))
+        if sample_weight is None:
             values = tf.convert_to_tensor(values)
             if values.shape.rank == 0:
-                weight = None
-                model = hvd._step_state.model
-                compiled = getattr(getattr(model, "_compile_loss", None), "metrics", ())
-                if any(m is self for m in compiled):
-                    weight = hvd._step_state.static_batch
+                weight = hvd._step_state.static_batch if per_output else None
                 sample_weight = share * (1.0 if weight is None else float(weight))
         return original(self, values, sample_weight=sample_weight)
 
@@ -557,21 +569,29 @@ def _make_data_parallel(model, keras, hvd):
 
     def sharing(data, count, batch, step):
         """Runs step with hvd._step_state telling the Mean metrics this rank's share of the
-        batch (_weigh_batch_means)."""
+        batch and whether the loss is summed over the rows (_weigh_batch_means)."""
         flat = [t for t in tf.nest.flatten(data) if t is not None]
         hvd._step_state.model = model
         hvd._step_state.row_share = tf.cast(count, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.static_batch = flat[0].shape[0] if flat and flat[0].shape.rank else None
+        hvd._step_state.summed_loss = _loss_is_summed(model, keras)
         try:
             return unchanged_metrics(count, step)
         finally:
             hvd._step_state.row_share = None
             hvd._step_state.model = None
+            hvd._step_state.summed_loss = False
 
     def train_step(data):
         local, count, batch = local_batch(data)
         rows.assign_add(tf.cast(count, tf.float64))
-        hvd._step_state.grad_scale = tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
+        if _loss_is_summed(model, keras):
+            # The batch's gradient is the sum of the ranks': n times their average.
+            hvd._step_state.grad_scale = tf.constant(float(n), tf.float32)
+        else:
+            # A mean over the rows: this rank's gradient weighted by its share of them.
+            hvd._step_state.grad_scale = \
+                tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
         try:
             return sharing(data, count, batch, lambda: original_step(local))
@@ -584,13 +604,19 @@ def _make_data_parallel(model, keras, hvd):
         start, end, count = _share(batch, n, r)
         return sharing(data, count, batch, lambda: original_test(_take(data, start, end)))
 
+    traced_predicts = [0]
+
     def predict_step(data):
         batch = _rows(data)
         start, end, count = _share(batch, n, r)
         out = original_predict(_take(data, start, end))
-        # Every rank gets the whole batch's outputs, in rank order: the input's order.
+        # Every rank gets the whole batch's outputs, in rank order: the input's order. Each
+        # traced step names its allgathers apart (steps_per_execution > 1 traces several steps
+        # into one graph, whose collectives are in flight together); the ranks trace alike.
+        k = traced_predicts[0]
+        traced_predicts[0] += 1
         flat = tf.nest.flatten(out)
-        gathered = [hvd.allgather(t[:count], name="mtxcomm.transparent.predict/%d" % i)
+        gathered = [hvd.allgather(t[:count], name="mtxcomm.transparent.predict/%d/%d" % (k, i))
                     for i, t in enumerate(flat)]
         return tf.nest.pack_sequence_as(out, gathered)
 
@@ -608,11 +634,11 @@ def _make_data_parallel(model, keras, hvd):
         variables = [v for m in model.metrics for v in m.variables]
         own = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
         if variables:
-            totals = hvd.grouped_allreduce(own, op=hvd.Sum, name="mtxcomm.transparent.metrics")
-            for v, t in zip(variables, totals):
+            for v, t in zip(variables, _combined_states(variables, own, hvd, tf)):
                 v.assign(t)
         try:
-            metric_logs = model.get_metrics_result()
+            # Read now: a result() may return a state variable itself, which is put back below.
+            metric_logs = tf.nest.map_structure(tf.identity, model.get_metrics_result())
         finally:
             for v, t in zip(variables, own):
                 v.assign(t)
@@ -627,6 +653,94 @@ def _make_data_parallel(model, keras, hvd):
     model.train_function = None
     model.test_function = None
     model.predict_function = None
+
+
+_warned_mixed_reductions = set()
+
+
+def _loss_is_summed(model, keras):
+    """Whether the compiled loss sums over the rows (every loss object given to compile has
+    reduction "sum"): a rank's gradient and loss then cover its share's sum, not its mean.
+    Losses of mixed reductions are taken as means, with one warning per model."""
+    losses = [l for l in tf_module().nest.flatten(getattr(model, "loss", None)) if l is not None]
+    if not losses:
+        return False
+    summed = [isinstance(l, keras.losses.Loss) and getattr(l, "reduction", None) == "sum"
+              for l in losses]
+    if all(summed):
+        return True
+    if any(summed) and id(model) not in _warned_mixed_reductions:
+        _warned_mixed_reductions.add(id(model))
+        import sys
+        print("[mtxcomm rank %d] WARN transparent: the compiled losses mix reduction 'sum' with "
+              "means; every rank's gradient is weighted as a mean over its rows, so the summed "
+              "ones do not follow the 1-process run" % model._mtx_rank, file=sys.stderr,
+              flush=True)
+    return False
+
+
+def _combined_states(variables, values, hvd, tf):
+    """The ranks' metric states combined by each variable's aggregation, as tf.distribute
+    combines a metric's variables: "sum" (Keras' default for metric variables) and anything
+    unknown summed, "mean" averaged, "only_first_replica" rank 0's. One grouped allreduce per
+    kind present; every rank calls it with the same metrics."""
+    kinds = [getattr(v, "aggregation", "sum") for v in variables]
+    out = list(values)
+    groups = (("mean", hvd.Average, lambda t: t), ("only_first_replica", hvd.Sum,
+              lambda t: t if hvd.rank() == 0 else tf.zeros_like(t)))
+    for kind, op, mine in groups:
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if idx:
+            reduced = hvd.grouped_allreduce([mine(values[i]) for i in idx], op=op,
+                                            name="mtxcomm.transparent.metrics/" + kind)
+            for i, t in zip(idx, reduced):
+                out[i] = t
+    idx = [i for i, k in enumerate(kinds) if k not in ("mean", "only_first_replica")]
+    if idx:
+        reduced = hvd.grouped_allreduce([values[i] for i in idx], op=hvd.Sum,
+                                        name="mtxcomm.transparent.metrics")
+        for i, t in zip(idx, reduced):
+            out[i] = t
+    return out
+
+
+def _StartAsRank0(keras, hvd):
+    """Last among fit's callbacks: once every callback's on_train_begin has run (a
+    BackupAndRestore, kept on rank 0 only, restores the weights and the epoch to resume from
+    there), every rank takes rank 0's variables, optimizer state and first epoch, so that all
+    ranks run the same epochs from the same weights."""
+
+    class StartAsRank0(hvd.callbacks.BroadcastGlobalVariablesCallback):
+        def __init__(self):
+            super().__init__(0)
+
+        def on_train_begin(self, logs=None):
+            super().on_train_begin(logs)
+            first = hvd.broadcast_object(getattr(self.model, "_initial_epoch", None), 0,
+                                         name="mtxcomm.transparent.initial_epoch")
+            self.model._initial_epoch = first
+
+    return StartAsRank0()
+
+
+def _AfterRank0Files(keras, hvd):
+    """With a file-writing callback that runs on rank 0 only (ModelCheckpoint,
+    BackupAndRestore, CSVLogger, TensorBoard), after it at the end of each epoch and of fit:
+    every rank waits for rank 0 there, so a file rank 0 wrote at that point (written under a
+    temporary name and renamed) is complete when any rank goes on to read it (a script that
+    loads its checkpoint after fit)."""
+
+    class AfterRank0Files(keras.callbacks.Callback):
+        def _wait(self, what):
+            hvd.allreduce([0.0], name="mtxcomm.transparent.files/" + what)
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._wait("epoch")
+
+        def on_train_end(self, logs=None):
+            self._wait("end")
+
+    return AfterRank0Files()
 
 
 def _RowWeightedLogs(rows, keras, hvd):
@@ -693,10 +807,12 @@ def _SameWeights(keras, hvd):
             first = variables[int(np.argmin(same)) // 2]
             raise RuntimeError(
                 "mtxrun --transparent: after epoch %d the ranks hold different values of %s "
-                "(and maybe others): the model changed its weights other than through its "
-                "optimizer's apply_gradients (a train_step that assigns them itself?), whose "
-                "gradients mtxcomm averages over the ranks. Average them in the train_step "
-                "with mtxcomm.tensorflow.allreduce, or apply them with the compiled "
-                "optimizer." % (epoch + 1, getattr(first, "path", None) or first.name))
+                "(and maybe others): the model changed its weights other than through the "
+                "optimizer it was compiled with, whose gradients mtxcomm averages over the "
+                "ranks: a train_step that assigns them itself, or one that applies gradients "
+                "with a second optimizer (a GAN's). Average such gradients in the train_step "
+                "with mtxcomm.tensorflow.allreduce, wrap the second optimizer in "
+                "mtxcomm.tensorflow.keras.DistributedOptimizer, or apply them with the "
+                "compiled optimizer." % (epoch + 1, getattr(first, "path", None) or first.name))
 
     return SameWeights()

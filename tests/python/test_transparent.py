@@ -298,13 +298,16 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
 
 @pytest.mark.parametrize("form,np_", [("dict_outputs", 2), ("dict_weights", 2), ("batch_norm", 2),
                                       ("batch_norm", 3), ("fit_twice", 2), ("ratio_metrics", 2),
-                                      ("ratio_metrics", 3), ("custom_step", 2)])
+                                      ("ratio_metrics", 3), ("custom_step", 2),
+                                      ("checkpoints", 2), ("loss_forms", 3)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
     # save then load, ratio and weighted metrics and train_on_batch/test_on_batch, per-output
-    # and custom loss trackers over unevenly split batches: every rank's weights, moving
-    # statistics, History and predictions equal the 1-process run's (scripts/model_forms.py).
+    # and custom loss trackers over unevenly split batches, checkpoints loaded after fit and
+    # steps_per_execution, a summed loss and a metric whose result is its state variable:
+    # every rank's weights, moving statistics, History and predictions equal the 1-process
+    # run's (scripts/model_forms.py).
     import json
 
     script = os.path.join(SCRIPTS, "model_forms.py")
@@ -347,3 +350,31 @@ def test_transparent_weights_changed_outside_the_optimizer_fail_every_rank(tmp):
                             r"different values of (\S+)", stderr)
         assert len(errors) == 1 and ("kernel" in errors[0] or "bias" in errors[0]), (r, stderr)
     assert not list(tmp.glob("manual.*.json")), "a rank went on to write its results"
+
+
+def test_transparent_backup_and_restore_resumes_every_rank_like_the_1_process_run(tmp):
+    # BackupAndRestore runs on rank 0 only; when a job interrupted after epoch 2 starts again,
+    # rank 0 restores the weights and the epoch, and every rank must take both (before, the
+    # other ranks started from epoch 0 and the job hung until the stall timeout).
+    import json
+
+    script = os.path.join(SCRIPTS, "resume.py")
+    for np_, launch in ((1, ["python"]), (2, mtxrun() + ["-np", "2", "--transparent", "python"])):
+        work = tmp / f"resume{np_}"
+        work.mkdir()
+        first = Job(launch + [script, "first.{rank}.json", "interrupt"], cwd=str(work),
+                    timeout=JOB_TIMEOUT)
+        assert not first.timed_out and first.returncode != 0, first.describe()
+        assert "preempted after epoch 2" in first.stderr, first.describe()
+        assert (work / "backup").is_dir(), first.describe()
+        Job(launch + [script, "resumed.{rank}.json", "resume"], cwd=str(work),
+            timeout=JOB_TIMEOUT).check_ok()
+    one = json.loads((tmp / "resume1" / "resumed.0.json").read_text())
+    assert one["epochs"] == [2, 3, 4], one["epochs"]
+    for r in range(2):
+        many = json.loads((tmp / "resume2" / f"resumed.{r}.json").read_text())
+        assert many["epochs"] == [2, 3, 4], (r, many["epochs"])
+        np.testing.assert_allclose(many["history"]["loss"], one["history"]["loss"], rtol=1e-4)
+        for a, b in zip(many["weights"], one["weights"]):
+            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
+                                       err_msg=f"rank {r} vs the 1-process run")

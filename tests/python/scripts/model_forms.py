@@ -14,7 +14,12 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   custom_step    a two-output model whose per-output losses Keras tracks, and a subclassed
                  model whose train_step keeps its own Mean loss tracker; batches of 25 and 15
   manual_update  a train_step that assigns the weights itself (no optimizer): the transparent
-                 mode must fail on every rank, naming a variable"""
+                 mode must fail on every rank, naming a variable
+  checkpoints    steps_per_execution=2; ModelCheckpoint of the best model (.keras) and of the
+                 last weights (.weights.h5), both loaded right after fit (the predictions of
+                 the model, the loaded best model and a new model given the loaded weights)
+  loss_forms     a loss with reduction "sum" and a custom metric whose result() is its state
+                 variable itself, in batches of 15 (uneven splits)"""
 
 import json
 import os
@@ -159,6 +164,54 @@ elif form == "manual_update":
     model.compile(optimizer="sgd")
     history = model.fit(x, x[:, :1] * 2.0, batch_size=16, epochs=2, verbose=0)
     predicted = []
+elif form == "checkpoints":
+    # Files named after this job's output: the 1-process run's must not stand in for them.
+    tag = os.path.basename(sys.argv[1]).split(".")[0]
+    best_path, last_path = tag + ".best.keras", tag + ".last.weights.h5"
+    for path in (best_path, last_path):
+        if os.path.exists(path):
+            os.unlink(path)
+    x = rng.normal(size=(90, 6)).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+
+    def build():
+        m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(1)])
+        m.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
+        return m
+
+    model = build()
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[
+        keras.callbacks.ModelCheckpoint(best_path, monitor="loss", save_best_only=True),
+        keras.callbacks.ModelCheckpoint(last_path, save_weights_only=True)])
+    best = keras.models.load_model(best_path)
+    fresh = build()
+    fresh.load_weights(last_path)
+    predicted = [m.predict(x[:11], batch_size=4, verbose=0).tolist()
+                 for m in (model, best, fresh)]
+elif form == "loss_forms":
+    x = rng.normal(size=(70, 6)).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+
+    class RowCount(keras.metrics.Metric):
+        def __init__(self, name="rows", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.count.assign_add(keras.ops.cast(keras.ops.shape(y_true)[0], "float32"))
+
+        def result(self):
+            return self.count  # the variable itself
+
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="tanh"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.002),
+                  loss=keras.losses.MeanSquaredError(reduction="sum"), metrics=[RowCount()])
+    history = model.fit(x, y, batch_size=15, epochs=2, verbose=0)
+    for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
+        history.history["evaluate_" + k] = [v]
+    predicted = [model.predict(x[:9], verbose=0).tolist()]
 else:
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
