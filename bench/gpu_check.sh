@@ -73,6 +73,8 @@ step tests ctest --test-dir "$build" --output-on-failure -j 1
 bench=(bash tests/gpu/run_ranks.sh)
 gpubench=$build/mtxcomm_gpu_bench
 step bench_allreduce_cuda_ipc_np2 "${bench[@]}" 2 cuda_ipc "$gpubench" allreduce -c -m 4K:256M
+step bench_allreduce_cuda_ipc_bf16_np2 "${bench[@]}" 2 cuda_ipc "$gpubench" allreduce -T bfloat16 -c \
+  -m 4K:64M -i 10
 step bench_allreduce_host_staging_np2 "${bench[@]}" 2 host_staging "$gpubench" allreduce -c -m 4K:64M -i 5 \
   --baseline-bytes 64M
 for coll in broadcast allgather reduce_scatter; do
@@ -115,6 +117,8 @@ if [ -f "$ipc_log" ]; then
     say "allreduce 256 MiB busbw / copy bandwidth, under MPS: ${ratio:-?}"
   fi
   say "target kernel >= 0.80 of peak DRAM bandwidth: ${kernel:-?}"
+  bf16_log=$build/step_bench_allreduce_cuda_ipc_bf16_np2.log
+  [ -f "$bf16_log" ] && say "target bfloat16 kernel >= 0.80 of peak DRAM bandwidth: $(sed -n 's/.*= \([0-9.]*\) of peak.*/\1/p' "$bf16_log")"
   say "target allreduce 256 MiB busbw >= 0.40 of the copy bandwidth$([ -f "$mps_log" ] && echo ' (MPS)'): ${ratio:-?}"
   awk -v k="${kernel:-0}" -v r="${ratio:-0}" 'BEGIN { exit !(k >= 0.8 && r >= 0.4) }' ||
     { say "targets: NOT MET"; status=1; }

@@ -3,8 +3,9 @@
 // GPU figures are ratios to, measured in the same run on rank 0's GPU:
 //   copy    cudaMemcpyAsync device to device of --baseline-bytes (algbw = bytes / time; the
 //           DRAM traffic is twice that);
-//   kernel  mtxcomm's reduction kernel, dst = a + b (float32): DRAM traffic = 3 x bytes,
-//           reported against the device's peak (memory clock x bus width) and the copy's.
+//   kernel  mtxcomm's reduction kernel, dst = a + b, of the benchmark's datatype (-T; 16-bit
+//           floats accumulate in float32): DRAM traffic = 3 x bytes, reported against the
+//           device's peak (memory clock x bus width) and the copy's.
 // Then, for each size (nccl-tests conventions: Size is the whole array, busbw = algbw x
 // factor), the collective timed with CUDA events on one stream over the iterations, the
 // slowest rank reported, busbw as a fraction of the copy bandwidth, #wrong with -c, and the
@@ -137,7 +138,7 @@ int run(const Options& o) {
     src.p[0] = x;
     src.p[1] = y;
     const double tKernel = timeOnStream(stream, 20, [&] {
-      mtxcomm::gpu::launchReduce(MTXCOMM_FLOAT32, MTXCOMM_SUM, z, src, bytes / 4, 1, stream);
+      mtxcomm::gpu::launchReduce(*dt, MTXCOMM_SUM, z, src, bytes / es, 1, stream);
     });
     cudaDeviceProp prop{};
     cuda(cudaGetDeviceProperties(&prop, rank % devices), "cudaGetDeviceProperties");
@@ -154,10 +155,10 @@ int run(const Options& o) {
         "# copy   %zu bytes device to device: %.1f us, %.0f GB/s (DRAM traffic %.0f GB/s)\n", bytes,
         tCopy * 1e6, copyBw / 1e9, 2 * copyBw / 1e9);
     std::printf(
-        "# kernel %zu bytes float32 sum of 2 inputs: %.1f us, DRAM traffic %.0f GB/s = "
+        "# kernel %zu bytes %s sum of 2 inputs: %.1f us, DRAM traffic %.0f GB/s = "
         "%.2f of peak, %.2f of the copy's traffic\n",
-        bytes, tKernel * 1e6, kernelTraffic / 1e9, peak > 0 ? kernelTraffic / peak : 0.0,
-        kernelTraffic / (2 * copyBw));
+        bytes, o.dtype.c_str(), tKernel * 1e6, kernelTraffic / 1e9,
+        peak > 0 ? kernelTraffic / peak : 0.0, kernelTraffic / (2 * copyBw));
     cudaFree(x);
     cudaFree(y);
     cudaFree(z);
