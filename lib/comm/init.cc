@@ -120,7 +120,7 @@ std::unique_ptr<Comm> initFromEnv() {
   if (boot == "mpi") {
 #ifdef MTXCOMM_HAVE_MPI
     ensureMpiInitialized();
-    comm = makeRoutedComm(makeMpiTransport(MPI_COMM_WORLD), cfg);
+    comm = makeRoutedComm(makeMpiTransport(MPI_COMM_WORLD, cfg.timeoutSeconds), cfg);
     comm->agreeConfig();
 #else
     fail(MTXCOMM_UNSUPPORTED, "MTXCOMM_TRANSPORT=mpi but this mtxcomm was built without MPI");
@@ -161,7 +161,8 @@ std::unique_ptr<Comm> initFromMpiComm(void* mpiComm) {
   if (!mpiInitialized()) {
     fail(MTXCOMM_INVALID_USAGE, "mtxcomm_comm_init_mpi: MPI is not initialised (or finalized)");
   }
-  auto comm = makeRoutedComm(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm)), cfg);
+  auto comm =
+      makeRoutedComm(makeMpiTransport(*static_cast<MPI_Comm*>(mpiComm), cfg.timeoutSeconds), cfg);
   comm->agreeConfig();
   comm->setup();
   echoConfig(*comm);

@@ -141,9 +141,8 @@ def _patch_keras(keras):
         callbacks = [_RowWeightedLogs(self._mtx_rows, keras, hvd)
                      if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback(),
                      _SameWeights(keras, hvd)]
-        callbacks = callbacks + user_callbacks + [_StartAsRank0(keras, hvd)]
-        if writes:
-            callbacks.append(_AfterRank0Files(keras, hvd))
+        callbacks = callbacks + user_callbacks + [_StartAsRank0(keras, hvd),
+                                                  _EpochEndTogether(keras, hvd, writes)]
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
@@ -633,6 +632,7 @@ def _make_data_parallel(model, keras, hvd):
         every rank calls it at the same points."""
         variables = [v for m in model.metrics for v in m.variables]
         own = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+        own_results = tf.nest.map_structure(tf.identity, model.get_metrics_result())
         if variables:
             for v, t in zip(variables, _combined_states(variables, own, hvd, tf)):
                 v.assign(t)
@@ -642,17 +642,40 @@ def _make_data_parallel(model, keras, hvd):
         finally:
             for v, t in zip(variables, own):
                 v.assign(t)
-        combined = isinstance(logs, dict) and set(logs) == set(metric_logs)
-        # fit's epoch: the logs are combined here, else (a train_step returning logs of its own)
-        # by _RowWeightedLogs.
-        object.__setattr__(model, "_mtx_logs_combined", combined)
-        return metric_logs if combined else logs
+        if not isinstance(logs, dict):
+            object.__setattr__(model, "_mtx_logs_combined", False)
+            return logs
+        if set(logs) == set(metric_logs):  # Keras' own rule: the metrics' results
+            object.__setattr__(model, "_mtx_logs_combined", True)
+            return metric_logs
+        # A custom train_step or test_step's logs: a value that is a metric's result on this
+        # rank (its own tracker's) takes that metric's combined result; a value of its own (a
+        # batch's loss) stays, and fit's epoch combines those (_RowWeightedLogs).
+        out = dict(logs)
+        for k, v in logs.items():
+            if k in metric_logs and _same_value(v, own_results.get(k)):
+                out[k] = metric_logs[k]
+        object.__setattr__(model, "_mtx_logs_combined",
+                           all(out[k] is metric_logs.get(k) for k in out))
+        return out
 
     object.__setattr__(model, "_get_metrics_result_or_logs", summed_results)
     model._mtx_sharded = True
     model.train_function = None
     model.test_function = None
     model.predict_function = None
+
+
+def _same_value(a, b):
+    """Whether two log values (tensors, arrays or numbers) are equal, element for element."""
+    import numpy as np
+    if a is None or b is None:
+        return False
+    try:
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+    except (TypeError, ValueError):
+        return False
 
 
 _warned_mixed_reductions = set()
@@ -723,24 +746,27 @@ def _StartAsRank0(keras, hvd):
     return StartAsRank0()
 
 
-def _AfterRank0Files(keras, hvd):
-    """With a file-writing callback that runs on rank 0 only (ModelCheckpoint,
-    BackupAndRestore, CSVLogger, TensorBoard), after it at the end of each epoch and of fit:
-    every rank waits for rank 0 there, so a file rank 0 wrote at that point (written under a
-    temporary name and renamed) is complete when any rank goes on to read it (a script that
-    loads its checkpoint after fit)."""
+def _EpochEndTogether(keras, hvd, writes):
+    """Last among fit's callbacks, at the end of each epoch: one small allreduce in which the
+    ranks agree to stop when any rank's callbacks set stop_training there (a wall-clock budget
+    that runs out on one rank first: the ranks would otherwise run different epochs and stall
+    in the next one's first allreduce). It also makes every rank wait for rank 0 there, after
+    its file-writing callbacks (ModelCheckpoint, BackupAndRestore, CSVLogger, TensorBoard, kept
+    on rank 0 only); with such a callback (writes) fit's end waits for rank 0 too. So a file
+    rank 0 wrote (under a temporary name, then renamed) is complete when any rank goes on to
+    read it (a script that loads its checkpoint after fit)."""
 
-    class AfterRank0Files(keras.callbacks.Callback):
-        def _wait(self, what):
-            hvd.allreduce([0.0], name="mtxcomm.transparent.files/" + what)
-
+    class EpochEndTogether(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            self._wait("epoch")
+            stop = hvd.allreduce([1.0 if self.model.stop_training else 0.0], op=hvd.Max,
+                                 name="mtxcomm.transparent.epoch_end")
+            self.model.stop_training = bool(stop.numpy()[0] > 0)
 
         def on_train_end(self, logs=None):
-            self._wait("end")
+            if writes:
+                hvd.allreduce([0.0], name="mtxcomm.transparent.files")
 
-    return AfterRank0Files()
+    return EpochEndTogether()
 
 
 def _RowWeightedLogs(rows, keras, hvd):

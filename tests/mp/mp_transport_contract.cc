@@ -25,7 +25,7 @@ class MpiContractCase : public ::testing::Test {
     contract::Env e;
     MPI_Comm_rank(MPI_COMM_WORLD, &e.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &e.size);
-    e.transport = makeMpiTransport(MPI_COMM_WORLD);
+    e.transport = makeMpiTransport(MPI_COMM_WORLD, 60);
     e.barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
     e.traits = traits_;
     contract::runRank(e, *case_, nullptr);

@@ -46,6 +46,18 @@ def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_
     assert sorted(after) == [(str(r), str(np_)) for r in range(np_)], job.describe()
 
 
+def test_init_after_a_peer_exited_fails_within_the_timeout(tmp):
+    # Under mpirun a rank that initialises again after its peer exited (or a peer that never
+    # calls init) waited in MPI's communicator setup forever; MTXCOMM_TIMEOUT now bounds it.
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "reinit_after_peer_exit.py")], tmp,
+              env={"MTXCOMM_TIMEOUT": "3"}, timeout=120)
+    failed = re.findall(r"REINIT_FAILED ([0-9.]+) (.*)", job.stdout)
+    assert len(failed) == 1 and "REINIT_RETURNED" not in job.stdout, job.describe()
+    seconds, message = float(failed[0][0]), failed[0][1]
+    assert 2.5 <= seconds <= 15, f"init failed after {seconds} s, MTXCOMM_TIMEOUT is 3 s"
+    assert "timed out after 3 s" in message and "MPI_Comm_idup" in message, message
+
+
 def test_the_stall_warning_comes_on_time_on_every_rank(tmp):
     # MTXCOMM_STALL_WARNING=1 < MTXCOMM_STALL_TIMEOUT=3: an idle engine wakes for the warning
     # (it used to warn only when a cycle happened to run, so 'lonely', cancelled at 3 s, was

@@ -299,7 +299,8 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
 @pytest.mark.parametrize("form,np_", [("dict_outputs", 2), ("dict_weights", 2), ("batch_norm", 2),
                                       ("batch_norm", 3), ("fit_twice", 2), ("ratio_metrics", 2),
                                       ("ratio_metrics", 3), ("custom_step", 2),
-                                      ("checkpoints", 2), ("loss_forms", 3)])
+                                      ("checkpoints", 2), ("loss_forms", 3),
+                                      ("stop_on_rank0", 2)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a

@@ -1,5 +1,7 @@
 #include "transports/mpi/mpi_transport.h"
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
@@ -199,24 +201,55 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm) {
+namespace {
+
+// Waits for a non-blocking setup call of every rank of comm, at most until deadline. On a
+// timeout the request is left pending (MPI cannot cancel a collective): the caller fails.
+void awaitSetup(MPI_Request* req, Clock::time_point deadline, double timeoutSeconds, int size,
+                const char* step) {
+  Backoff backoff;
+  for (int done = 0;;) {
+    const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail(MTXCOMM_SYSTEM_ERROR, step, " failed: ", mpiErrorString(rc));
+    if (done) return;
+    if (Clock::now() > deadline) {
+      fail(MTXCOMM_TIMEOUT, "timed out after ", timeoutSeconds, " s in ", step,
+           ": not every one of the ", size,
+           " ranks of the MPI communicator took part (a rank that has not called init, or "
+           "that has exited or shut down mtxcomm; MTXCOMM_TIMEOUT bounds this wait)");
+    }
+    backoff.pause();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm, double timeoutSeconds) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(0.0, timeoutSeconds)));
+  int size = 1;
+  MPI_Comm_size(comm, &size);
   MPI_Comm dup = MPI_COMM_NULL;
-  int rc = MPI_Comm_dup(comm, &dup);
-  if (rc != MPI_SUCCESS) fail(MTXCOMM_SYSTEM_ERROR, "MPI_Comm_dup failed: ", mpiErrorString(rc));
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = MPI_Comm_idup(comm, &dup, &req);
+  if (rc != MPI_SUCCESS) fail(MTXCOMM_SYSTEM_ERROR, "MPI_Comm_idup failed: ", mpiErrorString(rc));
+  awaitSetup(&req, deadline, timeoutSeconds, size,
+             "MPI_Comm_idup (mtxcomm's private communicator)");
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  int rank = 0, size = 1;
+  int rank = 0;
   MPI_Comm_rank(dup, &rank);
-  MPI_Comm_size(dup, &size);
   // Identities for the liveness of node-local peers.
   constexpr int kIdLen = 320;
   std::string self = PeerLiveness::selfIdentity();
   std::vector<char> mine(kIdLen, 0), all(static_cast<size_t>(kIdLen) * size, 0);
   std::memcpy(mine.data(), self.data(), std::min<size_t>(self.size(), kIdLen - 1));
-  rc = MPI_Allgather(mine.data(), kIdLen, MPI_CHAR, all.data(), kIdLen, MPI_CHAR, dup);
+  rc = MPI_Iallgather(mine.data(), kIdLen, MPI_CHAR, all.data(), kIdLen, MPI_CHAR, dup, &req);
   if (rc != MPI_SUCCESS) {
     MPI_Comm_free(&dup);
-    fail(MTXCOMM_SYSTEM_ERROR, "MPI_Allgather of peer identities failed: ", mpiErrorString(rc));
+    fail(MTXCOMM_SYSTEM_ERROR, "MPI_Iallgather of peer identities failed: ", mpiErrorString(rc));
   }
+  awaitSetup(&req, deadline, timeoutSeconds, size, "the allgather of peer identities");
   std::vector<std::string> ids;
   for (int r = 0; r < size; ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * kIdLen);
   return std::make_unique<MpiTransport>(dup, PeerLiveness(ids, rank));

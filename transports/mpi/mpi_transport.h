@@ -14,7 +14,11 @@
 namespace mtxcomm {
 
 // Collective over comm. Duplicates comm; errors on the duplicate return instead of aborting.
-std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm);
+// The setup (the duplicate, then an allgather of the ranks' identities) uses MPI's
+// non-blocking calls and waits at most timeoutSeconds for every rank of comm to take part:
+// past it, MTXCOMM_TIMEOUT naming the step (a rank that has not called init, or has exited or
+// shut down; a blocking MPI_Comm_dup would wait for it forever).
+std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm, double timeoutSeconds);
 
 }  // namespace mtxcomm
 

@@ -11,15 +11,18 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   ratio_metrics  a classifier with AUC, Precision, Recall and F1Score (per class, an array) and
                  a weighted metric with sample weights, in batches of 15 (uneven splits); then
                  train_on_batch and test_on_batch, whose returned values are recorded
-  custom_step    a two-output model whose per-output losses Keras tracks, and a subclassed
-                 model whose train_step keeps its own Mean loss tracker; batches of 25 and 15
+  custom_step    a two-output model whose per-output losses Keras tracks, a subclassed model
+                 whose train_step keeps its own Mean loss tracker, and one whose test_step
+                 returns only its own tracker (validation and evaluate); batches of 25 and 15
   manual_update  a train_step that assigns the weights itself (no optimizer): the transparent
                  mode must fail on every rank, naming a variable
   checkpoints    steps_per_execution=2; ModelCheckpoint of the best model (.keras) and of the
                  last weights (.weights.h5), both loaded right after fit (the predictions of
                  the model, the loaded best model and a new model given the loaded weights)
   loss_forms     a loss with reduction "sum" and a custom metric whose result() is its state
-                 variable itself, in batches of 15 (uneven splits)"""
+                 variable itself, in batches of 15 (uneven splits)
+  stop_on_rank0  a callback that stops training at the end of epoch 2 on rank 0 only (a
+                 budget that runs out there first): every rank must stop with it"""
 
 import json
 import os
@@ -134,8 +137,31 @@ elif form == "custom_step":
     own = Tracked()
     own.compile(optimizer=keras.optimizers.SGD(0.05))
     h2 = own.fit(a, y1, batch_size=15, epochs=2, verbose=0)
+
+    class Evaluated(keras.Model):
+        """A custom test_step returning its own tracker's result (not every metric's)."""
+
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+            self.error = keras.metrics.Mean(name="abs_error")
+
+        def call(self, x, training=None):
+            return self.dense(x)
+
+        def test_step(self, data):
+            x, y = data
+            self.error.update_state(keras.ops.mean(keras.ops.abs(self(x) - y)))
+            return {"abs_error": self.error.result()}
+
+    ev = Evaluated()
+    ev.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    h3 = ev.fit(a[:60], y1[:60], batch_size=15, epochs=2, verbose=0,
+                validation_data=(a[60:], y1[60:]))
+    h3.history["evaluate"] = [ev.evaluate(a, y1, batch_size=20, verbose=0, return_dict=True)[
+        "abs_error"]]
     history = keras.callbacks.History()
-    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2))
+    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2), ("c", h3))
                        for k, v in h.history.items()}
     predicted = [p.tolist() for p in model.predict(a[:9], verbose=0)] + [
         own.predict(a[:9], verbose=0).tolist()]
@@ -212,6 +238,19 @@ elif form == "loss_forms":
     for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
     predicted = [model.predict(x[:9], verbose=0).tolist()]
+elif form == "stop_on_rank0":
+    x = rng.normal(size=(64, 6)).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+
+    class Budget(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1 and os.environ.get("OMPI_COMM_WORLD_RANK", "0") == "0":
+                self.model.stop_training = True
+
+    history = model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[Budget()])
+    predicted = [model.predict(x[:5], verbose=0).tolist()]
 else:
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
