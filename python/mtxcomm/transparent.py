@@ -283,6 +283,10 @@ def _save_on_rank_0(keras, model_cls, rank):
 
     model_cls.save = skip
     model_cls.save_weights = skip
+    # SavedModel directories (Model.export, tf.saved_model.save): rank 0's only; ranks writing
+    # one directory together broke each other's variables files.
+    model_cls.export = skip
+    tf_module().saved_model.save = skip
     model_cls.load_weights = awaiting(model_cls.load_weights, 1)
     for module in (keras.saving, keras.models):
         module.save_model = skip
@@ -511,7 +515,7 @@ def _synchronise_batch_norm(keras, hvd):
 def _make_data_parallel(model, keras, hvd):
     tf = tf_module()
 
-    if model.optimizer is not None:
+    if getattr(model, "optimizer", None) is not None:  # (an uncompiled model has none)
         hvd.DistributedOptimizer(model.optimizer)
     if getattr(model, "_mtx_sharded", False):
         return

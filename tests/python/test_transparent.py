@@ -316,6 +316,8 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
         timeout=JOB_TIMEOUT).check_ok()
     Job(mtxrun() + ["-np", str(np_), "--transparent", "python", script,
                     f"{form}{np_}.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    if form == "checkpoints":
+        assert (tmp / f"{form}{np_}.exported" / "saved_model.pb").exists(), "no SavedModel"
     one = json.loads((tmp / f"{form}1.0.json").read_text())
     many = [json.loads((tmp / f"{form}{np_}.{r}.json").read_text()) for r in range(np_)]
     for r in range(np_):
@@ -379,3 +381,14 @@ def test_transparent_backup_and_restore_resumes_every_rank_like_the_1_process_ru
         for a, b in zip(many["weights"], one["weights"]):
             np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
                                        err_msg=f"rank {r} vs the 1-process run")
+
+
+def test_transparent_python_children_stay_ordinary_processes(tmp):
+    # A rank's Python child (a subprocess importing Keras) inherited the transparent mode and
+    # Open MPI's rank variables: it failed in MPI_Init, and the ranks then never exited.
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "--all-ranks-output", "python",
+                          os.path.join(SCRIPTS, "child_process.py")], cwd=str(tmp), timeout=180)
+    job.check_ok()
+    assert sorted(re.findall(r"CHILD (\d+) (\S+)", job.stdout)) == [("0", "0"), ("0", "0")], \
+        job.describe()
+    assert sorted(re.findall(r"DONE (\d)", job.stdout)) == ["0", "1"], job.describe()

@@ -16,7 +16,19 @@ def _chain():
         spec.loader.exec_module(module)
 
 
-if os.environ.get("MTXCOMM_TRANSPARENT") == "1":
+def _owner():
+    """Whether this process is the rank's own program: the first Python process of the rank
+    claims the transparent mode (its pid, inherited by its children); a Python child it starts
+    (a subprocess, a data-loading worker) stays an ordinary process, which neither joins the
+    job nor starts MPI."""
+    owner = os.environ.get("_MTXRUN_TRANSPARENT_PID")
+    if owner is None:
+        os.environ["_MTXRUN_TRANSPARENT_PID"] = str(os.getpid())
+        return True
+    return owner == str(os.getpid())
+
+
+if os.environ.get("MTXCOMM_TRANSPARENT") == "1" and _owner():
     try:
         from mtxcomm import transparent as _transparent
     except ImportError as e:

@@ -18,7 +18,8 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
                  mode must fail on every rank, naming a variable
   checkpoints    steps_per_execution=2; ModelCheckpoint of the best model (.keras) and of the
                  last weights (.weights.h5), both loaded right after fit (the predictions of
-                 the model, the loaded best model and a new model given the loaded weights)
+                 the model, the loaded best model, a new model given the loaded weights and the
+                 best model loaded uncompiled); model.export of a SavedModel
   loss_forms     a loss with reduction "sum" and a custom metric whose result() is its state
                  variable itself, in batches of 15 (uneven splits)
   stop_on_rank0  a callback that stops training at the end of epoch 2 on rank 0 only (a
@@ -213,8 +214,10 @@ elif form == "checkpoints":
     best = keras.models.load_model(best_path)
     fresh = build()
     fresh.load_weights(last_path)
+    uncompiled = keras.models.load_model(best_path, compile=False)  # predict needs no optimizer
+    model.export(tag + ".exported")  # a SavedModel directory, written by rank 0 alone
     predicted = [m.predict(x[:11], batch_size=4, verbose=0).tolist()
-                 for m in (model, best, fresh)]
+                 for m in (model, best, fresh, uncompiled)]
 elif form == "loss_forms":
     x = rng.normal(size=(70, 6)).astype("float32")
     y = (x @ rng.normal(size=(6, 1))).astype("float32")
