@@ -114,6 +114,7 @@ def _patch_keras(keras):
     rank = mtx.rank()
     _synchronise_batch_norm(keras, hvd)
     _weigh_batch_means(keras, hvd)
+    _draw_apart(keras, hvd)
     model_cls = keras.Model
     quiet_callbacks = tuple(c for c in (
         getattr(keras.callbacks, "ModelCheckpoint", None),
@@ -488,6 +489,39 @@ def _weigh_batch_means(keras, hvd):
     mean_cls.update_state = update_state
 
 
+# An odd prime, coprime with TensorFlow's stateless seed modulus (2**31 - 2): the folded seeds
+# of ranks 0, 1, 2, ... are distinct for any job size.
+_RANK_SEED_STRIDE = 1000003
+
+
+def _draw_apart(keras, hvd):
+    """In a transparent train or test step, a draw from a keras.random.SeedGenerator (Dropout,
+    GaussianNoise, the augmentation layers, keras.random.* with seed=None or a generator in a
+    custom train_step) uses a seed with this rank folded in, so the ranks' rows of one global
+    batch get different masks and noise, as the rows of the 1-process run's batch do; with one
+    seed, row i of every rank's share drew the same mask. The generators' state (a variable,
+    saved with the model) advances as before and stays equal on every rank; only the value
+    handed to the draw differs. A draw with an integer seed (stateless: the same value at every
+    call, e.g. a fixed random projection) is left the same on every rank. Rank 0 draws what it
+    drew before."""
+    generator_cls = getattr(getattr(keras, "random", None), "SeedGenerator", None)
+    original = getattr(generator_cls, "next", None)
+    if original is None or getattr(original, "_mtx_apart", False):
+        return
+
+    def next(self, ordered=True):
+        value = original(self, ordered)
+        rank = getattr(hvd._step_state, "seed_rank", 0)
+        if not rank:
+            return value
+        tf = tf_module()
+        fold = tf.constant([rank * _RANK_SEED_STRIDE, 0], dtype=value.dtype)
+        return value + fold
+
+    next._mtx_apart = True
+    generator_cls.next = next
+
+
 def _synchronise_batch_norm(keras, hvd):
     """In a transparent train step every BatchNormalization normalises with the statistics of
     the global batch (mtxcomm.tensorflow.sync_batch_norm.global_moments), as the 1-process run
@@ -578,9 +612,11 @@ def _make_data_parallel(model, keras, hvd):
         hvd._step_state.row_share = tf.cast(count, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.static_batch = flat[0].shape[0] if flat and flat[0].shape.rank else None
         hvd._step_state.summed_loss = _loss_is_summed(model, keras)
+        hvd._step_state.seed_rank = r
         try:
             return unchanged_metrics(count, step)
         finally:
+            hvd._step_state.seed_rank = 0
             hvd._step_state.row_share = None
             hvd._step_state.model = None
             hvd._step_state.summed_loss = False

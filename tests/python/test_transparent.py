@@ -334,6 +334,33 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
                                        err_msg=f"{form}: History['{key}'] on rank {r}")
 
 
+def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_process_ones(tmp):
+    # Dropout masks and draws from a SeedGenerator inside the train step: each rank's rows must
+    # get their own (with one seed, row i of every rank's share got the same mask); rank 0's
+    # are the 1-process run's; a draw with an integer seed stays the same everywhere; the
+    # weights stay equal on every rank (scripts/draws.py).
+    import json
+
+    script = os.path.join(SCRIPTS, "draws.py")
+    Job(["python", script, "draws1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
+        cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    one = json.loads((tmp / "draws1.0.json").read_text())
+    many = [json.loads((tmp / f"draws3.{r}.json").read_text()) for r in range(3)]
+    assert np.array(one["drawn"]).any() and np.array(one["masks"]).any(), "nothing was drawn"
+    for key in ("masks", "drawn", "fixed"):
+        assert many[0][key] == one[key], f"rank 0's {key} differ from the 1-process run's"
+    for r in (1, 2):
+        assert many[r]["fixed"] == many[0]["fixed"], "an integer-seeded draw differs by rank"
+        assert many[r]["weights"] == many[0]["weights"], f"rank {r}'s weights differ"
+        for key in ("masks", "drawn"):
+            a, b = np.array(many[r][key]), np.array(many[0][key])
+            # Every step's draw differs (a mask of 16 units agrees by chance with 2**-16).
+            assert all((a[i] != b[i]).any() for i in range(len(a))), \
+                f"rank {r}'s {key} repeat rank 0's: {a.tolist()} vs {b.tolist()}"
+    assert many[1]["drawn"] != many[2]["drawn"], "ranks 1 and 2 drew alike"
+
+
 def test_transparent_weights_changed_outside_the_optimizer_fail_every_rank(tmp):
     # A train_step that assigns the weights itself: each rank applies its own half batch's
     # gradient, the ranks drift apart, and after the first epoch every rank raises, naming the
