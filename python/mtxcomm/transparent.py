@@ -144,6 +144,8 @@ def _patch_keras(keras):
                      _SameWeights(keras, hvd)]
         callbacks = callbacks + user_callbacks + [_StartAsRank0(keras, hvd),
                                                   _EpochEndTogether(keras, hvd, writes)]
+        if _may_stop_mid_epoch(user_callbacks, keras, hvd):
+            callbacks.append(_BatchEndTogether(keras, hvd))
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
@@ -786,6 +788,34 @@ def _StartAsRank0(keras, hvd):
     return StartAsRank0()
 
 
+_BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
+
+
+def _may_stop_mid_epoch(callbacks, keras, hvd):
+    """Whether a callback on some rank could set stop_training in the middle of an epoch: it
+    has a batch hook of its own (TerminateOnNaN, a LambdaCallback, a user's callback), and it
+    is not one of Keras' callbacks that never stop (the progress bar, History, ModelCheckpoint,
+    BackupAndRestore, TensorBoard) nor one of mtxcomm's. Agreed over the ranks (one small
+    allreduce, every rank calls fit): the ranks' callbacks may differ."""
+    base = keras.callbacks.Callback
+    never = tuple(c for c in (getattr(keras.callbacks, name, None) for name in (
+        "ProgbarLogger", "History", "ModelCheckpoint", "BackupAndRestore", "TensorBoard"))
+        if c is not None)
+    mine = any(
+        not isinstance(c, never) and not type(c).__module__.startswith("mtxcomm.")
+        and any(getattr(type(c), h, None) is not getattr(base, h, None) for h in _BATCH_HOOKS)
+        for c in callbacks)
+    agreed = hvd.allreduce([1.0 if mine else 0.0], op=hvd.Max,
+                           name="mtxcomm.transparent.batch_stops")
+    return bool(agreed.numpy()[0] > 0)
+
+
+def _agree_to_stop(model, hvd, name):
+    """One small allreduce: every rank stops when any rank's callbacks set stop_training."""
+    stop = hvd.allreduce([1.0 if model.stop_training else 0.0], op=hvd.Max, name=name)
+    model.stop_training = bool(stop.numpy()[0] > 0)
+
+
 def _EpochEndTogether(keras, hvd, writes):
     """Last among fit's callbacks, at the end of each epoch: one small allreduce in which the
     ranks agree to stop when any rank's callbacks set stop_training there (a wall-clock budget
@@ -798,15 +828,30 @@ def _EpochEndTogether(keras, hvd, writes):
 
     class EpochEndTogether(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            stop = hvd.allreduce([1.0 if self.model.stop_training else 0.0], op=hvd.Max,
-                                 name="mtxcomm.transparent.epoch_end")
-            self.model.stop_training = bool(stop.numpy()[0] > 0)
+            _agree_to_stop(self.model, hvd, "mtxcomm.transparent.epoch_end")
 
         def on_train_end(self, logs=None):
             if writes:
                 hvd.allreduce([0.0], name="mtxcomm.transparent.files")
 
     return EpochEndTogether()
+
+
+def _BatchEndTogether(keras, hvd):
+    """Last among fit's callbacks when a callback could stop training in the middle of an epoch
+    (_may_stop_mid_epoch): after every batch the ranks agree to stop when any rank's callbacks
+    set stop_training. A TerminateOnNaN that sees a NaN in one rank's share of the batch
+    (per-batch logs are each rank's own) then stops every rank after that batch, as the
+    1-process run stops; the other ranks would wait in the next batch's allreduce until
+    MTXCOMM_STALL_TIMEOUT. One small eager allreduce per batch, only then: without such a
+    callback no callback of fit has a batch-end hook, and Keras dispatches the batch hooks
+    without waiting for the step's logs."""
+
+    class BatchEndTogether(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            _agree_to_stop(self.model, hvd, "mtxcomm.transparent.batch_end")
+
+    return BatchEndTogether()
 
 
 def _RowWeightedLogs(rows, keras, hvd):

@@ -1,0 +1,30 @@
+"""Plain Keras (no mtxcomm import): TerminateOnNaN stopping fit in the middle of an epoch. A
+NaN is planted in row 170 of 256 (batch 2 of 64 rows, in rank 1's share at np=2), so only
+the rank holding that row sees a NaN loss in its per-batch logs. sys.argv[1]: the output
+JSON ("{rank}" replaced by OMPI_COMM_WORLD_RANK): the optimizer's step count, the History and
+whether every weight is NaN."""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+keras.utils.set_random_seed(1)
+x = np.random.default_rng(0).normal(size=(256, 8)).astype("float32")
+y = (x[:, 0] > 0).astype("int64")
+x[170] = np.nan
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+model.compile(optimizer=keras.optimizers.SGD(0.05),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+history = model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0,
+                    callbacks=[keras.callbacks.TerminateOnNaN()])
+out = {"steps": int(model.optimizer.iterations.numpy()),
+       "epochs": len(history.history["loss"]),
+       "all_nan": bool(all(np.isnan(np.asarray(w)).all() for w in model.trainable_weights))}
+path = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+with open(path, "w") as f:
+    json.dump(out, f)
