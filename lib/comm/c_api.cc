@@ -48,14 +48,19 @@ class Lease {
  public:
   // Throws MTXCOMM_INVALID_ARGUMENT for a handle that is not live.
   explicit Lease(mtxcomm_comm_t comm) : h_(comm) {
+    // Taken under the registry's lock: once retire() has taken the handle out of the
+    // registry, no call can start on it.
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().count(comm)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, notLive(comm));
-    std::lock_guard<std::mutex> l(comm->mu);
-    ++comm->inFlight;
+    comm->refs.fetch_add(1, std::memory_order_relaxed);
   }
   ~Lease() {
-    std::lock_guard<std::mutex> l(h_->mu);
-    if (--h_->inFlight == 0) h_->idle.notify_all();
+    // The last reference of a retired handle: its retire() waits for this.
+    if (h_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> l(h_->mu);
+      h_->drained = true;
+      h_->idle.notify_all();
+    }
   }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
@@ -131,12 +136,11 @@ bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().erase(comm)) return false;
   }
-  {
+  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    // Calls in flight (other threads): cancel them, and wait until the last one has ended.
+    if (comm->impl) comm->impl->cancel(reason);
     std::unique_lock<std::mutex> l(comm->mu);
-    if (comm->inFlight > 0) {
-      if (comm->impl) comm->impl->cancel(reason);
-      comm->idle.wait(l, [&] { return comm->inFlight == 0; });
-    }
+    comm->idle.wait(l, [&] { return comm->drained; });
   }
   if (abortPeers && comm->impl) {
     try {
@@ -316,7 +320,7 @@ const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().count(comm)) return "";
   }
-  return comm->impl->lastAlgorithm().c_str();
+  return comm->impl->lastAlgorithmName();
 }
 
 mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len) {

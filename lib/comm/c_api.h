@@ -10,6 +10,7 @@
 #ifndef MTXCOMM_LIB_C_API_H_
 #define MTXCOMM_LIB_C_API_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -20,9 +21,14 @@
 
 struct mtxcomm_comm {
   std::unique_ptr<mtxcomm::Comm> impl;
-  std::mutex mu;                 // guards the fields below
-  std::condition_variable idle;  // signalled when inFlight drops
-  int inFlight = 0;              // entry points running on this handle
+  // References: 1 for the registry of live handles, 1 per entry point running on the handle
+  // (c_api.cc, Lease), taken and dropped without a lock. retire() drops the registry's; whoever
+  // drops the last one while calls were in flight sets drained and signals idle under mu, and
+  // retire() frees the handle once drained (or at once when no call was in flight).
+  std::atomic<int> refs{1};
+  std::mutex mu;                 // guards lastError and drained
+  std::condition_variable idle;  // signalled when the last call in flight of a retired handle ends
+  bool drained = false;
   std::string lastError;
 };
 

@@ -135,6 +135,26 @@ class Comm::CommLevels : public Levels {
   Comm& cross_;
 };
 
+const Selection& Comm::selectCached(const CollArgs& args, const CommInfo& info) {
+  CachedSelection& c = selections_[static_cast<int>(args.coll)];
+  // Every call's choice is logged at DEBUG: then each call selects anew.
+  if (c.valid && c.op == args.op && c.dtype == args.dtype && c.count == args.count &&
+      c.elemSize == args.elemSize && c.root == args.root && c.vcounts == args.vcounts &&
+      !logEnabled(LogLevel::kDebug)) {
+    return c.sel;
+  }
+  c.valid = false;  // (selectAlgorithm may throw)
+  c.sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), rank());
+  c.op = args.op;
+  c.dtype = args.dtype;
+  c.count = args.count;
+  c.elemSize = args.elemSize;
+  c.root = args.root;
+  c.vcounts = args.vcounts;
+  c.valid = true;
+  return c.sel;
+}
+
 bool Comm::runAlgorithm(const CollArgs& args) {
   const int n = size(), me = rank();
   CommInfo info;
@@ -144,32 +164,35 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   info.cost = &config_.cost;
   info.segmentBytes = config_.segmentBytes;
   info.shmSlotBytes = shmSlotBytes_;
-  Selection sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), me);
-  lastAlgorithm_ = sel.algorithm->name;
-  lastPredicted_ = sel.predicted;
+  // Copied out: a composition's own collectives on this communicator select again.
+  const Selection& selected = selectCached(args, info);
+  const Algorithm& algo = *selected.algorithm;
+  const double predicted = selected.predicted;
+  lastAlgorithm_ = algo.name;
+  lastPredicted_ = predicted;
   try {
-    if (sel.algorithm->compose) {
+    if (algo.compose) {
       // Building the levels and running on them issues collectives on this communicator and
       // its sub-communicators; every rank does the same, so they stay in step.
       ensureLevels();
       CommLevels levels(*local_, *cross_);
-      sel.algorithm->compose(args, topo_, me, levels);
-      lastAlgorithm_ = sel.algorithm->name;
-      lastPredicted_ = sel.predicted;
+      algo.compose(args, topo_, me, levels);
+      lastAlgorithm_ = algo.name;
+      lastPredicted_ = predicted;
       return false;
     }
-    if (sel.algorithm->run) {
+    if (algo.run) {
       shm_->setTimeout(config_.timeoutSeconds);
       shm_->setCall(callSignature(currentCall_, seq_));
-      sel.algorithm->run(args, *shm_);
-      return sel.algorithm->averages && args.avgDivisor > 0;
+      algo.run(args, *shm_);
+      return algo.averages && args.avgDivisor > 0;
     }
     Schedule schedule(args.dtype, args.elemSize, args.op);
     AlgoParams params;
     params.segmentBytes = config_.segmentBytes;
-    sel.algorithm->build(args, me, n, params, schedule);
+    algo.build(args, me, n, params, schedule);
     if (logEnabled(LogLevel::kTrace)) {
-      MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", sel.algorithm->name, " schedule:\n",
+      MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", algo.name, " schedule:\n",
                   schedule.toString());
     }
     executeSchedule(schedule, *transport_,
@@ -177,11 +200,11 @@ bool Comm::runAlgorithm(const CollArgs& args) {
                     config_.timeoutSeconds);
     return false;
   } catch (const Error& e) {
-    const char* via = sel.algorithm->run       ? "shm"
-                      : sel.algorithm->compose ? "node-local and cross-node sub-communicators"
-                                               : transport_->name();
+    const char* via = algo.run       ? "shm"
+                      : algo.compose ? "node-local and cross-node sub-communicators"
+                                     : transport_->name();
     failCall(args,
-             strCat("algorithm ", sel.algorithm->name, ", ",
+             strCat("algorithm ", algo.name, ", ",
                     args.isAlltoallv() ? std::string("per-peer counts") : strCat(args.count), " x ",
                     datatypeName(args.dtype), ", transport ", via),
              e);

@@ -14,6 +14,7 @@
 #include "lib/base/call.h"
 #include "lib/base/topology.h"
 #include "lib/comm/config.h"
+#include "lib/comm/select.h"
 #include "transports/shm/shm_group.h"
 #include "transports/transport.h"
 
@@ -88,7 +89,8 @@ class Comm {
   void setCpuShare(int share) { cpuShare_ = share; }
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
-  const std::string& lastAlgorithm() const { return lastAlgorithm_; }
+  std::string lastAlgorithm() const { return lastAlgorithm_; }
+  const char* lastAlgorithmName() const { return lastAlgorithm_; }
   // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
   double lastPredictedSeconds() const { return lastPredicted_; }
   // Where the C API keeps the last error message of this communicator.
@@ -135,8 +137,22 @@ class Comm {
   uint64_t splits_ = 0;  // splits issued (same on every rank)
   std::vector<std::string> routes_;
   int cpuShare_ = 1;
-  std::string lastAlgorithm_;
+  const char* lastAlgorithm_ = "";  // an Algorithm's name (static) or "local"
   double lastPredicted_ = 0.0;
+  // The last selection per collective and the arguments it was made for (selectCached): a
+  // loop of calls of one shape selects once. Selection reads only these fields of the call
+  // and this communicator's fixed configuration.
+  struct CachedSelection {
+    bool valid = false;
+    mtxcomm_op_t op = MTXCOMM_SUM;
+    mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
+    size_t count = 0, elemSize = 0;
+    int root = 0;
+    bool vcounts = false;
+    Selection sel;
+  };
+  CachedSelection selections_[kNumCollectives];
+  const Selection& selectCached(const CollArgs& args, const CommInfo& info);
   std::string firstError_;
   std::string lastError_;
   CollArgs currentCall_;  // the user-level arguments of the call in progress
