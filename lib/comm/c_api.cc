@@ -316,10 +316,10 @@ mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm) {
 }
 
 const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
-  {
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    if (!comm || !liveHandles().count(comm)) return "";
-  }
+  // Read under the registry's lock: a handle destroyed on another thread is not freed meanwhile
+  // (retire() takes it out of the registry first). The name is static.
+  std::lock_guard<std::mutex> g(g_handlesMu);
+  if (!comm || !liveHandles().count(comm)) return "";
   return comm->impl->lastAlgorithmName();
 }
 

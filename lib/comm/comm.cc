@@ -88,7 +88,7 @@ void Comm::run(const CollArgs& user) {
   // has no common count: only one rank is local.
   const bool nothing = user.count == 0 && user.coll != Collective::kBarrier && !user.isAlltoallv();
   if (n == 1 || nothing) {
-    lastAlgorithm_ = "local";
+    lastAlgorithm_.store("local", std::memory_order_relaxed);
     lastPredicted_ = 0.0;
     if (n > 1 && shm_) {
       // Nothing moves, but over shared memory the ranks still compare the call: a rank passing
@@ -168,7 +168,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   const Selection& selected = selectCached(args, info);
   const Algorithm& algo = *selected.algorithm;
   const double predicted = selected.predicted;
-  lastAlgorithm_ = algo.name;
+  lastAlgorithm_.store(algo.name, std::memory_order_relaxed);
   lastPredicted_ = predicted;
   try {
     if (algo.compose) {
@@ -177,7 +177,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
       ensureLevels();
       CommLevels levels(*local_, *cross_);
       algo.compose(args, topo_, me, levels);
-      lastAlgorithm_ = algo.name;
+      lastAlgorithm_.store(algo.name, std::memory_order_relaxed);
       lastPredicted_ = predicted;
       return false;
     }
@@ -234,12 +234,12 @@ void Comm::runOnDevice(const CollArgs& args) {
       device_ = gpu::DeviceComm::create(*host_, args, options);
     }
     if (device_->runLocal(args)) {
-      lastAlgorithm_ = "local";
+      lastAlgorithm_.store("local", std::memory_order_relaxed);
       return;
     }
     const Selection sel = selectDevicePath(args, device_->topology(), config_.cudaPath, rank());
     device_->run(args, sel.devicePath);
-    lastAlgorithm_ = gpu::devicePathName(sel.devicePath);
+    lastAlgorithm_.store(gpu::devicePathName(sel.devicePath), std::memory_order_relaxed);
   } catch (const Error& e) {
     const std::string what =
         strCat("device buffers, ", args.count, " x ", datatypeName(args.dtype));

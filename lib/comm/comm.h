@@ -5,6 +5,7 @@
 #ifndef MTXCOMM_LIB_COMM_H_
 #define MTXCOMM_LIB_COMM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -89,8 +90,8 @@ class Comm {
   void setCpuShare(int share) { cpuShare_ = share; }
 
   // Name of the algorithm the last collective used ("local" for one rank or count 0).
-  std::string lastAlgorithm() const { return lastAlgorithm_; }
-  const char* lastAlgorithmName() const { return lastAlgorithm_; }
+  std::string lastAlgorithm() const { return lastAlgorithmName(); }
+  const char* lastAlgorithmName() const { return lastAlgorithm_.load(std::memory_order_relaxed); }
   // The cost model's predicted seconds for the last collective's algorithm (0 for "local").
   double lastPredictedSeconds() const { return lastPredicted_; }
   // Where the C API keeps the last error message of this communicator.
@@ -137,7 +138,9 @@ class Comm {
   uint64_t splits_ = 0;  // splits issued (same on every rank)
   std::vector<std::string> routes_;
   int cpuShare_ = 1;
-  const char* lastAlgorithm_ = "";  // an Algorithm's name (static) or "local"
+  // An Algorithm's name, a device path's or "local" (static strings); atomic: the C API's
+  // mtxcomm_comm_last_algorithm may read it while another thread runs a call.
+  std::atomic<const char*> lastAlgorithm_{""};
   double lastPredicted_ = 0.0;
   // The last selection per collective and the arguments it was made for (selectCached): a
   // loop of calls of one shape selects once. Selection reads only these fields of the call

@@ -801,9 +801,16 @@ def _may_stop_mid_epoch(callbacks, keras, hvd):
     never = tuple(c for c in (getattr(keras.callbacks, name, None) for name in (
         "ProgbarLogger", "History", "ModelCheckpoint", "BackupAndRestore", "TensorBoard"))
         if c is not None)
+
+    def own_hook(c, hook):
+        # A method of its class, or a function set on the instance (a LambdaCallback's).
+        f = getattr(c, hook, None)
+        return getattr(f, "__func__", f) is not getattr(base, hook, None)
+
+    # Exact types: a subclass of ModelCheckpoint with a batch hook of its own may stop.
     mine = any(
-        not isinstance(c, never) and not type(c).__module__.startswith("mtxcomm.")
-        and any(getattr(type(c), h, None) is not getattr(base, h, None) for h in _BATCH_HOOKS)
+        type(c) not in never and not type(c).__module__.startswith("mtxcomm.")
+        and any(own_hook(c, h) for h in _BATCH_HOOKS)
         for c in callbacks)
     agreed = hvd.allreduce([1.0 if mine else 0.0], op=hvd.Max,
                            name="mtxcomm.transparent.batch_stops")

@@ -361,20 +361,24 @@ def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_pro
     assert many[1]["drawn"] != many[2]["drawn"], "ranks 1 and 2 drew alike"
 
 
-def test_transparent_terminate_on_nan_in_one_rank_share_stops_every_rank_at_that_batch(tmp):
-    # Per-batch logs are each rank's share: a NaN row on rank 1 makes only its TerminateOnNaN
-    # stop, in the middle of the epoch. Every rank must stop after that batch, as the 1-process
-    # run does (without the agreement rank 0 waited in the next batch's allreduce until the
-    # stall timeout; scripts/batch_stop.py).
+@pytest.mark.parametrize("mode", ["nan", "lambda"])
+def test_transparent_a_stop_in_one_rank_share_stops_every_rank_at_that_batch(tmp, mode):
+    # Per-batch logs are each rank's share: a planted row on rank 1 makes only its callback
+    # stop, in the middle of the epoch (TerminateOnNaN; a LambdaCallback, whose hooks are set
+    # on the instance). Every rank must stop after that batch, as the 1-process run does
+    # (without the agreement rank 0 waited in the next batch's allreduce until the stall
+    # timeout; scripts/batch_stop.py).
     import json
 
     script = os.path.join(SCRIPTS, "batch_stop.py")
-    Job(["python", script, "stop1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json"],
-              cwd=str(tmp), timeout=JOB_TIMEOUT, extra_env={"MTXCOMM_STALL_TIMEOUT": "60"})
+    Job(["python", script, "stop1.{rank}.json", mode], cwd=str(tmp),
+        timeout=JOB_TIMEOUT).check_ok()
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json",
+                          mode], cwd=str(tmp), timeout=JOB_TIMEOUT,
+              extra_env={"MTXCOMM_STALL_TIMEOUT": "60"})
     job.check_ok()
     one = json.loads((tmp / "stop1.0.json").read_text())
-    assert one == {"steps": 3, "epochs": 1, "all_nan": True}, one
+    assert one == {"steps": 3, "epochs": 1, "all_nan": mode == "nan"}, one
     for r in range(2):
         assert json.loads((tmp / f"stop2.{r}.json").read_text()) == one, r
 
