@@ -11,12 +11,17 @@
 //   into its receive buffer made after the chunk is posted, while the readers copy it out),
 //   every other rank reads and writes it once — a pipelined two-copy broadcast.
 // Messages of at most 4 KiB go through a ring of 16 small slots per rank instead, so the root
-//   can run up to 16 broadcasts ahead of the slowest reader (more ranks than cores).
-// Before it returns, every rank waits until every other rank has entered the call (not until
-//   it has read it) and checks that each names the same root, count and datatype: a broadcast
-//   in which the ranks disagree on the root fails on every rank with MTXCOMM_INVALID_USAGE (a
-//   reader that checked only its root would return success beside a root that failed: ranks
-//   naming roots 0, 1, 1).
+//   can run up to 16 broadcasts ahead of the slowest reader (more ranks than cores); those of
+//   at most 256 bytes through the root's ring of 16 line boxes (ShmGroup::broadcastLines: the
+//   data in 64-byte lines that each carry the message's number, the call's signature in the
+//   first — a reader's one cross-core transfer per line, where a slot costs a counter, the
+//   call and the data).
+// No rank waits for every other to have entered the call (Open MPI's and NCCL's broadcasts do
+//   not check at all): a reader compares its root's call with the root's first post and fails
+//   at once when they differ; the root, and a reader's other peers, are compared later
+//   (ShmGroup::deferCheck) — a disagreement fails the ranks that waited on a disagreeing peer
+//   in this call and the others at their next call that is not a broadcast, or within
+//   ShmGroup::kMaxDeferred broadcasts, before that call moves a byte.
 // Example, n = 3, root 2: r2 writes the chunk into slot 2 and posts; r0 and r1 see the post and
 //   copy slot 2 out.
 // Source: Open MPI coll/sm broadcast (root writes shared segments, the others read them).
@@ -39,17 +44,22 @@ size_t pieceBytes(size_t slotBytes, size_t es) {
   return std::max(es, bytes / es * es);
 }
 
-// Every rank's call checked before this rank returns. A reader of 2 ranks checked its only
-// peer, the root, with the root's first post: no second look at a shared line.
-void awaitEveryCall(const CollArgs& a, ShmGroup& g) {
-  if (g.rank() == a.root || g.size() > 2) g.awaitArrivals("broadcast (shm)");
-}
+// The peers' calls are checked later (ShmGroup::deferCheck): a reader has compared its root's
+// call with the root's first post, the other peers' are compared at a later call.
+void deferCheck(const CollArgs& a, ShmGroup& g) { g.deferCheck(g.rank() == a.root ? -1 : a.root); }
 
 void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   const int me = g.rank();
   const size_t es = a.elemSize, chunk = g.slotBytes() / es;
   char* recv = static_cast<char*>(a.recvbuf);
   const char* send = static_cast<const char*>(a.sendbuf);
+  if (a.count * es <= ShmGroup::kLineBytes) {
+    // Tiny: through the root's tagged lines, one cross-core transfer per 64 bytes.
+    if (me == a.root && send != recv) copyBytes(recv, send, a.count * es);
+    g.broadcastLines(a.root, recv, a.count * es, "broadcast (shm, lines)");
+    deferCheck(a, g);
+    return;
+  }
   if (a.count * es <= ShmGroup::kSmallBytes) {
     // Small: through the ring of small slots, so the root can run ahead of slow readers.
     char* mine = g.beginSmall(/*writer=*/me == a.root);
@@ -61,8 +71,8 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
       g.waitSmall(a.root, "broadcast (shm)");
       copyBytes(recv, g.smallSlot(a.root), a.count * es);
     }
-    awaitEveryCall(a, g);
     g.finishSmall();
+    deferCheck(a, g);
     return;
   }
   const size_t piece = pieceBytes(g.slotBytes(), es);
@@ -83,7 +93,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
     if (me == a.root && send != recv) copyBytes(recv + off * es, from, bytes);
     g.finishChunk();
   }
-  awaitEveryCall(a, g);
+  deferCheck(a, g);
 }
 
 }  // namespace mtxcomm

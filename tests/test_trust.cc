@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +35,7 @@
 #include "lib/comm/stores.h"
 #include "mtxcomm/mtxcomm.h"
 #include "transports/inproc/inproc_transport.h"
+#include "transports/shm/shm_group.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace mtxcomm {
@@ -501,22 +503,35 @@ TEST_F(Trust, ConfigurationsThatDisagreeAreNamedOnEveryRank) {
 
 // ---- Calls that disagree over shared memory ----------------------------------------------------
 
-// Runs one call per rank over shm (2 ranks, MTXCOMM_TIMEOUT 30 s) and expects code on each
-// rank's call within 3 s, the message naming parts.
-void expectPromptError(const std::function<mtxcomm_result_t(mtxcomm_comm_t, int, float*)>& call,
+// A code expected in the call, or kByNextCall: the call may succeed (a broadcast's root, and a
+// reader with more than one peer, return before every peer has entered the call), and then the
+// rank's next call (a barrier) fails with MTXCOMM_INVALID_USAGE, before it moves a byte.
+constexpr mtxcomm_result_t kByNextCall = static_cast<mtxcomm_result_t>(-1);
+
+// Runs one call per rank over shm (n ranks, MTXCOMM_TIMEOUT 30 s) and expects codes[rank] on
+// each rank within 3 s, the message naming parts; where a rank learns it at its next call, the
+// next call's message names them.
+void expectPromptError(int n,
+                       const std::function<mtxcomm_result_t(mtxcomm_comm_t, int, float*)>& call,
                        const std::vector<mtxcomm_result_t>& codes,
-                       const std::vector<std::string>& parts) {
+                       const std::vector<std::string>& parts, size_t count = 256) {
   Config cfg;
   cfg.timeoutSeconds = 30;
   testing::runRanks(
-      2,
+      n,
       [&](mtxcomm_comm_t comm, int rank) {
         ASSERT_TRUE(unwrapComm(comm)->hasShm());
-        std::vector<float> buf(256, static_cast<float>(rank + 1));
+        std::vector<float> buf(count, static_cast<float>(rank + 1));
         const auto start = Clock::now();
-        const mtxcomm_result_t rc = call(comm, rank, buf.data());
+        mtxcomm_result_t rc = call(comm, rank, buf.data());
+        if (codes[rank] == kByNextCall) {
+          if (rc == MTXCOMM_SUCCESS) rc = mtxcomm_barrier(comm);
+          EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE)
+              << "rank " << rank << ": " << mtxcomm_get_last_error(comm);
+        } else {
+          EXPECT_EQ(rc, codes[rank]) << "rank " << rank << ": " << mtxcomm_get_last_error(comm);
+        }
         EXPECT_LT(secondsSince(start), 3.0);
-        EXPECT_EQ(rc, codes[rank]) << mtxcomm_get_last_error(comm);
         if (rc == MTXCOMM_INVALID_USAGE) {
           const std::string msg = mtxcomm_get_last_error(comm);
           for (const auto& part : parts) EXPECT_TRUE(contains(msg, part)) << msg;
@@ -525,63 +540,113 @@ void expectPromptError(const std::function<mtxcomm_result_t(mtxcomm_comm_t, int,
       cfg);
 }
 
+// Both ranks write their own broadcast and wait for nobody: each learns it at its next call.
 TEST_F(Trust, BroadcastWhereEachRankNamesItselfRootIsAnError) {
-  expectPromptError(
-      [](mtxcomm_comm_t c, int rank, float* b) {
-        return mtxcomm_broadcast(b, b, 256, MTXCOMM_FLOAT32, rank, c, nullptr);
-      },
-      {MTXCOMM_INVALID_USAGE, MTXCOMM_INVALID_USAGE}, {"root"});
+  for (const size_t count : {size_t{256}, size_t{1} << 18}) {
+    expectPromptError(
+        2,
+        [count](mtxcomm_comm_t c, int rank, float* b) {
+          return mtxcomm_broadcast(b, b, count, MTXCOMM_FLOAT32, rank, c, nullptr);
+        },
+        {kByNextCall, kByNextCall}, {"root 0", "root 1", "found when this rank entered call"},
+        count);
+  }
 }
 
 // Three ranks, two of which agree on a root the third does not name (roots 0,1,1 and 0,0,2),
-// small (the ring of small slots) and large (the chunked slots): every rank fails, the readers
-// that agree with their root included, as the root that saw the disagreement does.
+// small (the ring of small slots) and large (the chunked slots): every rank fails, in the call
+// or at its next one (the root of the two that agree, and its reader, have seen nothing wrong
+// when the call returns).
 TEST_F(Trust, BroadcastWhereTwoRanksAgreeOnARootTheThirdDoesNotNameFailsEveryRank) {
-  Config cfg;
-  cfg.timeoutSeconds = 30;
   for (const std::vector<int>& roots : {std::vector<int>{0, 1, 1}, std::vector<int>{0, 0, 2}}) {
     for (const size_t count : {size_t{256}, size_t{1} << 18}) {
-      testing::runRanks(
+      expectPromptError(
           3,
-          [&](mtxcomm_comm_t comm, int rank) {
-            ASSERT_TRUE(unwrapComm(comm)->hasShm());
-            std::vector<float> buf(count, static_cast<float>(rank + 1));
-            const auto start = Clock::now();
-            const mtxcomm_result_t rc = mtxcomm_broadcast(
-                buf.data(), buf.data(), count, MTXCOMM_FLOAT32, roots[rank], comm, nullptr);
-            EXPECT_LT(secondsSince(start), 3.0);
-            EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE)
-                << "rank " << rank << " root " << roots[rank] << " count " << count << ": "
-                << mtxcomm_get_last_error(comm);
-            EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "root"))
-                << mtxcomm_get_last_error(comm);
+          [&roots, count](mtxcomm_comm_t c, int rank, float* b) {
+            return mtxcomm_broadcast(b, b, count, MTXCOMM_FLOAT32, roots[rank], c, nullptr);
           },
-          cfg);
+          {kByNextCall, kByNextCall, kByNextCall}, {"root"}, count);
     }
+  }
+}
+
+// A reader that waits on a root in another call fails in that call, as a rank in another
+// collective that waits on the root does; the root learns it at its next call.
+TEST_F(Trust, BroadcastWhereAReaderNamesAnotherRootFailsItAtOnce) {
+  // Roots 0, 0, 1: rank 2 waits for rank 1's post, rank 1 is reading rank 0's.
+  for (const size_t count : {size_t{256}, size_t{1} << 18}) {
+    expectPromptError(
+        3,
+        [count](mtxcomm_comm_t c, int rank, float* b) {
+          return mtxcomm_broadcast(b, b, count, MTXCOMM_FLOAT32, rank == 2 ? 1 : 0, c, nullptr);
+        },
+        {kByNextCall, kByNextCall, MTXCOMM_INVALID_USAGE}, {"root"}, count);
   }
 }
 
 TEST_F(Trust, BroadcastAgainstAllreduceIsAnError) {
   expectPromptError(
+      2,
       [](mtxcomm_comm_t c, int rank, float* b) {
         return rank == 0 ? mtxcomm_broadcast(b, b, 256, MTXCOMM_FLOAT32, 0, c, nullptr)
                          : mtxcomm_allreduce(b, b, 256, MTXCOMM_FLOAT32, MTXCOMM_SUM, c, nullptr);
       },
-      {MTXCOMM_INVALID_USAGE, MTXCOMM_INVALID_USAGE}, {"broadcast", "allreduce"});
+      {kByNextCall, MTXCOMM_INVALID_USAGE}, {"broadcast", "allreduce"});
 }
 
 TEST_F(Trust, BarrierAgainstBroadcastIsAnError) {
-  expectPromptError(
-      [](mtxcomm_comm_t c, int rank, float* b) {
-        return rank == 1 ? mtxcomm_barrier(c)
-                         : mtxcomm_broadcast(b, b, 256, MTXCOMM_FLOAT32, 0, c, nullptr);
-      },
-      {MTXCOMM_INVALID_USAGE, MTXCOMM_INVALID_USAGE}, {"barrier", "broadcast"});
+  expectPromptError(2,
+                    [](mtxcomm_comm_t c, int rank, float* b) {
+                      return rank == 1
+                                 ? mtxcomm_barrier(c)
+                                 : mtxcomm_broadcast(b, b, 256, MTXCOMM_FLOAT32, 0, c, nullptr);
+                    },
+                    {kByNextCall, MTXCOMM_INVALID_USAGE}, {"barrier", "broadcast"});
+}
+
+// A root that runs on through broadcasts only learns of a disagreeing reader within
+// ShmGroup::kMaxDeferred broadcasts (when its deferred checks are full), never later, and the
+// reader fails at once.
+TEST_F(Trust, ARootThatOnlyBroadcastsLearnsOfADisagreementWithinItsDeferredChecks) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  // The reader names fewer elements (the same path, tagged lines) or more (another path, the
+  // small slots) than the root's 64.
+  for (const size_t readerCount : {size_t{32}, size_t{2048}}) {
+    testing::runRanks(
+        2,
+        [&](mtxcomm_comm_t comm, int rank) {
+          std::vector<float> buf(std::max<size_t>(readerCount, 64), static_cast<float>(rank + 1));
+          const auto start = Clock::now();
+          const std::string readers = "count " + std::to_string(readerCount);
+          if (rank == 1) {
+            EXPECT_EQ(mtxcomm_broadcast(buf.data(), buf.data(), readerCount, MTXCOMM_FLOAT32, 0,
+                                        comm, nullptr),
+                      MTXCOMM_INVALID_USAGE);
+            EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "count 64"))
+                << mtxcomm_get_last_error(comm);
+          } else {
+            mtxcomm_result_t rc = MTXCOMM_SUCCESS;
+            size_t calls = 0;
+            while (rc == MTXCOMM_SUCCESS && calls < 4 * ShmGroup::kMaxDeferred) {
+              rc = mtxcomm_broadcast(buf.data(), buf.data(), 64, MTXCOMM_FLOAT32, 0, comm, nullptr);
+              ++calls;
+            }
+            EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE) << mtxcomm_get_last_error(comm);
+            EXPECT_LE(calls, ShmGroup::kMaxDeferred + 1);
+            EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), readers))
+                << mtxcomm_get_last_error(comm);
+          }
+          EXPECT_LT(secondsSince(start), 3.0);
+        },
+        cfg);
+  }
 }
 
 // The root rejects its own call (a bad argument): the other rank learns it at once.
 TEST_F(Trust, ACallRejectedOnTheRootOnlyIsAnErrorOnEveryRank) {
   expectPromptError(
+      2,
       [](mtxcomm_comm_t c, int rank, float* b) {
         return mtxcomm_broadcast(rank == 0 ? nullptr : b, b, 256, MTXCOMM_FLOAT32, 0, c, nullptr);
       },

@@ -68,21 +68,23 @@
  * never pairs with a later one: it fails (MTXCOMM_INVALID_USAGE over shared memory, MTXCOMM_TIMEOUT
  * or a size mismatch otherwise). Ranks that pass different collectives, counts, datatypes, ops or
  * roots to the same call get MTXCOMM_INVALID_USAGE naming both calls when the call runs over shared
- * memory (every rank on one node). Over a point-to-point transport (across nodes, or
- * MTXCOMM_SHM=off) a call's message tags carry its signature, so ranks that disagree exchange no
- * data: a rank whose messages go to or come from a disagreeing rank fails with MTXCOMM_TIMEOUT
- * after MTXCOMM_TIMEOUT seconds (over TCP its peers then get MTXCOMM_REMOTE_ERROR at once), never
- * with a wrong result (unless two 15-bit hashes collide); a rank that exchanged nothing with one
- * (a third rank of a broadcast whose root it agrees with, a rank passing count 0, which moves
- * nothing) may return MTXCOMM_SUCCESS with the right result for its own call. On any error the
- * receive buffer's contents are undefined (partly written). A peer that dies, or that does not
- * answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000), turns into MTXCOMM_REMOTE_ERROR or
- * MTXCOMM_TIMEOUT; the communicator is then poisoned: later collectives return
- * MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and build a new one. A
- * rank that fails tells its peers over shared memory and TCP (they fail at once, quoting the root
- * cause); over MPI across nodes they fail at their timeout. mtxcomm_get_last_error() returns the
- * detailed message of the last failed call (it names this rank, the peer, the collective and the
- * algorithm); it is not cleared by later successes. The library never calls abort() or exit().
+ * memory (every rank on one node): in that call, except a broadcast's root and a reader that agrees
+ * with its root, which wait for nobody else and get it at their next call that is not a broadcast,
+ * or within 64 broadcasts, before that call moves a byte. Over a point-to-point transport (across
+ * nodes, or MTXCOMM_SHM=off) a call's message tags carry its signature, so ranks that disagree
+ * exchange no data: a rank whose messages go to or come from a disagreeing rank fails with
+ * MTXCOMM_TIMEOUT after MTXCOMM_TIMEOUT seconds (over TCP its peers then get MTXCOMM_REMOTE_ERROR
+ * at once), never with a wrong result (unless two 15-bit hashes collide); a rank that exchanged
+ * nothing with one (a third rank of a broadcast whose root it agrees with, a rank passing count 0,
+ * which moves nothing) may return MTXCOMM_SUCCESS with the right result for its own call. On any
+ * error the receive buffer's contents are undefined (partly written). A peer that dies, or that
+ * does not answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000), turns into
+ * MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned: later collectives
+ * return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and build a new
+ * one. A rank that fails tells its peers over shared memory and TCP (they fail at once, quoting the
+ * root cause); over MPI across nodes they fail at their timeout. mtxcomm_get_last_error() returns
+ * the detailed message of the last failed call (it names this rank, the peer, the collective and
+ * the algorithm); it is not cleared by later successes. The library never calls abort() or exit().
  *
  * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
  * be used concurrently from distinct threads. Safe from any thread at any time, also while

@@ -24,6 +24,8 @@ namespace mtxcomm {
 
 Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId)
     : transport_(std::move(transport)),
+      rank_(transport_->rank()),
+      size_(transport_->size()),
       cancel_(std::make_shared<CancelToken>()),
       config_(config),
       contextId_(contextId) {
@@ -78,8 +80,16 @@ void Comm::run(const CollArgs& user) {
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
-  if (shm_) shm_->enterCall(callSignature(user, seq_));
   currentCall_ = user;
+  if (shm_) {
+    // Entering also runs the checks an earlier broadcast deferred (ShmGroup::deferCheck): a
+    // disagreement found there fails this call before it moves a byte.
+    try {
+      shm_->enterCall(callSignature(user, seq_));
+    } catch (const Error& e) {
+      failCall(user, "transport shm", e);
+    }
+  }
   if (onDevice) {
     runOnDevice(user);
     return;
@@ -182,8 +192,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
       return false;
     }
     if (algo.run) {
-      shm_->setTimeout(config_.timeoutSeconds);
-      shm_->setCall(callSignature(currentCall_, seq_));
+      shm_->setTimeout(config_.timeoutSeconds);  // the call's signature: enterCall, in run()
       algo.run(args, *shm_);
       return algo.averages && args.avgDivisor > 0;
     }

@@ -32,8 +32,8 @@ class Comm {
   Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t contextId);
   ~Comm();
 
-  int rank() const { return transport_->rank(); }
-  int size() const { return transport_->size(); }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   const Config& config() const { return config_; }
   // Tests and tools may force algorithms per communicator.
   Config& mutableConfig() { return config_; }
@@ -121,6 +121,7 @@ class Comm {
   void ensureLevels();
 
   std::unique_ptr<Transport> transport_;
+  int rank_, size_;  // the transport's, kept: asked on every call
   CancelTokenPtr cancel_;
   std::unique_ptr<ShmGroup> shm_;
   std::unique_ptr<gpu::HostCollectives> host_;  // this communicator, for the device paths

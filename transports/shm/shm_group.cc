@@ -168,6 +168,9 @@ struct alignas(128) ShmGroup::Control {
   alignas(64) std::atomic<uint64_t> callSeq;
   SharedSignature history[kHistory];
   std::atomic<uint64_t> rejected[kHistory];
+  // The digest of this rank's calls 1..s (callDigest), at s % kHistory: a deferred check
+  // compares one word for all the calls it covers (ShmGroup::checkDeferred).
+  std::atomic<uint64_t> digest[kHistory];
   alignas(64) std::atomic<int64_t> pid;
   std::atomic<int> aborted;
   std::atomic<int> abortCode;  // the mtxcomm_result_t it failed with, written before aborted
@@ -178,7 +181,6 @@ struct alignas(128) ShmGroup::Control {
 
 // The line boxes: per rank kLineSlots boxes of kLinesPerBox lines, past the small ring. A box
 // holds the call's signature (24 bytes) and up to kLineBytes of data, 56 bytes per line.
-constexpr size_t kLineSlots = 16;
 constexpr size_t kLineData = 56;
 constexpr size_t kLineHeader = 3 * sizeof(uint64_t);
 constexpr size_t kLinesPerBox = (kLineHeader + ShmGroup::kLineBytes + kLineData - 1) / kLineData;
@@ -279,6 +281,26 @@ ShmGroup::~ShmGroup() {
   munmap(base_, bytes_);
 }
 
+namespace {
+
+// The digest of a rank's calls up to this one: the previous digest mixed with the call's
+// signature and whether the rank rejected it (splitmix64's finaliser, twice). Equal digests
+// at call s mean equal calls 1..s but with a chance of 2^-64.
+uint64_t mixWord(uint64_t h, uint64_t w) {
+  h ^= w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+uint64_t callDigest(uint64_t previous, const CallSignature& call, bool rejected) {
+  const uint64_t count = (call.count << 17) | (call.count >> 47);  // apart from kind's bits
+  return mixWord(mixWord(previous, call.kind ^ count), call.seq * 2 + (rejected ? 1 : 0));
+}
+
+}  // namespace
+
 void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedBecause) {
   call_ = call;
   Control& mine = control(rank_);
@@ -288,27 +310,97 @@ void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedB
     std::snprintf(mine.rejectReason, sizeof(mine.rejectReason), "%s", rejectedBecause.c_str());
   }
   mine.rejected[h].store(rejectedBecause.empty() ? 0 : 1, std::memory_order_relaxed);
+  digest_ = callDigest(digest_, call, !rejectedBecause.empty());
+  mine.digest[h].store(digest_, std::memory_order_relaxed);
   mine.callSeq.store(call.seq, std::memory_order_release);
-  if (!rejectedBecause.empty()) published(mine);  // a waiter on this rank learns it at once
+  if (!rejectedBecause.empty()) {
+    published(mine);  // a waiter on this rank learns it at once
+    return;           // the call fails anyway: its own reason is the one to give
+  }
+  // A broadcast runs the deferred checks only when they are full, so a loop of broadcasts
+  // touches a peer's lines once per kMaxDeferred calls; any other call checks what it can,
+  // waiting for none.
+  if (deferredCount_ == 0) return;
+  const bool broadcast = static_cast<Collective>(call.kind & 0xff) == Collective::kBroadcast;
+  if (!broadcast || deferredCount_ >= kMaxDeferred) checkDeferred(broadcast);
 }
 
-void ShmGroup::checkPeerCall(int p) {
-  if (call_.seq == 0) return;
+void ShmGroup::deferCheck(int checked) {
+  // Nothing to defer when the only peer was compared already (a reader of two ranks).
+  if (size_ == 1 || (size_ == 2 && checked >= 0 && checked != rank_)) return;
+  if (verified_.empty()) verified_.assign(static_cast<size_t>(size_), 0);
+  deferred_[(deferredFirst_ + deferredCount_) % kMaxDeferred] = Deferred{call_, digest_};
+  ++deferredCount_;
+}
+
+void ShmGroup::checkDeferred(bool makeRoom) {
+  while (deferredCount_ > 0) {
+    auto at = [this](size_t i) -> const Deferred& {
+      return deferred_[(deferredFirst_ + i) % kMaxDeferred];
+    };
+    uint64_t least = UINT64_MAX;  // every peer's calls agree with this rank's up to here
+    int lagging = -1;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      const Control& c = control(p);
+      const uint64_t theirs = c.callSeq.load(std::memory_order_acquire);
+      // The newest deferred call p has entered and that is not yet checked against it.
+      size_t i = deferredCount_;
+      while (i > 0 && at(i - 1).call.seq > theirs) --i;
+      if (i > 0 && at(i - 1).call.seq > verified_[p]) {
+        const Deferred& d = at(i - 1);
+        const uint64_t digest = c.digest[d.call.seq % kHistory].load(std::memory_order_relaxed);
+        // The entry is d's only if p has not moved kHistory calls on meanwhile (never: a peer
+        // runs at most a ring of small messages ahead).
+        const bool current = c.callSeq.load(std::memory_order_acquire) - d.call.seq < kHistory;
+        if (current && digest != d.digest) {
+          // Some call up to d differs: name the first deferred one that does.
+          for (size_t j = 0; j < i; ++j) {
+            if (at(j).call.seq > verified_[p]) checkPeerCall(p, at(j).call);
+          }
+          fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on a call up to call #", d.call.seq, " (",
+               describeCall(d.call), "): peer rank ", p,
+               "'s calls differ from this rank's (found when this rank entered call #", call_.seq,
+               ")");
+        }
+        verified_[p] = d.call.seq;
+      }
+      if (verified_[p] < least) {
+        least = verified_[p];
+        lagging = p;
+      }
+    }
+    while (deferredCount_ > 0 && at(0).call.seq <= least) {
+      deferredFirst_ = (deferredFirst_ + 1) % kMaxDeferred;
+      --deferredCount_;
+    }
+    if (!makeRoom || deferredCount_ < kMaxDeferred) return;
+    // Full: wait for the peer that has not entered the oldest deferred call yet.
+    waitFor(lagging, Counter::kCall, at(0).call.seq, "a call's deferred check", -1);
+  }
+}
+
+bool ShmGroup::checkPeerCall(int p, const CallSignature& call) {
+  if (call.seq == 0) return true;
   Control& c = control(p);
   const uint64_t theirs = c.callSeq.load(std::memory_order_acquire);
-  if (theirs < call_.seq || theirs - call_.seq >= kHistory) return;  // not there yet / too far
-  const size_t h = call_.seq % kHistory;
+  if (theirs < call.seq) return false;             // not there yet
+  if (theirs - call.seq >= kHistory) return true;  // too far on (never, for a deferred check)
+  const size_t h = call.seq % kHistory;
   const CallSignature sig = c.history[h].load();
   const bool rejected = c.rejected[h].load(std::memory_order_relaxed) != 0;
   // Re-read: the entry is ours only if the peer has not moved kHistory calls on meanwhile.
-  if (c.callSeq.load(std::memory_order_acquire) - call_.seq >= kHistory || sig.seq != call_.seq) {
-    return;
+  if (c.callSeq.load(std::memory_order_acquire) - call.seq >= kHistory || sig.seq != call.seq) {
+    return true;
   }
   if (rejected) {
-    fail(MTXCOMM_INVALID_USAGE, "peer rank ", p, " rejected this call (", describeCall(sig),
+    fail(MTXCOMM_INVALID_USAGE, "peer rank ", p, " rejected ",
+         call.seq == call_.seq ? std::string("this call") : strCat("call #", call.seq), " (",
+         describeCall(sig),
          "): ", std::string(c.rejectReason, strnlen(c.rejectReason, sizeof(c.rejectReason))));
   }
-  checkSameCall(p, sig);
+  checkSameCall(p, call, sig);
+  return true;
 }
 
 void ShmGroup::awaitArrivals(const char* what) {
@@ -509,53 +601,82 @@ ShmGroup::Line* ShmGroup::line(int r, uint64_t x, size_t j) const {
   return reinterpret_cast<Line*>(boxes) + box * kLinesPerBox + j;
 }
 
-void ShmGroup::exchangeLines(const void* mine, size_t bytes, char* all, const char* what) {
-  if (bytes > kLineBytes) fail(MTXCOMM_INTERNAL_ERROR, "exchangeLines of ", bytes, " bytes");
-  const uint64_t x = ++lines_;
+void ShmGroup::awaitLineBox(uint64_t x) {
   // This rank's box for exchange x was last used by x - kLineSlots: every peer must have read
   // it.
-  if (x > kLineSlots && x - kLineSlots > linesReadByAll_) {
-    uint64_t least = UINT64_MAX;
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank_) continue;
-      waitFor(q, Counter::kLinesRead, x - kLineSlots, "reusing a line box", -1);
-      least = std::min(least, control(q).linesRead.load(std::memory_order_acquire));
-    }
-    linesReadByAll_ = least;
+  if (x <= kLineSlots || x - kLineSlots <= linesReadByAll_) return;
+  uint64_t least = UINT64_MAX;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    waitFor(q, Counter::kLinesRead, x - kLineSlots, "reusing a line box", -1);
+    least = std::min(least, control(q).linesRead.load(std::memory_order_acquire));
   }
-  unsigned char stream[kLinesPerBox * kLineData] = {};
+  linesReadByAll_ = least;
+}
+
+void ShmGroup::writeLines(uint64_t x, const void* data, size_t bytes) {
+  unsigned char stream[kLinesPerBox * kLineData];
   const uint64_t header[3] = {call_.kind, call_.count, call_.seq};
   std::memcpy(stream, header, kLineHeader);
-  std::memcpy(stream + kLineHeader, mine, bytes);
+  std::memcpy(stream + kLineHeader, data, bytes);
   const size_t lines = (kLineHeader + bytes + kLineData - 1) / kLineData;
+  std::memset(stream + kLineHeader + bytes, 0, lines * kLineData - kLineHeader - bytes);
   for (size_t j = 0; j < lines; ++j) {
     Line* l = line(rank_, x, j);
     std::memcpy(l->data, stream + j * kLineData, kLineData);
     l->tag.store(x, std::memory_order_release);
   }
+}
+
+void ShmGroup::readLines(int q, uint64_t x, void* out, size_t bytes, const char* what) {
+  unsigned char stream[kLinesPerBox * kLineData];
+  const size_t lines = (kLineHeader + bytes + kLineData - 1) / kLineData;
+  for (size_t j = 0; j < lines; ++j) {
+    auto tag = [this, x, j](int r) { return line(r, x, j)->tag.load(std::memory_order_acquire); };
+    waitUntil(q, tag, x, what);
+    std::memcpy(stream + j * kLineData, line(q, x, j)->data, kLineData);
+    if (j == 0) {
+      uint64_t theirs[3];
+      std::memcpy(theirs, stream, kLineHeader);
+      CallSignature sig;
+      sig.kind = theirs[0];
+      sig.count = theirs[1];
+      sig.seq = theirs[2];
+      checkSameCall(q, sig);
+    }
+  }
+  std::memcpy(out, stream + kLineHeader, bytes);
+}
+
+void ShmGroup::exchangeLines(const void* mine, size_t bytes, char* all, const char* what) {
+  if (bytes > kLineBytes) fail(MTXCOMM_INTERNAL_ERROR, "exchangeLines of ", bytes, " bytes");
+  const uint64_t x = ++lines_;
+  awaitLineBox(x);
+  writeLines(x, mine, bytes);
   published(control(rank_));
   char* own = all + static_cast<size_t>(rank_) * bytes;
   if (own != mine) std::memcpy(own, mine, bytes);  // in place: already there
   for (int i = 1; i < size_; ++i) {
     const int q = (rank_ + i) % size_;
-    for (size_t j = 0; j < lines; ++j) {
-      auto tag = [this, x, j](int r) { return line(r, x, j)->tag.load(std::memory_order_acquire); };
-      waitUntil(q, tag, x, what);
-      std::memcpy(stream + j * kLineData, line(q, x, j)->data, kLineData);
-      if (j == 0) {
-        uint64_t theirs[3];
-        std::memcpy(theirs, stream, kLineHeader);
-        CallSignature sig;
-        sig.kind = theirs[0];
-        sig.count = theirs[1];
-        sig.seq = theirs[2];
-        checkSameCall(q, sig);
-      }
-    }
-    std::memcpy(all + static_cast<size_t>(q) * bytes, stream + kLineHeader, bytes);
+    readLines(q, x, all + static_cast<size_t>(q) * bytes, bytes, what);
   }
   control(rank_).linesRead.store(x, std::memory_order_release);
   published(control(rank_));
+}
+
+void ShmGroup::broadcastLines(int root, void* buf, size_t bytes, const char* what) {
+  if (bytes > kLineBytes) fail(MTXCOMM_INTERNAL_ERROR, "broadcastLines of ", bytes, " bytes");
+  const uint64_t x = ++lines_;
+  Control& mine = control(rank_);
+  if (rank_ == root) {
+    awaitLineBox(x);
+    mine.linesRead.store(x, std::memory_order_release);  // nothing of x to read
+    writeLines(x, buf, bytes);
+  } else {
+    readLines(root, x, buf, bytes, what);
+    mine.linesRead.store(x, std::memory_order_release);
+  }
+  published(mine);
 }
 
 int ShmGroup::nextSet() {
@@ -714,11 +835,25 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
   }
 }
 
-void ShmGroup::checkSameCall(int p, const CallSignature& theirs) {
-  if (theirs == call_) return;
+void ShmGroup::checkSameCall(int p, const CallSignature& mine, const CallSignature& theirs) {
+  if (theirs == mine) return;
+  // Calls of different numbers met (a barrier of one call against another's): an earlier call
+  // returned before every peer had entered it (a broadcast). Name the pair of calls of the same
+  // number where the ranks first differ, when the histories still hold it.
+  CallSignature ours = mine;
+  if (theirs.seq < mine.seq && mine.seq - theirs.seq < kHistory) {
+    const CallSignature own = control(rank_).history[theirs.seq % kHistory].load();
+    if (own.seq == theirs.seq && own != theirs) ours = own;
+  } else if (theirs.seq > mine.seq) {
+    checkPeerCall(p, mine);  // throws naming p's call of this number if it differs
+  }
+  const std::string found = ours.seq == call_.seq
+                                ? std::string()
+                                : strCat(" (found when this rank entered call #", call_.seq,
+                                         ": a broadcast returns before every peer has entered it)");
   fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
-       describeCall(call_), " but peer rank ", p, " called ", describeCall(theirs),
-       " (every rank must pass the same collective, count, datatype, op and root)");
+       describeCall(ours), " but peer rank ", p, " called ", describeCall(theirs),
+       " (every rank must pass the same collective, count, datatype, op and root)", found);
 }
 
 }  // namespace mtxcomm

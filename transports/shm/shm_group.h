@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lib/base/call.h"
 #include "lib/base/cancel.h"
@@ -86,13 +87,21 @@ class ShmGroup {
   // of its own that each carry the exchange's number in their first 8 bytes (written after the
   // line's data), then reads every peer's lines as their tags arrive. One cross-core transfer
   // per line and no barrier, where a barrier-based small allreduce pays one for the arrival,
-  // one for the data and one for the slot's release. Lines rotate over 16 exchanges; a rank
-  // rewrites one only after every peer has read it (counted, rarely waited for). On return
-  // all + r * bytes holds rank r's bytes for every r (this rank's from mine). Fails with
+  // one for the data and one for the slot's release. Lines rotate over kLineSlots (64) exchanges; a
+  // rank rewrites one only after every peer has read it (counted, rarely waited for). On return all
+  // + r * bytes holds rank r's bytes for every r (this rank's from mine). Fails with
   // MTXCOMM_INVALID_USAGE, naming both calls, when a peer is in another call; waits as
   // barrier() does (deadline, dead or aborted peers).
   static constexpr size_t kLineBytes = 256;
+  static constexpr size_t kLineSlots = 64;
   void exchangeLines(const void* mine, size_t bytes, char* all, const char* what);
+  // One-to-all through the same line boxes: the root writes buf's bytes (at most kLineBytes)
+  // into its lines and returns (it waits only to reuse a box kLineSlots exchanges back: a root
+  // runs up to 64 broadcasts ahead of its slowest reader, so that with more ranks than cores
+  // a descheduled reader costs one hand-off per many calls, not per call); every
+  // other rank waits for the root's lines, checks the root's call and copies them into buf.
+  // One cross-core transfer per 64-byte line, no counter or slot to read besides.
+  void broadcastLines(int root, void* buf, size_t bytes, const char* what);
 
   // Arrives at the next barrier and waits until every rank has arrived (what names the
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
@@ -107,10 +116,22 @@ class ShmGroup {
   // collective, another root, a call this rank rejected — fails at once with
   // MTXCOMM_INVALID_USAGE naming both calls instead of waiting for the timeout.
   void enterCall(const CallSignature& call, const std::string& rejectedBecause = "");
-  // Waits until every peer has entered this call and checks that it is the same one (the
-  // broadcast root, which otherwise waits for nobody). Throws as barrier() does.
+  // Waits until every peer has entered this call and checks that it is the same one (a call
+  // that moves nothing, count 0). Throws as barrier() does.
   void awaitArrivals(const char* what);
-  static constexpr size_t kHistory = 4;
+  // Defers the check of this call against its peers, for a call that returns before they
+  // have entered it (a broadcast's root waits for nobody, a reader only for its root);
+  // `checked` names a peer this rank has compared already (a reader, its root's post; -1:
+  // none): when it is the only peer, there is nothing to defer. The
+  // deferred checks run, without waiting, when this rank enters a call that is not a broadcast,
+  // and, waiting for the oldest, when kMaxDeferred are pending; a disagreement found then fails
+  // that later call (MTXCOMM_INVALID_USAGE naming both calls) before it moves a byte.
+  void deferCheck(int checked);
+  static constexpr size_t kMaxDeferred = 64;
+  // Signatures each rank keeps of its last calls: more than the deferred checks plus the
+  // furthest a peer can run ahead of this rank (the line boxes' 64 exchanges, the small ring's
+  // kSmallSlots messages and two chunks), so a deferred check always finds the peer's entry.
+  static constexpr size_t kHistory = 256;
   // Notifications, for event-driven engines over the group (lib/comm, the C API's
   // mtxcomm_comm_notify): notify(cycle) asks every other rank to join cycle `cycle` (the
   // highest asked is kept) and wakes its waiter; wakeup() wakes this rank's waiter (any thread
@@ -155,7 +176,14 @@ class ShmGroup {
   };
   // Throws MTXCOMM_INVALID_USAGE when peer p is in this rank's call with another signature, or
   // rejected it; nothing when p is not there yet.
-  void checkPeerCall(int p);
+  void checkPeerCall(int p) { checkPeerCall(p, call_); }
+  // The same for an earlier call of this rank: false when p has not entered it yet.
+  bool checkPeerCall(int p, const CallSignature& call);
+  // Runs the deferred checks (deferCheck) against the peers that have entered their calls:
+  // one word per peer, the digest of its calls up to the newest deferred call it has entered,
+  // against this rank's (a difference is then named call by call); with makeRoom, waits for
+  // the peer behind the oldest until fewer than kMaxDeferred remain.
+  void checkDeferred(bool makeRoom);
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
@@ -166,7 +194,14 @@ class ShmGroup {
   // Line j of rank r's line box for exchange number x (1-based).
   struct Line;
   Line* line(int r, uint64_t x, size_t j) const;
-  void checkSameCall(int p, const CallSignature& theirs);
+  // Waits until every peer has read this rank's box of exchange x - kLineSlots (usually known).
+  void awaitLineBox(uint64_t x);
+  // Writes bytes of data, after the call's signature, into this rank's box of exchange x.
+  void writeLines(uint64_t x, const void* data, size_t bytes);
+  // Waits for peer q's box of exchange x, checks its call, copies its bytes to out.
+  void readLines(int q, uint64_t x, void* out, size_t bytes, const char* what);
+  void checkSameCall(int p, const CallSignature& theirs) { checkSameCall(p, call_, theirs); }
+  void checkSameCall(int p, const CallSignature& mine, const CallSignature& theirs);
   // Whether peer q's process (by the pid it published) is gone or a zombie; never for a peer
   // that is this process (ranks as threads of one process, in tests).
   bool peerProcessGone(int q) const;
@@ -189,6 +224,14 @@ class ShmGroup {
   std::string rootCause_;        // why a peer failed, when this rank failed because of it
   mtxcomm_result_t rootCode_ = MTXCOMM_REMOTE_ERROR;  // and the code it failed with
   CallSignature call_;
+  uint64_t digest_ = 0;  // of this rank's calls so far (Control::digest)
+  struct Deferred {
+    CallSignature call;
+    uint64_t digest;  // this rank's digest after the call
+  };
+  Deferred deferred_[kMaxDeferred] = {};  // a ring, oldest first
+  size_t deferredFirst_ = 0, deferredCount_ = 0;
+  std::vector<uint64_t> verified_;  // per peer: the last deferred call checked against it
   CancelTokenPtr cancel_;
   bool oversubscribed_;
 };
