@@ -26,7 +26,7 @@ size_t resultCount(const CollArgs& args, int rank, int nranks);
 
 class AlgorithmCall {
  public:
-  // user: a checked call with count > 0 on more than one rank.
+  // user: a checked call with count > 0 on more than one rank; it must outlive this object.
   AlgorithmCall(const CollArgs& user, int rank, int nranks);
   ~AlgorithmCall();
   AlgorithmCall(const AlgorithmCall&) = delete;
@@ -40,7 +40,8 @@ class AlgorithmCall {
 
  private:
   struct Buffer;
-  CollArgs user_, args_;
+  const CollArgs& user_;
+  CollArgs args_;
   int nranks_;
   bool avg_ = false, widen_ = false;
   size_t outCount_ = 0;

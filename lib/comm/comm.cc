@@ -80,12 +80,12 @@ void Comm::run(const CollArgs& user) {
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
-  currentCall_ = user;
+  currentCall_ = callSignature(user, seq_);
   if (shm_) {
     // Entering also runs the checks an earlier broadcast deferred (ShmGroup::deferCheck): a
     // disagreement found there fails this call before it moves a byte.
     try {
-      shm_->enterCall(callSignature(user, seq_));
+      shm_->enterCall(currentCall_);
     } catch (const Error& e) {
       failCall(user, "transport shm", e);
     }
@@ -204,8 +204,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
       MTXCOMM_LOG(kTrace, me, collectiveName(args.coll), " ", algo.name, " schedule:\n",
                   schedule.toString());
     }
-    executeSchedule(schedule, *transport_,
-                    messageTag(callSignature(currentCall_, seq_), Transport::kMaxTag),
+    executeSchedule(schedule, *transport_, messageTag(currentCall_, Transport::kMaxTag),
                     config_.timeoutSeconds);
     return false;
   } catch (const Error& e) {

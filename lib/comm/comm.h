@@ -159,7 +159,7 @@ class Comm {
   const Selection& selectCached(const CollArgs& args, const CommInfo& info);
   std::string firstError_;
   std::string lastError_;
-  CollArgs currentCall_;  // the user-level arguments of the call in progress
+  CallSignature currentCall_;  // the signature of the call in progress (its user arguments)
 };
 
 }  // namespace mtxcomm

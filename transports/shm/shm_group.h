@@ -206,8 +206,11 @@ class ShmGroup {
   // that is this process (ranks as threads of one process, in tests).
   bool peerProcessGone(int q) const;
   [[noreturn]] void failPeer(int peer, const char* what, bool timedOut);
-  // After this rank advanced a counter of c: wakes the peers asleep on it.
+  // After this rank advanced a counter of c: wakes the peers asleep on it. published: from the
+  // thread running this rank's calls, without a fence when every rank's process registered
+  // membarrier(2) (asymmetric_); publishedFenced: from any thread.
   void published(Control& c);
+  void publishedFenced(Control& c);
 
   char* base_;
   size_t bytes_;
@@ -234,6 +237,7 @@ class ShmGroup {
   std::vector<uint64_t> verified_;  // per peer: the last deferred call checked against it
   CancelTokenPtr cancel_;
   bool oversubscribed_;
+  bool asymmetric_ = false;  // publications need no fence: sleepers issue membarrier(2)
 };
 
 }  // namespace mtxcomm
