@@ -717,6 +717,18 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
   auto comms = testing::makeInprocComms(2, cfg);
   runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
   std::vector<float> b(1 << 16, 1.0f);
+  // One call on each rank first: this thread's next call on comms[0] then holds the handle the
+  // fast way (c_api.cc, Lease: a hazard slot, no reference), which retire() must wait for too.
+  std::thread peer([&] {
+    float y = 1;
+    EXPECT_EQ(mtxcomm_allreduce(&y, &y, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1], nullptr),
+              MTXCOMM_SUCCESS);
+  });
+  float x = 1;
+  EXPECT_EQ(mtxcomm_allreduce(&x, &x, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[0], nullptr),
+            MTXCOMM_SUCCESS);
+  peer.join();
+  EXPECT_EQ(x, 2.0f);
   std::thread watchdog([&] {
     std::this_thread::sleep_for(milliseconds(300));
     EXPECT_EQ(useAbort ? mtxcomm_comm_abort(comms[0]) : mtxcomm_comm_destroy(comms[0]),
@@ -735,6 +747,50 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
                                 : "destroyed (mtxcomm_comm_destroy, another thread)"))
       << mtxcomm_get_last_error(comms[0]);
   mtxcomm_comm_destroy(comms[1]);
+}
+
+// Threads calling on a handle while another destroys it: every call either runs on the live
+// communicator or is rejected as not live; none touches a freed one (ASan and TSan builds run
+// this). Each thread's calls after its first hold the handle without a lock (c_api.cc, Lease).
+TEST_F(Trust, CallsRacingADestroyEitherRunOrAreRejected) {
+  constexpr int kThreads = 3;
+  for (int round = 0; round < 30; ++round) {
+    auto comms = testing::makeInprocComms(1);
+    mtxcomm_comm_t comm = comms[0];
+    std::atomic<int> started{0};
+    std::vector<int> ran(kThreads, 0), rejected(kThreads, 0);
+    std::vector<std::thread> callers;
+    for (int t = 0; t < kThreads; ++t) {
+      callers.emplace_back([&, t] {
+        bool counted = false;
+        for (;;) {
+          int size = -1;
+          const mtxcomm_result_t rc = mtxcomm_comm_size(comm, &size);
+          if (rc == MTXCOMM_SUCCESS) {
+            EXPECT_EQ(size, 1);
+            ++ran[t];
+          } else {
+            EXPECT_EQ(rc, MTXCOMM_INVALID_ARGUMENT);
+            EXPECT_TRUE(contains(mtxcomm_get_last_error(nullptr), "not a live communicator"))
+                << mtxcomm_get_last_error(nullptr);
+            ++rejected[t];
+            break;
+          }
+          if (!counted && ran[t] >= 2) {
+            started.fetch_add(1);
+            counted = true;
+          }
+        }
+      });
+    }
+    while (started.load() < kThreads) std::this_thread::yield();
+    ASSERT_EQ(mtxcomm_comm_destroy(comm), MTXCOMM_SUCCESS);
+    for (auto& c : callers) c.join();
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_GE(ran[t], 2) << "thread " << t;
+      EXPECT_EQ(rejected[t], 1) << "thread " << t;
+    }
+  }
 }
 
 TEST_F(Trust, AbortFromAnotherThreadEndsABlockedCollective) {

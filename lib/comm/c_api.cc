@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
 #include "lib/base/log.h"
+#include "lib/base/membarrier.h"
 #include "lib/comm/config.h"
 #include "lib/comm/init.h"
 #include "mtxcomm/mtxcomm.h"
@@ -44,17 +47,95 @@ const char* notLive(mtxcomm_comm_t comm) {
 }
 
 // An entry point's hold on a live handle: the Comm stays until the lease ends.
+//
+// Two ways to hold it. The slow way: under the registry's lock, look the handle up and take a
+// reference (refs); retire() waits for the last. The fast way, for a thread calling on the same
+// handle as its last call and with no lease of its own open: publish the handle in the thread's
+// hazard slot, then check that no handle was retired since that thread's last slow lease (the
+// retire epoch). No locked instruction: a small collective's whole call costs about as much as
+// one of them. retire() bumps the epoch, issues membarrier(2)'s private expedited barrier, then
+// waits until no hazard slot holds the handle: either the slot's store is visible to it, or the
+// thread's load of the epoch sees the bump and it takes the slow way, which finds the handle
+// gone (hazard pointers, M. Michael, IEEE TPDS 2004, with membarrier's asymmetric fence in place
+// of the reader's). Without membarrier every lease takes the slow way.
+struct alignas(64) HazardSlot {
+  std::atomic<const mtxcomm_comm*> hazard{nullptr};
+  bool owned = false;  // a thread has it (under g_handlesMu)
+};
+std::vector<HazardSlot*>& hazardSlots() {  // under g_handlesMu; slots are never freed
+  static auto* slots = new std::vector<HazardSlot*>();
+  return *slots;
+}
+std::atomic<uint64_t> g_retireEpoch{1};  // bumped under g_handlesMu by each retire
+
+// This thread's fast-lease state; trivially constructed, so its access costs no guard.
+struct FastLeaseCache {
+  HazardSlot* slot;            // this thread's hazard slot, once it has one
+  const mtxcomm_comm* handle;  // live at the epoch below (checked under g_handlesMu)
+  uint64_t epoch;              // 0: no fast lease until the next slow one
+  bool open;                   // a fast lease of this thread holds the slot
+};
+thread_local FastLeaseCache t_fast{};
+
+// Gives the thread's slot back when the thread ends.
+struct HazardSlotOwner {
+  ~HazardSlotOwner() {
+    if (!t_fast.slot) return;
+    std::lock_guard<std::mutex> g(g_handlesMu);
+    t_fast.slot->hazard.store(nullptr, std::memory_order_release);
+    t_fast.slot->owned = false;
+    t_fast.slot = nullptr;
+    t_fast.epoch = 0;
+  }
+};
+
+// This thread's slot, taken under g_handlesMu (held by the caller); nullptr when the process
+// cannot issue the asymmetric barrier.
+HazardSlot* hazardSlotLocked() {
+  if (t_fast.slot) return t_fast.slot;
+  if (!mtxcomm::registerPrivateMembarrier()) return nullptr;
+  thread_local HazardSlotOwner owner;  // registers the release at thread exit
+  (void)owner;
+  for (HazardSlot* s : hazardSlots()) {
+    if (!s->owned) {
+      s->owned = true;
+      return t_fast.slot = s;
+    }
+  }
+  hazardSlots().push_back(new HazardSlot());
+  hazardSlots().back()->owned = true;
+  return t_fast.slot = hazardSlots().back();
+}
+
 class Lease {
  public:
   // Throws MTXCOMM_INVALID_ARGUMENT for a handle that is not live.
   explicit Lease(mtxcomm_comm_t comm) : h_(comm) {
+    if (comm && comm == t_fast.handle && !t_fast.open && t_fast.epoch != 0) {
+      t_fast.slot->hazard.store(comm, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // retire()'s membarrier orders it
+      if (g_retireEpoch.load(std::memory_order_acquire) == t_fast.epoch) {
+        t_fast.open = fast_ = true;
+        return;
+      }
+      t_fast.slot->hazard.store(nullptr, std::memory_order_relaxed);
+    }
     // Taken under the registry's lock: once retire() has taken the handle out of the
     // registry, no call can start on it.
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().count(comm)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, notLive(comm));
     comm->refs.fetch_add(1, std::memory_order_relaxed);
+    if (!t_fast.open && hazardSlotLocked()) {
+      t_fast.handle = comm;
+      t_fast.epoch = g_retireEpoch.load(std::memory_order_relaxed);
+    }
   }
   ~Lease() {
+    if (fast_) {
+      t_fast.open = false;
+      t_fast.slot->hazard.store(nullptr, std::memory_order_release);
+      return;
+    }
     // The last reference of a retired handle: its retire() waits for this.
     if (h_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> l(h_->mu);
@@ -68,7 +149,17 @@ class Lease {
 
  private:
   mtxcomm_comm_t h_;
+  bool fast_ = false;
 };
+
+// Whether a fast lease of another thread may still hold comm (retire(), after its barrier).
+bool hazardHolds(const mtxcomm_comm* comm) {
+  std::lock_guard<std::mutex> g(g_handlesMu);
+  for (const HazardSlot* s : hazardSlots()) {
+    if (s->hazard.load(std::memory_order_acquire) == comm) return true;
+  }
+  return false;
+}
 
 // Runs fn; turns an exception into its result code and message.
 template <class Fn>
@@ -135,12 +226,20 @@ bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
   {
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().erase(comm)) return false;
+    g_retireEpoch.fetch_add(1, std::memory_order_release);
   }
-  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+  // Fast leases (Lease): after the barrier, a thread either shows its hazard here or sees the
+  // new epoch. Without the barrier (refused: a forked child) give a store time to land.
+  if (!mtxcomm::privateMembarrier()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool slowHeld = comm->refs.fetch_sub(1, std::memory_order_acq_rel) != 1;
+  if (slowHeld || hazardHolds(comm)) {
     // Calls in flight (other threads): cancel them, and wait until the last one has ended.
     if (comm->impl) comm->impl->cancel(reason);
-    std::unique_lock<std::mutex> l(comm->mu);
-    comm->idle.wait(l, [&] { return comm->drained; });
+    if (slowHeld) {
+      std::unique_lock<std::mutex> l(comm->mu);
+      comm->idle.wait(l, [&] { return comm->drained; });
+    }
+    while (hazardHolds(comm)) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (abortPeers && comm->impl) {
     try {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -22,6 +21,7 @@
 
 #include "lib/base/error.h"
 #include "lib/base/liveness.h"
+#include "lib/base/membarrier.h"
 
 namespace mtxcomm {
 
@@ -125,20 +125,6 @@ std::string recvMsg(Transport& t, int peer, int tag, Clock::time_point deadline)
 
 // A call signature in the segment: written by its rank before the release store of a counter,
 // read by a peer after the acquire load that saw the counter.
-// membarrier(2)'s global expedited barrier, registered once per process: whether this process
-// may publish without a fence (ShmGroup::published).
-bool registerMembarrier() {
-  static const bool ok = [] {
-    const long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED)) return false;
-    return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
-  }();
-  return ok;
-}
-
-// A full memory barrier on every core running a thread of a registered process.
-void globalMembarrier() { syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0); }
-
 struct SharedSignature {
   std::atomic<uint64_t> kind, count, seq;
   void store(const CallSignature& s) {
@@ -272,7 +258,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotByt
     h[1] = static_cast<uint64_t>(n);
   }
   group->control(me).pid.store(getpid(), std::memory_order_relaxed);
-  group->control(me).membarrier.store(registerMembarrier() ? 1 : 0, std::memory_order_relaxed);
+  group->control(me).membarrier.store(registerGlobalMembarrier() ? 1 : 0,
+                                      std::memory_order_relaxed);
   // The first barrier publishes every pid before any wait could look at it (and, fenced, the
   // membarrier flags: every rank then agrees whether publications may go without a fence).
   group->barrier("shared-memory setup");
