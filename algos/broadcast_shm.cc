@@ -1,7 +1,8 @@
 // broadcast / shm: through a shared-memory slot, for ranks that all live on one node.
 //
 // Accepts: a communicator whose ranks share a segment; any root, any count.
-// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES: the root copies the chunk into its slot
+// Steps, per chunk (MTXCOMM_SHM_SLOT_BYTES, or a quarter of it when the message is larger than
+//   one slot: chunkBytes): the root copies the chunk into its slot
 //   16 KiB at a time, publishing each piece as it is written (a counter, no barrier); every
 //   other rank waits for each piece and copies it out, so the readers' copy of a chunk runs
 //   beside the root's (a 64 KiB broadcast costs about one copy, not two in a row). Slots alternate
@@ -44,13 +45,22 @@ size_t pieceBytes(size_t slotBytes, size_t es) {
   return std::max(es, bytes / es * es);
 }
 
+// Bytes per chunk: the whole slot for a message that fits in one; for a larger one a quarter
+// of it (at least kPieceBytes, at most the slot), so that the root's two sets in flight stay in its
+// L2 cache beside the source it streams (the slot is sized from the L2). Whole 1 MiB slots cost
+// 1.21-1.34x the two-copy floor at 2-32 MiB on a Xeon with 2 MiB of L2 per core, quarter
+// slots 1.01-1.09x (bench/RESULTS.md).
+size_t chunkBytes(size_t slotBytes, size_t bytes) {
+  return bytes <= slotBytes ? slotBytes : std::min(slotBytes, std::max(kPieceBytes, slotBytes / 4));
+}
+
 // The peers' calls are checked later (ShmGroup::deferCheck): a reader has compared its root's
 // call with the root's first post, the other peers' are compared at a later call.
 void deferCheck(const CollArgs& a, ShmGroup& g) { g.deferCheck(g.rank() == a.root ? -1 : a.root); }
 
 void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   const int me = g.rank();
-  const size_t es = a.elemSize, chunk = g.slotBytes() / es;
+  const size_t es = a.elemSize, chunk = chunkBytes(g.slotBytes(), a.count * es) / es;
   char* recv = static_cast<char*>(a.recvbuf);
   const char* send = static_cast<const char*>(a.sendbuf);
   if (a.count * es <= ShmGroup::kLineBytes) {

@@ -175,6 +175,37 @@ TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
       cfg);
 }
 
+// Broadcasts larger than one shm slot go in chunks of a quarter slot (algos/broadcast_shm.cc,
+// chunkBytes): 256 KiB slots, 3.4 slots of float32 and an odd number of int8 bytes, roots 0 and
+// n-1, in place and out of place; and a 4 KiB slot, where the chunk is the whole slot.
+TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
+  const int n = GetParam();
+  for (size_t slot : {size_t{256} << 10, size_t{4} << 10}) {
+    SCOPED_TRACE(strCat("slot ", slot));
+    Config cfg;
+    cfg.shmSlotBytes = slot;
+    std::vector<Case> cases;
+    for (bool inPlace : {false, true}) {
+      for (int root : {0, n - 1}) {
+        cases.push_back({Collective::kBroadcast, "shm", MTXCOMM_FLOAT32, MTXCOMM_SUM,
+                         slot * 34 / 10 / 4, inPlace, root});
+        cases.push_back({Collective::kBroadcast, "shm", MTXCOMM_INT8, MTXCOMM_SUM, slot * 2 + 4097,
+                         inPlace, root});
+      }
+    }
+    runRanks(
+        n,
+        [&](mtxcomm_comm_t comm, int rank) {
+          for (const Case& c : cases) {
+            runCase(comm, rank, n, c);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        },
+        cfg);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // bool reductions are logical across ranks: SUM and MAX give OR, PROD and MIN give AND, written
 // as 0/1 whatever true bytes the ranks pass (0x02, 0x80, 0xff: a byte-wise sum, product, min or
 // max would give other bytes), for every algorithm of allreduce, reduce and reduce_scatter, in
