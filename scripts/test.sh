@@ -5,6 +5,18 @@
 # suite under mpirun (tests/python/run_suite.sh), and the sanitizer and fuzzing builds
 # (scripts/test_sanitizers.sh: ASan+UBSan, TSan, libFuzzer). Arguments go to ctest.
 set -euo pipefail
+case "${1:-}" in
+  -h | --help)
+    cat <<'USAGE'
+usage: scripts/test.sh [CTEST_ARGS...]
+Builds mtxcomm into build/, runs ctest (with CTEST_ARGS, e.g. -R Trust), then the sanitizer
+and fuzzing builds (scripts/test_sanitizers.sh), then sets up .venv and runs the Python suite
+(tests/python/run_suite.sh). About 25-30 minutes on 2 cores. To run one part only:
+  (cd build && ctest -R NAME)     scripts/test_sanitizers.sh     tests/python/run_suite.sh
+USAGE
+    exit 0
+    ;;
+esac
 cd "$(dirname "$0")/.."
 scripts/build.sh
 if [ "$(id -u)" -eq 0 ]; then
