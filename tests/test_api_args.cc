@@ -397,7 +397,9 @@ TEST(Api, RanksThatDisagreeGetAnErrorNotWrongData) {
                                                       MTXCOMM_SUM, comm, nullptr);
         EXPECT_NE(rc, MTXCOMM_SUCCESS) << "rank " << rank;
         const std::string msg = mtxcomm_get_last_error(comm);
-        if (rc == MTXCOMM_TIMEOUT) EXPECT_TRUE(contains(msg, "disagree on this call")) << msg;
+        if (rc == MTXCOMM_TIMEOUT) {
+          EXPECT_TRUE(contains(msg, "disagree on this call")) << msg;
+        }
       },
       cfg);
   // A call rejected on one rank only: the others must not pair it with that rank's next call.

@@ -41,7 +41,9 @@ TEST(Topology, LocalSummaryNamesTheNodeAndItsNamespaces) {
   EXPECT_GE(s.packages, 1);
   EXPECT_GE(s.numaNodes, 1);
   EXPECT_NE(describeSummary(s).find("core(s)"), std::string::npos);
-  if (access("/dev/shm", W_OK) == 0) EXPECT_GE(s.shmFreeMiB, 0);
+  if (access("/dev/shm", W_OK) == 0) {
+    EXPECT_GE(s.shmFreeMiB, 0);
+  }
   // The L2 of one core, as the kernel reports cpu0's (sysfs "1024K").
   for (int i = 0; i < 8; ++i) {
     const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -643,6 +644,34 @@ TEST_F(Trust, ARootThatOnlyBroadcastsLearnsOfADisagreementWithinItsDeferredCheck
   }
 }
 
+// Two ranks that each name itself the root (both return at once), then broadcast from
+// alternating roots: each rank is a reader of its only peer every other call (nothing deferred
+// then), and still learns of the disagreement within kMaxDeferred calls of it.
+TEST_F(Trust, AlternatingRootsLearnOfADisagreementWithinTheDeferredBound) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  testing::runRanks(
+      2,
+      [&](mtxcomm_comm_t comm, int rank) {
+        std::vector<int8_t> buf(100, static_cast<int8_t>(rank + 1));
+        ASSERT_EQ(mtxcomm_broadcast(buf.data(), buf.data(), 100, MTXCOMM_INT8, rank, comm, nullptr),
+                  MTXCOMM_SUCCESS);
+        mtxcomm_result_t rc = MTXCOMM_SUCCESS;
+        size_t calls = 0;
+        while (rc == MTXCOMM_SUCCESS && calls < 4 * ShmGroup::kMaxDeferred) {
+          const int root = static_cast<int>((calls + 1) % 2);
+          rc = mtxcomm_broadcast(buf.data(), buf.data(), 100, MTXCOMM_INT8, root, comm, nullptr);
+          ++calls;
+        }
+        EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE) << mtxcomm_get_last_error(comm);
+        EXPECT_LE(calls, ShmGroup::kMaxDeferred) << "rank " << rank;
+        EXPECT_TRUE(contains(mtxcomm_get_last_error(comm), "root 1") &&
+                    contains(mtxcomm_get_last_error(comm), "root 0"))
+            << mtxcomm_get_last_error(comm);
+      },
+      cfg);
+}
+
 // The root rejects its own call (a bad argument): the other rank learns it at once.
 TEST_F(Trust, ACallRejectedOnTheRootOnlyIsAnErrorOnEveryRank) {
   expectPromptError(
@@ -746,6 +775,12 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
                        useAbort ? "aborted (mtxcomm_comm_abort, another thread)"
                                 : "destroyed (mtxcomm_comm_destroy, another thread)"))
       << mtxcomm_get_last_error(comms[0]);
+  // The peer, joining the collective late, fails with a remote error (rank 0 was cancelled;
+  // it is not a disagreement on the call).
+  EXPECT_EQ(mtxcomm_allreduce(b.data(), b.data(), b.size(), MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1],
+                              nullptr),
+            MTXCOMM_REMOTE_ERROR)
+      << mtxcomm_get_last_error(comms[1]);
   mtxcomm_comm_destroy(comms[1]);
 }
 
@@ -791,6 +826,93 @@ TEST_F(Trust, CallsRacingADestroyEitherRunOrAreRejected) {
       EXPECT_EQ(rejected[t], 1) << "thread " << t;
     }
   }
+}
+
+// A thread asleep in mtxcomm_comm_wait_notify (a 60 s timeout) while another destroys or
+// aborts the communicator: the wait ends at once with the reason, not at its timeout.
+TEST_F(Trust, DestroyFromAnotherThreadEndsAWaitNotify) {
+  for (bool useAbort : {false, true}) {
+    SCOPED_TRACE(useAbort ? "abort" : "destroy");
+    Config cfg;
+    cfg.timeoutSeconds = 30;
+    auto comms = testing::makeInprocComms(2, cfg);
+    runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
+    mtxcomm_notify_state_t seen{}, now{};
+    ASSERT_EQ(mtxcomm_comm_notify_state(comms[0], &seen), MTXCOMM_SUCCESS);
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(milliseconds(300));
+      EXPECT_EQ(useAbort ? mtxcomm_comm_abort(comms[0]) : mtxcomm_comm_destroy(comms[0]),
+                MTXCOMM_SUCCESS);
+    });
+    const auto start = Clock::now();
+    const mtxcomm_result_t rc = mtxcomm_comm_wait_notify(comms[0], &seen, 60.0, &now);
+    const double took = secondsSince(start);
+    watchdog.join();
+    EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE);
+    EXPECT_LT(took, 1.5);
+    EXPECT_TRUE(contains(mtxcomm_get_last_error(comms[0]),
+                         useAbort ? "aborted (mtxcomm_comm_abort, another thread)"
+                                  : "destroyed (mtxcomm_comm_destroy, another thread)"))
+        << mtxcomm_get_last_error(comms[0]);
+    mtxcomm_comm_destroy(comms[1]);
+  }
+}
+
+// fork() while another thread is inside a call: in the child, the parent's communicators are
+// refused (MTXCOMM_INVALID_USAGE naming fork) and destroy forgets them at once (it hung on the
+// dead thread's hold, and freeing them marked the parent's rank gone); the parent's ranks go on.
+TEST_F(Trust, AForkedChildCannotUseOrBreakItsParentsCommunicators) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fork() of a multi-threaded process is not supported under ThreadSanitizer";
+#else
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  auto comms = testing::makeInprocComms(2, cfg);
+  runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
+  std::vector<float> a(1024, 1.0f), b(1024, 2.0f);
+  std::atomic<bool> inCall{false};
+  mtxcomm_result_t rcA = MTXCOMM_INTERNAL_ERROR;
+  std::thread caller([&] {
+    int r = -1;
+    EXPECT_EQ(mtxcomm_comm_rank(comms[0], &r), MTXCOMM_SUCCESS);  // the next call: a fast lease
+    inCall = true;
+    rcA = mtxcomm_allreduce(a.data(), a.data(), a.size(), MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[0],
+                            nullptr);  // waits for rank 1, which calls after the fork
+  });
+  while (!inCall) std::this_thread::yield();
+  std::this_thread::sleep_for(milliseconds(100));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);  // a hang is a failure the parent sees
+    float x = 1;
+    int code = 0;
+    const mtxcomm_result_t used =
+        mtxcomm_allreduce(&x, &x, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1], nullptr);
+    if (used != MTXCOMM_INVALID_USAGE) code |= 1;
+    if (!contains(mtxcomm_get_last_error(comms[1]), "forked")) code |= 2;
+    if (mtxcomm_comm_destroy(comms[0]) != MTXCOMM_SUCCESS) code |= 4;  // another thread's call
+    if (mtxcomm_comm_destroy(comms[1]) != MTXCOMM_SUCCESS) code |= 8;
+    if (mtxcomm_comm_destroy(comms[1]) != MTXCOMM_INVALID_ARGUMENT) code |= 16;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status)
+                                 << " (SIGALRM: it hung)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits: 1 call not refused, 2 message, 4/8 destroy, 16 twice";
+  // The parent's communicator still works: rank 1 joins the call in flight.
+  EXPECT_EQ(mtxcomm_allreduce(b.data(), b.data(), b.size(), MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1],
+                              nullptr),
+            MTXCOMM_SUCCESS)
+      << mtxcomm_get_last_error(comms[1]);
+  caller.join();
+  EXPECT_EQ(rcA, MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comms[0]);
+  EXPECT_EQ(a[7], 3.0f);
+  EXPECT_EQ(b[7], 3.0f);
+  mtxcomm_comm_destroy(comms[0]);
+  mtxcomm_comm_destroy(comms[1]);
+#endif
 }
 
 TEST_F(Trust, AbortFromAnotherThreadEndsABlockedCollective) {

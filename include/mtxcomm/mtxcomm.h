@@ -93,6 +93,12 @@
  * the watchdog pattern of ncclCommAbort), mtxcomm_comm_notify_state, mtxcomm_comm_wakeup and
  * mtxcomm_get_last_error. A handle that was destroyed, or never was one, is rejected with
  * MTXCOMM_INVALID_ARGUMENT (a registry of live communicators), never dereferenced.
+ *
+ * fork(): a communicator belongs to the process that made it. In a child made by fork(), every
+ * call on one of its parent's communicators is MTXCOMM_INVALID_USAGE (naming the fork), and
+ * mtxcomm_comm_destroy and mtxcomm_comm_abort forget it without touching what the parent still
+ * uses (its peers, sockets and shared segments); the child may make communicators of its own. A
+ * child that exits does not finalize an MPI its parent's mtxcomm started.
  */
 #ifndef MTXCOMM_MTXCOMM_H_
 #define MTXCOMM_MTXCOMM_H_

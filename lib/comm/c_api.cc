@@ -2,6 +2,9 @@
 // into a result code plus the communicator's last error. Nothing here throws.
 #include "lib/comm/c_api.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -107,6 +110,26 @@ HazardSlot* hazardSlotLocked() {
   return t_fast.slot = hazardSlots().back();
 }
 
+// fork(): the child has only the forking thread, and the parent's communicators are the
+// parent's (their peers, sockets and shared segments). In the child every call on one of them
+// is MTXCOMM_INVALID_USAGE, destroy and abort forget it without touching what the parent still
+// uses, the other threads' hazard slots are freed and every fast lease's cache is stale.
+pid_t g_pid = getpid();  // this process (set again in a forked child, under g_handlesMu)
+
+void forkPrepare() { g_handlesMu.lock(); }
+void forkParent() { g_handlesMu.unlock(); }
+void forkChild() {
+  g_pid = getpid();
+  for (HazardSlot* s : hazardSlots()) {
+    if (s == t_fast.slot) continue;
+    s->hazard.store(nullptr, std::memory_order_relaxed);
+    s->owned = false;
+  }
+  g_retireEpoch.fetch_add(1, std::memory_order_relaxed);
+  g_handlesMu.unlock();
+}
+const int g_forkHandlers = pthread_atfork(forkPrepare, forkParent, forkChild);
+
 class Lease {
  public:
   // Throws MTXCOMM_INVALID_ARGUMENT for a handle that is not live.
@@ -124,6 +147,12 @@ class Lease {
     // registry, no call can start on it.
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().count(comm)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, notLive(comm));
+    if (comm->ownerPid != g_pid) {
+      mtxcomm::fail(MTXCOMM_INVALID_USAGE, "this communicator belongs to process ", comm->ownerPid,
+                    ", which forked this one (pid ", g_pid,
+                    "): a child cannot use its parent's communicators (make new ones in the "
+                    "child; destroy forgets the parent's without touching it)");
+    }
     comm->refs.fetch_add(1, std::memory_order_relaxed);
     if (!t_fast.open && hazardSlotLocked()) {
       t_fast.handle = comm;
@@ -193,7 +222,8 @@ mtxcomm_result_t guardedNoComm(Fn&& fn) {
 }
 
 // Runs fn(comm's Comm) under a lease of a live handle; on failure records the message where
-// mtxcomm_get_last_error(comm) finds it (this thread's record when comm is not live).
+// mtxcomm_get_last_error(comm) finds it (this thread's record when comm is not live, or is a
+// forked child's parent's).
 template <class Fn>
 mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
   std::string message;
@@ -227,6 +257,12 @@ bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().erase(comm)) return false;
     g_retireEpoch.fetch_add(1, std::memory_order_release);
+    if (comm->ownerPid != g_pid) {
+      // The parent's (this is a forked child): freeing it would close the parent's sockets
+      // and mark its rank gone in the shared segment. Forgotten, not freed.
+      (void)comm->impl.release();
+      return true;
+    }
   }
   // Fast leases (Lease): after the barrier, a thread either shows its hazard here or sees the
   // new epoch. Without the barrier (refused: a forked child) give a store time to land.
@@ -538,7 +574,9 @@ const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
 const char* mtxcomm_get_last_error(mtxcomm_comm_t comm) {
   if (comm) {
     std::lock_guard<std::mutex> g(g_handlesMu);
-    if (liveHandles().count(comm)) {
+    // A forked child's record of its parent's communicators is its own (their lock may be
+    // held by a thread the child does not have).
+    if (liveHandles().count(comm) && comm->ownerPid == g_pid) {
       // A copy of this thread's own: another thread may record a new error meanwhile.
       std::lock_guard<std::mutex> l(comm->mu);
       t_lastErrorCopy = comm->lastError;
@@ -597,6 +635,7 @@ mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) {
   auto* h = new mtxcomm_comm();
   h->impl = std::move(c);
   std::lock_guard<std::mutex> g(g_handlesMu);
+  h->ownerPid = g_pid;
   liveHandles().insert(h);
   return h;
 }

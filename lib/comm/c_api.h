@@ -12,6 +12,8 @@
 #ifndef MTXCOMM_LIB_C_API_H_
 #define MTXCOMM_LIB_C_API_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -29,6 +31,7 @@ struct mtxcomm_comm {
   // drained and signals idle under mu, and retire() frees the handle once drained (or at once when
   // no call was in flight).
   std::atomic<int> refs{1};
+  pid_t ownerPid = 0;            // the process that made it: a child made by fork() cannot use it
   std::mutex mu;                 // guards lastError and drained
   std::condition_variable idle;  // signalled when the last call in flight of a retired handle ends
   bool drained = false;

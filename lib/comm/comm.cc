@@ -34,6 +34,7 @@ Comm::Comm(std::unique_ptr<Transport> transport, const Config& config, uint64_t 
 
 void Comm::cancel(const std::string& reason) {
   cancel_->cancel(strCat("rank ", rank(), ": ", reason));
+  if (shm_) shm_->wakeup();  // a thread asleep in waitNotify sees the cancellation now
 }
 
 void Comm::shareCancelToken(CancelTokenPtr token) {
@@ -275,7 +276,9 @@ void Comm::failCall(const CollArgs& args, const std::string& what, const Error& 
   MTXCOMM_LOG(kError, me, msg);
   // Tell the peers this rank has left the collective, so that those waiting on it fail now
   // (naming this rank and, where the transport carries it, this error) instead of timing out.
-  abortWith(msg, e.code());
+  // A call cancelled by a destroy or abort on another thread is a remote error to the peers,
+  // not a disagreement (the only invalid usage they pass on).
+  abortWith(msg, cancel_->cancelled() ? MTXCOMM_REMOTE_ERROR : e.code());
   throw Error(e.code(), msg);
 }
 

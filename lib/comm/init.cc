@@ -1,5 +1,7 @@
 #include "lib/comm/init.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 
@@ -47,7 +49,10 @@ void echoConfig(const Comm& comm) {
 
 #ifdef MTXCOMM_HAVE_MPI
 std::once_flag g_mpiFinalizeOnce;
+pid_t g_mpiOwnerPid = 0;  // the process that started MPI
 void finalizeOwnedMpi() {
+  // A child made by fork() exits without finalizing its parent's MPI (it would hang there).
+  if (getpid() != g_mpiOwnerPid) return;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -67,6 +72,7 @@ void ensureMpiInitialized() {
   int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) fail(MTXCOMM_SYSTEM_ERROR, "MPI_Init_thread failed (code ", rc, ")");
   // mtxcomm started MPI, so mtxcomm ends it, when the program exits.
+  g_mpiOwnerPid = getpid();
   std::call_once(g_mpiFinalizeOnce, [] { std::atexit(finalizeOwnedMpi); });
 }
 

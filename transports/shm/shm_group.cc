@@ -326,12 +326,13 @@ void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedB
     published(mine);  // a waiter on this rank learns it at once
     return;           // the call fails anyway: its own reason is the one to give
   }
-  // A broadcast runs the deferred checks only when they are full, so a loop of broadcasts
-  // touches a peer's lines once per kMaxDeferred calls; any other call checks what it can,
-  // waiting for none.
+  // A broadcast runs the deferred checks only when the oldest is kMaxDeferred calls old (with
+  // this rank a reader of its only peer in between, fewer than kMaxDeferred are pending then),
+  // so a loop of broadcasts touches a peer's lines at most once per kMaxDeferred calls; any
+  // other call checks what it can, waiting for none.
   if (deferredCount_ == 0) return;
   const bool broadcast = static_cast<Collective>(call.kind & 0xff) == Collective::kBroadcast;
-  if (!broadcast || deferredCount_ >= kMaxDeferred) checkDeferred(broadcast);
+  if (!broadcast || deferredOverdue()) checkDeferred(broadcast);
 }
 
 void ShmGroup::deferCheck(int checked) {
@@ -340,6 +341,11 @@ void ShmGroup::deferCheck(int checked) {
   if (verified_.empty()) verified_.assign(static_cast<size_t>(size_), 0);
   deferred_[(deferredFirst_ + deferredCount_) % kMaxDeferred] = Deferred{call_, digest_};
   ++deferredCount_;
+}
+
+bool ShmGroup::deferredOverdue() const {
+  return deferredCount_ > 0 && (deferredCount_ >= kMaxDeferred ||
+                                call_.seq - deferred_[deferredFirst_].call.seq >= kMaxDeferred);
 }
 
 void ShmGroup::checkDeferred(bool makeRoom) {
@@ -383,8 +389,8 @@ void ShmGroup::checkDeferred(bool makeRoom) {
       deferredFirst_ = (deferredFirst_ + 1) % kMaxDeferred;
       --deferredCount_;
     }
-    if (!makeRoom || deferredCount_ < kMaxDeferred) return;
-    // Full: wait for the peer that has not entered the oldest deferred call yet.
+    if (!makeRoom || !deferredOverdue()) return;
+    // Overdue: wait for the peer that has not entered the oldest deferred call yet.
     waitFor(lagging, Counter::kCall, at(0).call.seq, "a call's deferred check", -1);
   }
 }
@@ -496,6 +502,7 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
   // until its stall timeout. The first slice checks nothing: a busy engine pays no system call.
   constexpr auto kIdleCheck = std::chrono::milliseconds(200);
   for (bool slept = false;; slept = true) {
+    if (cancel_) cancel_->check();  // destroy or abort from another thread (Comm::cancel wakes)
     const NotifyState now = notifyState();
     if (now.token != seen.token || now.cycle != seen.cycle) return now;
     if (slept) {

@@ -124,7 +124,8 @@ class ShmGroup {
   // `checked` names a peer this rank has compared already (a reader, its root's post; -1:
   // none): when it is the only peer, there is nothing to defer. The
   // deferred checks run, without waiting, when this rank enters a call that is not a broadcast,
-  // and, waiting for the oldest, when kMaxDeferred are pending; a disagreement found then fails
+  // and, waiting for the peer behind the oldest, when that one is kMaxDeferred calls old (or
+  // kMaxDeferred are pending); a disagreement found then fails
   // that later call (MTXCOMM_INVALID_USAGE naming both calls) before it moves a byte.
   void deferCheck(int checked);
   static constexpr size_t kMaxDeferred = 64;
@@ -182,8 +183,10 @@ class ShmGroup {
   // Runs the deferred checks (deferCheck) against the peers that have entered their calls:
   // one word per peer, the digest of its calls up to the newest deferred call it has entered,
   // against this rank's (a difference is then named call by call); with makeRoom, waits for
-  // the peer behind the oldest until fewer than kMaxDeferred remain.
+  // the peer behind the oldest until none is overdue (deferredOverdue).
   void checkDeferred(bool makeRoom);
+  // The oldest deferred check is kMaxDeferred calls old, or kMaxDeferred are pending.
+  bool deferredOverdue() const;
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
   void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
