@@ -98,7 +98,10 @@
  * call on one of its parent's communicators is MTXCOMM_INVALID_USAGE (naming the fork), and
  * mtxcomm_comm_destroy and mtxcomm_comm_abort forget it without touching what the parent still
  * uses (its peers, sockets and shared segments); the child may make communicators of its own. A
- * child that exits does not finalize an MPI its parent's mtxcomm started.
+ * child that exits does not finalize an MPI its parent's mtxcomm started. mtxcomm's own locks
+ * are held across fork(), but a child forked while another thread was inside an init (a
+ * bootstrap's connect, MPI) inherits that work half done: as POSIX says for any multi-threaded
+ * process, fork while no other thread is in mtxcomm, or exec in the child.
  */
 #ifndef MTXCOMM_MTXCOMM_H_
 #define MTXCOMM_MTXCOMM_H_
@@ -228,7 +231,10 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm);
  * blocked on this rank elsewhere end with MTXCOMM_REMOTE_ERROR where the transport can tell.
  * Then frees it, like destroy. Never blocks for longer than the transport's close. Safe from a
  * watchdog thread while another thread is blocked in a collective on comm: that collective
- * returns promptly with MTXCOMM_INVALID_USAGE ("aborted ... during this call"). */
+ * returns promptly with MTXCOMM_INVALID_USAGE ("aborted ... during this call"). Over TCP
+ * (across nodes, or MTXCOMM_SHM=off) a communicator and those split from it share their
+ * connections, and an abort of any of them fails them all, on every rank; over shared memory
+ * it fails only the aborted one. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
 
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);

@@ -53,4 +53,7 @@ void logMessage(LogLevel level, int rank, const std::string& message) {
   std::fflush(stderr);
 }
 
+void lockLogForFork() { g_mutex.lock(); }
+void unlockLogAfterFork() { g_mutex.unlock(); }
+
 }  // namespace mtxcomm

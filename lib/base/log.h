@@ -21,6 +21,11 @@ LogLevel logLevel();
 inline bool logEnabled(LogLevel level) { return level <= logLevel() && level != LogLevel::kNone; }
 // rank < 0: not yet known.
 void logMessage(LogLevel level, int rank, const std::string& message);
+// fork(): the C API's pthread_atfork handlers hold the log's lock across fork() (taken last: no
+// lock is taken while it is held), so that a child never inherits it held by a thread it does
+// not have.
+void lockLogForFork();
+void unlockLogAfterFork();
 
 }  // namespace mtxcomm
 

@@ -113,12 +113,20 @@ HazardSlot* hazardSlotLocked() {
 // fork(): the child has only the forking thread, and the parent's communicators are the
 // parent's (their peers, sockets and shared segments). In the child every call on one of them
 // is MTXCOMM_INVALID_USAGE, destroy and abort forget it without touching what the parent still
-// uses, the other threads' hazard slots are freed and every fast lease's cache is stale.
+// uses, the other threads' hazard slots are freed and every fast lease's cache is stale. The
+// registry's and the log's locks are held across fork(), so the child gets them free.
 pid_t g_pid = getpid();  // this process (set again in a forked child, under g_handlesMu)
 
-void forkPrepare() { g_handlesMu.lock(); }
-void forkParent() { g_handlesMu.unlock(); }
+void forkPrepare() {
+  g_handlesMu.lock();
+  mtxcomm::lockLogForFork();  // a leaf lock: taken last
+}
+void forkParent() {
+  mtxcomm::unlockLogAfterFork();
+  g_handlesMu.unlock();
+}
 void forkChild() {
+  mtxcomm::unlockLogAfterFork();
   g_pid = getpid();
   for (HazardSlot* s : hazardSlots()) {
     if (s == t_fast.slot) continue;
@@ -129,6 +137,9 @@ void forkChild() {
   g_handlesMu.unlock();
 }
 const int g_forkHandlers = pthread_atfork(forkPrepare, forkParent, forkChild);
+// Built when the library loads, before any thread could be inside their initialization at a
+// fork().
+const bool g_registriesBuilt = liveHandles().empty() && hazardSlots().empty();
 
 class Lease {
  public:

@@ -292,6 +292,12 @@ const std::vector<ConfigVar>& configVars() {
   return kVars;
 }
 
+namespace {
+// Built when the library loads, before any thread: a fork() while another thread built it would
+// leave the child waiting on the half-done initialization for good.
+const bool g_configVarsBuilt = !configVars().empty();
+}  // namespace
+
 size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes) {
   constexpr size_t kLeast = 256 << 10, kMost = 1 << 20;
   const size_t segment = std::min(size_t{32} << 20, shmFreeBytes / 2);
