@@ -154,6 +154,19 @@ TEST_P(PrimeCountMatrix, EveryAlgorithmDatatype) {
   });
 }
 
+// Runs every case on n ranks (threads) of communicators made with cfg, in order.
+void runCases(int n, const std::vector<Case>& cases, const Config& cfg) {
+  runRanks(
+      n,
+      [&](mtxcomm_comm_t comm, int rank) {
+        for (const Case& c : cases) {
+          runCase(comm, rank, n, c);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      },
+      cfg);
+}
+
 // Many segments at small sizes: a 4 KiB segment with counts that do not divide.
 TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
   const int n = GetParam();
@@ -164,15 +177,7 @@ TEST_P(CollectiveMatrix, SmallSegmentsAllOpsFloat32AndInt32) {
   auto cases = matrix(n, {count}, {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_FLOAT16}, true);
   const auto a2a = matrix(n, {count}, {MTXCOMM_FLOAT32, MTXCOMM_INT8}, true, /*alltoall=*/true);
   cases.insert(cases.end(), a2a.begin(), a2a.end());
-  runRanks(
-      n,
-      [&](mtxcomm_comm_t comm, int rank) {
-        for (const Case& c : cases) {
-          runCase(comm, rank, n, c);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
-      },
-      cfg);
+  runCases(n, cases, cfg);
 }
 
 // Broadcasts larger than one shm slot go in chunks of a quarter slot (algos/broadcast_shm.cc,
@@ -193,15 +198,7 @@ TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
                          inPlace, root});
       }
     }
-    runRanks(
-        n,
-        [&](mtxcomm_comm_t comm, int rank) {
-          for (const Case& c : cases) {
-            runCase(comm, rank, n, c);
-            if (::testing::Test::HasFatalFailure()) return;
-          }
-        },
-        cfg);
+    runCases(n, cases, cfg);
     if (::testing::Test::HasFailure()) return;
   }
 }

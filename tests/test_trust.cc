@@ -735,6 +735,27 @@ TEST_F(Trust, DestroyedAndGarbageHandlesAreInvalidArguments) {
   EXPECT_EQ(mtxcomm_comm_destroy(bogus), MTXCOMM_INVALID_ARGUMENT);
 }
 
+// Runs call() on this thread while a watchdog thread aborts (or destroys) comm after 300 ms:
+// expects call to end within 1.5 s with a message naming what happened (the handle is gone:
+// this thread's record). Returns call's result.
+template <class Call>
+mtxcomm_result_t callEndedByRetire(bool useAbort, mtxcomm_comm_t comm, Call&& call) {
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_EQ(useAbort ? mtxcomm_comm_abort(comm) : mtxcomm_comm_destroy(comm), MTXCOMM_SUCCESS);
+  });
+  const auto start = Clock::now();
+  const mtxcomm_result_t rc = call();
+  const double took = secondsSince(start);
+  watchdog.join();
+  EXPECT_LT(took, 1.5);
+  EXPECT_TRUE(contains(mtxcomm_get_last_error(comm),
+                       useAbort ? "aborted (mtxcomm_comm_abort, another thread)"
+                                : "destroyed (mtxcomm_comm_destroy, another thread)"))
+      << mtxcomm_get_last_error(comm);
+  return rc;
+}
+
 // A watchdog thread aborts (or destroys) a communicator whose collective is blocked on a peer
 // that never calls: the collective returns promptly with an error naming what happened, over
 // shm and over the point-to-point path.
@@ -758,23 +779,13 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
             MTXCOMM_SUCCESS);
   peer.join();
   EXPECT_EQ(x, 2.0f);
-  std::thread watchdog([&] {
-    std::this_thread::sleep_for(milliseconds(300));
-    EXPECT_EQ(useAbort ? mtxcomm_comm_abort(comms[0]) : mtxcomm_comm_destroy(comms[0]),
-              MTXCOMM_SUCCESS);
-  });
-  const auto start = Clock::now();
-  const mtxcomm_result_t rc = mtxcomm_allreduce(b.data(), b.data(), b.size(), MTXCOMM_FLOAT32,
-                                                MTXCOMM_SUM, comms[0], nullptr);
-  const double took = secondsSince(start);
-  watchdog.join();
-  EXPECT_NE(rc, MTXCOMM_SUCCESS);
-  EXPECT_LT(took, 1.5);
-  // The handle is gone: the message is this thread's record.
-  EXPECT_TRUE(contains(mtxcomm_get_last_error(comms[0]),
-                       useAbort ? "aborted (mtxcomm_comm_abort, another thread)"
-                                : "destroyed (mtxcomm_comm_destroy, another thread)"))
-      << mtxcomm_get_last_error(comms[0]);
+  EXPECT_NE(callEndedByRetire(useAbort, comms[0],
+                              [&] {
+                                return mtxcomm_allreduce(b.data(), b.data(), b.size(),
+                                                         MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[0],
+                                                         nullptr);
+                              }),
+            MTXCOMM_SUCCESS);
   // The peer, joining the collective late, fails with a remote error (rank 0 was cancelled;
   // it is not a disagreement on the call).
   EXPECT_EQ(mtxcomm_allreduce(b.data(), b.data(), b.size(), MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1],
@@ -839,21 +850,10 @@ TEST_F(Trust, DestroyFromAnotherThreadEndsAWaitNotify) {
     runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
     mtxcomm_notify_state_t seen{}, now{};
     ASSERT_EQ(mtxcomm_comm_notify_state(comms[0], &seen), MTXCOMM_SUCCESS);
-    std::thread watchdog([&] {
-      std::this_thread::sleep_for(milliseconds(300));
-      EXPECT_EQ(useAbort ? mtxcomm_comm_abort(comms[0]) : mtxcomm_comm_destroy(comms[0]),
-                MTXCOMM_SUCCESS);
-    });
-    const auto start = Clock::now();
-    const mtxcomm_result_t rc = mtxcomm_comm_wait_notify(comms[0], &seen, 60.0, &now);
-    const double took = secondsSince(start);
-    watchdog.join();
-    EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE);
-    EXPECT_LT(took, 1.5);
-    EXPECT_TRUE(contains(mtxcomm_get_last_error(comms[0]),
-                         useAbort ? "aborted (mtxcomm_comm_abort, another thread)"
-                                  : "destroyed (mtxcomm_comm_destroy, another thread)"))
-        << mtxcomm_get_last_error(comms[0]);
+    EXPECT_EQ(
+        callEndedByRetire(useAbort, comms[0],
+                          [&] { return mtxcomm_comm_wait_notify(comms[0], &seen, 60.0, &now); }),
+        MTXCOMM_INVALID_USAGE);
     mtxcomm_comm_destroy(comms[1]);
   }
 }
