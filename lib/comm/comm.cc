@@ -149,19 +149,11 @@ class Comm::CommLevels : public Levels {
 const Selection& Comm::selectCached(const CollArgs& args, const CommInfo& info) {
   CachedSelection& c = selections_[static_cast<int>(args.coll)];
   // Every call's choice is logged at DEBUG: then each call selects anew.
-  if (c.valid && c.op == args.op && c.dtype == args.dtype && c.count == args.count &&
-      c.elemSize == args.elemSize && c.root == args.root && c.vcounts == args.vcounts &&
-      !logEnabled(LogLevel::kDebug)) {
-    return c.sel;
-  }
+  const SelectionShape shape = SelectionShape::of(args);
+  if (c.valid && c.shape == shape && !logEnabled(LogLevel::kDebug)) return c.sel;
   c.valid = false;  // (selectAlgorithm may throw)
   c.sel = selectAlgorithm(args, info, config_.algorithmFor(args.coll), rank());
-  c.op = args.op;
-  c.dtype = args.dtype;
-  c.count = args.count;
-  c.elemSize = args.elemSize;
-  c.root = args.root;
-  c.vcounts = args.vcounts;
+  c.shape = shape;
   c.valid = true;
   return c.sel;
 }

@@ -146,13 +146,24 @@ class Comm {
   // The last selection per collective and the arguments it was made for (selectCached): a
   // loop of calls of one shape selects once. Selection reads only these fields of the call
   // and this communicator's fixed configuration.
-  struct CachedSelection {
-    bool valid = false;
+  // The fields of a call that its selection depends on.
+  struct SelectionShape {
     mtxcomm_op_t op = MTXCOMM_SUM;
     mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
     size_t count = 0, elemSize = 0;
     int root = 0;
     bool vcounts = false;
+    static SelectionShape of(const CollArgs& a) {
+      return {a.op, a.dtype, a.count, a.elemSize, a.root, a.vcounts};
+    }
+    bool operator==(const SelectionShape& o) const {
+      return op == o.op && dtype == o.dtype && count == o.count && elemSize == o.elemSize &&
+             root == o.root && vcounts == o.vcounts;
+    }
+  };
+  struct CachedSelection {
+    bool valid = false;
+    SelectionShape shape;
     Selection sel;
   };
   CachedSelection selections_[kNumCollectives];
