@@ -19,9 +19,12 @@ before the user's script runs. Nothing in the script changes. What is hooked:
   XLA compilation of the train step is turned off (the collective ops have no XLA kernel);
   on ranks other than 0, ``verbose`` is 0 and ModelCheckpoint, BackupAndRestore, TensorBoard
   and CSVLogger callbacks are dropped;
-- input: a NumPy input (arrays, or lists/dicts of arrays) goes to Keras as an array of row
-  indices, so Keras' own batching and shuffling (the 1-process run's order, same seed) pick the
-  rows of every global batch and each rank gathers only its own share of them; a ``tf.data``
+- input: a NumPy input (arrays, or lists/dicts of arrays) stays here and each rank gathers its
+  own share of every global batch by row index in the train step; the batches of row indices
+  come from one iterator for the whole fit (:func:`_index_epochs`: the 1-process run's order
+  under the script's seed, a new permutation every epoch without one), or from Keras' own
+  batching and shuffling of an array of row indices where that order cannot be reproduced; a
+  ``tf.data``
   dataset is mapped so that each rank keeps only its rows of every global batch (the rebatch of
   Keras' distribution code; what the pipeline computes before batching still runs on every
   rank, as with TensorFlow's own DATA sharding); other inputs (generators, PyDataset) are cut
@@ -110,6 +113,7 @@ def _patch_keras(keras):
     seed = int(np.random.SeedSequence().generate_state(1)[0] % (2 ** 31))
     seed = mtx.broadcast_object(seed, 0, name="mtxcomm.transparent.seed")
     keras.utils.set_random_seed(seed)
+    _unseeded["seed"] = seed
 
     rank = mtx.rank()
     _synchronise_batch_norm(keras, hvd)
@@ -415,13 +419,108 @@ def _choose_input(model, arguments, tf):
         x, y, sw = tf.nest.map_structure(lambda a: None if a is None else a[:at], (x, y, sw))
         arguments["validation_split"] = 0.0
         rows = at
-    # The arrays stay here; Keras batches and shuffles their row indices exactly as it would
-    # batch and shuffle the rows (the permutation does not depend on the data).
+    # The arrays stay here; the train step gathers its rows by index. The batches of row
+    # indices come from one iterator for the whole fit (_index_epochs), or, where their order
+    # cannot be reproduced, from Keras' own batching and shuffling of the indices, which picks
+    # the rows a 1-process run would (the permutation does not depend on the data).
     _hold_arrays(model, (x, y, sw), tf)
-    arguments["x"] = np.arange(rows, dtype=np.int64)
     arguments["y"] = None
     arguments["sample_weight"] = None
     model._mtx_input = "indices"
+    epochs = _index_epochs(rows, arguments, tf)
+    if epochs is None:
+        arguments["x"] = np.arange(rows, dtype=np.int64)
+        return
+    batch = arguments.get("batch_size") or 32  # (Keras' default)
+    arguments["x"], arguments["steps_per_epoch"] = epochs
+    arguments["batch_size"] = None
+    if arguments.get("validation_batch_size") is None:
+        arguments["validation_batch_size"] = batch  # fit's own default: the batch size
+
+
+# Seeds of the index permutations of fits whose script set no seed of its own: rank 0's draw
+# (the same on every rank) and the number of such fits so far (every rank calls fit alike).
+_unseeded = {"seed": None, "fits": 0}
+
+
+def _keras_index_batches(rows, batch, shuffle, tf):
+    """The batches of row indices Keras' own pipeline for NumPy arrays gives an epoch, if it
+    gives the same ones every epoch, else None. Keras (3.x, TensorFlow backend) makes a new
+    iterator every epoch and re-instantiates its pipeline's functions there: about 8-20 ms of
+    one core per epoch, mostly TensorFlow's graph optimizer, on the training thread. With a
+    global seed set its shuffle then yields one permutation in every epoch (its random op
+    starts from the same seed in each new iterator), so that epoch's batches, repeated, are
+    what it would give; checked on two of its epochs, not assumed."""
+    try:
+        import numpy as np
+        from keras.src.trainers.data_adapters import array_data_adapter
+        adapter = array_data_adapter.ArrayDataAdapter(
+            np.arange(rows, dtype=np.int64), batch_size=batch, shuffle=shuffle)
+        dataset = adapter.get_tf_dataset()
+        first = [b.numpy() for b in dataset]
+        second = [b.numpy() for b in dataset]
+    except Exception:  # another Keras: its own path
+        return None
+    if len(first) != len(second) or any(
+            a.shape != b.shape or (a != b).any() for a, b in zip(first, second)):
+        return None
+    return first
+
+
+def _index_epochs(rows, arguments, tf):
+    """(dataset of row-index batches for every epoch, steps per epoch) for a NumPy fit, or None
+    to leave the batching to Keras. Keras' loop then keeps one iterator for the whole fit
+    (fit's steps_per_epoch with an endless dataset) instead of making one per epoch:
+    - a script that set its own seed, or shuffle=False: Keras' batches of one epoch, repeated
+      (_keras_index_batches): the 1-process run's, every epoch;
+    - a script that set none (the seed is the one install drew on rank 0): a new permutation
+      every epoch, as a 1-process run without a seed draws (Keras would repeat one, under that
+      seed), the same on every rank: a stateless shuffle keyed by the seed, the fit's number
+      and the epoch.
+    shuffle="batch", a steps_per_epoch of the script and keras.config's max steps per epoch
+    keep Keras' own path."""
+    import math
+    import numpy as np
+    import keras
+    from tensorflow.python.eager import context
+
+    shuffle = arguments.get("shuffle", True)
+    if shuffle not in (True, False) or arguments.get("steps_per_epoch") is not None:
+        return None
+    max_steps = getattr(getattr(keras, "config", None), "max_steps_per_epoch", None)
+    if max_steps is not None and max_steps():
+        return None
+    batch = arguments.get("batch_size") or 32
+    if not isinstance(batch, int) or batch <= 0 or rows <= 0:
+        return None  # Keras reports it
+    steps = math.ceil(rows / batch)
+    full = rows // batch * batch
+    seed = _unseeded["seed"]
+    if not shuffle or seed is None or context.global_seed() != seed:
+        batches = _keras_index_batches(rows, batch, shuffle, tf)
+        if batches is None or len(batches) != steps:
+            return None
+        order = np.concatenate(batches)
+        data = tf.data.Dataset.from_tensor_slices(order[:full].reshape(-1, batch))
+        if full < rows:
+            data = data.concatenate(tf.data.Dataset.from_tensors(order[full:]))
+        return data.repeat(), steps
+    fit = _unseeded["fits"]
+    _unseeded["fits"] += 1
+
+    def permutation(epoch):
+        return tf.random.experimental.stateless_shuffle(
+            tf.range(rows, dtype=tf.int64),
+            seed=tf.stack([tf.constant(seed, tf.int64), fit * (1 << 32) + epoch]))
+
+    def batches(order):
+        data = tf.data.Dataset.from_tensor_slices(tf.reshape(order[:full], [-1, batch]))
+        if full < rows:
+            data = data.concatenate(tf.data.Dataset.from_tensors(order[full:]))
+        return data
+
+    data = tf.data.Dataset.range(1 << 62).map(permutation).flat_map(batches)
+    return data.prefetch(1), steps
 
 
 def _hold_arrays(model, arrays, tf):

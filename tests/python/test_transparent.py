@@ -441,3 +441,66 @@ def test_transparent_python_children_stay_ordinary_processes(tmp):
     assert sorted(re.findall(r"CHILD (\d+) (\S+)", job.stdout)) == [("0", "0"), ("0", "0")], \
         job.describe()
     assert sorted(re.findall(r"DONE (\d)", job.stdout)) == ["0", "1"], job.describe()
+
+
+def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator(tmp):
+    # NumPy input: the batches of row indices come from one iterator for the whole fit. A
+    # script with a seed gets the 1-process run's rows at every step of every epoch and fit
+    # (Keras repeats one permutation under a seed); shuffle=False gets the rows in order; a
+    # script without a seed gets a new permutation every epoch, the same on every rank (a
+    # 1-process run without a seed reshuffles every epoch). Each rank trains on its contiguous
+    # share of each step's rows (scripts/epoch_order.py); 45 rows, batches of 8: a last batch
+    # of 5, at 2 and 3 ranks.
+    import json
+
+    script = os.path.join(SCRIPTS, "epoch_order.py")
+
+    def run(np_, name, *extra):
+        if np_ is None:
+            Job(["python", script, name + ".{rank}.json", *extra], cwd=str(tmp),
+                timeout=JOB_TIMEOUT).check_ok()
+            return [json.loads((tmp / f"{name}.0.json").read_text())]
+        Job(mtxrun() + ["-np", str(np_), "--transparent", "python", script, name + ".{rank}.json",
+                        *extra], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+        return [json.loads((tmp / f"{name}.{r}.json").read_text()) for r in range(np_)]
+
+    def joined(ranks):
+        """Each step's rows, the ranks' shares in rank order, checking the shares are the
+        contiguous [B*r/N, B*(r+1)/N) parts (a rank with none trains on one row weighted 0)."""
+        n = len(ranks)
+        out = []
+        for f in range(len(ranks[0])):
+            epochs = []
+            for e in range(len(ranks[0][f])):
+                steps = []
+                for s in range(len(ranks[0][f][e])):
+                    parts = [ranks[r][f][e][s] for r in range(n)]
+                    total = sum(len(part) for part in parts)
+                    whole = []
+                    for r, part in enumerate(parts):
+                        want = total * (r + 1) // n - total * r // n
+                        if want:
+                            assert len(part) == want, (f, e, s, r, parts)
+                            whole += part
+                    steps.append(whole)
+                epochs.append(steps)
+            out.append(epochs)
+        return out
+
+    one = run(None, "order_seeded_1p", "--seed", "5", "--fits", "2")[0]
+    assert len(one) == 2 and all(len(f) == 3 for f in one)
+    assert all(sorted(sum(e, [])) == list(range(45)) for f in one for e in f)
+    for np_ in (2, 3):
+        many = joined(run(np_, f"order_seeded_{np_}", "--seed", "5", "--fits", "2"))
+        assert many == one, f"np={np_}: the rows of some step differ from the 1-process run's"
+
+    plain = joined(run(2, "order_noshuffle", "--no-shuffle", "--epochs", "2"))
+    assert all(sum(e, []) == list(range(45)) for f in plain for e in f), plain
+
+    free = joined(run(3, "order_unseeded", "--fits", "2"))
+    orders = [sum(e, []) for f in free for e in f]
+    assert all(sorted(o) == list(range(45)) for o in orders), "an epoch missed or repeated rows"
+    assert all([len(s) for s in e] == [8] * 5 + [5] for f in free for e in f)
+    for i in range(len(orders)):
+        for j in range(i):
+            assert orders[i] != orders[j], f"epochs {j} and {i} (of 2 fits x 3) saw one order"
