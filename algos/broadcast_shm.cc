@@ -88,7 +88,7 @@ void runBroadcastShm(const CollArgs& a, ShmGroup& g) {
   const size_t piece = pieceBytes(g.slotBytes(), es);
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t bytes = std::min(chunk, a.count - off) * es;
-    const int set = g.nextSet();
+    const int set = g.nextSet(bytes);
     const char* from = me == a.root ? send + off * es : g.slot(set, a.root);
     char* to = me == a.root ? g.slot(set, me) : recv + off * es;
     int pieces = 0;

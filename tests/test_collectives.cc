@@ -203,6 +203,33 @@ TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
   }
 }
 
+// Chunks of at most an eighth of a slot move through the slot's positions
+// (ShmGroup::nextSet(bytes)): a run of broadcasts and allreduces of 4-16 KiB on 128 KiB slots
+// (8-32 positions), datatypes, roots, counts and in-place varying from call to call, so that a
+// reader that read a position before its writer rewrote it, or a writer that overwrote a
+// position a peer had not finished, would see another call's bytes.
+TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
+  const int n = GetParam();
+  Config cfg;
+  cfg.shmSlotBytes = size_t{128} << 10;
+  const mtxcomm_datatype_t dtypes[] = {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_INT8};
+  const size_t bytes[] = {4100, 16384, 8192, 12004, 5000};
+  std::vector<Case> cases;
+  for (int i = 0; i < 40; ++i) {
+    const mtxcomm_datatype_t dt = dtypes[i % 3];
+    const size_t es = dt == MTXCOMM_INT8 ? 1 : 4;
+    const size_t count = bytes[i % 5] / es;
+    const bool inPlace = (i / 5) % 2 == 1;
+    if (i % 2) {
+      cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
+    } else {
+      cases.push_back(
+          {Collective::kBroadcast, "shm", dt, MTXCOMM_SUM, count, inPlace, (i / 2) % n});
+    }
+  }
+  runCases(n, cases, cfg);
+}
+
 // bool reductions are logical across ranks: SUM and MAX give OR, PROD and MIN give AND, written
 // as 0/1 whatever true bytes the ranks pass (0x02, 0x80, 0xff: a byte-wise sum, product, min or
 // max would give other bytes), for every algorithm of allreduce, reduce and reduce_scatter, in

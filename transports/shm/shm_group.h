@@ -49,13 +49,22 @@ class ShmGroup {
   // Bytes of the whole segment for n ranks and the given slot size.
   static size_t segmentBytes(int n, size_t slotBytes);
 
-  // Data slot of rank r in set s (0 or 1), slotBytes() long, 64-byte aligned.
+  // Data slot of rank r in set s (0 or 1) for the current chunk, 64-byte aligned: the slot's
+  // start, or, for a chunk started with nextSet(bytes), the position within it that the chunk
+  // uses (at least `bytes` to the slot's end).
   char* slot(int set, int r) const;
   // Starts the next chunk and returns the set it uses (sets alternate). Waits, usually not at
   // all, until every rank has finished the chunk before the previous one — the last one that
   // used this set — so no slot is rewritten while a peer may still read it. Every algorithm
   // calls finishChunk() once it has read all it needs of the chunk.
-  int nextSet();
+  // With bytes (the most any rank writes into its slot for this chunk, the same on every rank),
+  // successive chunks of a set move through the slot's positions (bytes rounded up to 4 KiB,
+  // slotBytes() / that many of them, when there are at least 8), so a slot's lines are
+  // rewritten only after the set's other positions were used: a writer that rewrites the lines a
+  // reader has just read must take each back from the reader's cache, and that made a 32-64 KiB
+  // broadcast's root copy at half the rate of a 128 KiB one (bench/RESULTS.md). The positions
+  // depend only on the chunk's number and bytes, so every rank finds the same.
+  int nextSet(size_t bytes = 0);
   void finishChunk();
   // One-to-all chunks without a barrier (broadcast), published in pieces so that the readers
   // copy a piece out while the root writes the next: the root publishes the first `pieces`
@@ -222,8 +231,10 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
-  uint64_t consumedByAll_ = 0;   // every peer has finished this many chunks (lower bound)
-  uint64_t smalls_ = 0;          // small messages started
+  uint64_t consumedByAll_ = 0;            // every peer has finished this many chunks (lower bound)
+  size_t slotShift_ = 0;                  // the current chunk's position in its slots (nextSet)
+  char* slotStart(int set, int r) const;  // slot(set, r) without the chunk's position
+  uint64_t smalls_ = 0;                   // small messages started
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
   uint64_t lines_ = 0;           // line exchanges started
   uint64_t linesReadByAll_ = 0;  // every peer has read this many line exchanges (lower bound)
