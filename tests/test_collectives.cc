@@ -203,9 +203,8 @@ TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
   }
 }
 
-// Chunks of at most an eighth of a slot move through the slot's positions
-// (ShmGroup::nextSet(bytes)): a run of broadcasts and allreduces of 4-16 KiB on 128 KiB slots
-// (8-32 positions), datatypes, roots, counts and in-place varying from call to call, so that a
+// Chunks move through the slot's positions (ShmGroup::nextSet(bytes)): a run of broadcasts
+// and allreduces of 4-40 KiB on 128 KiB slots (3-32 positions), datatypes, roots, counts and in-place varying from call to call, so that a
 // reader that read a position before its writer rewrote it, or a writer that overwrote a
 // position a peer had not finished, would see another call's bytes.
 TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
@@ -213,12 +212,12 @@ TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
   Config cfg;
   cfg.shmSlotBytes = size_t{128} << 10;
   const mtxcomm_datatype_t dtypes[] = {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_INT8};
-  const size_t bytes[] = {4100, 16384, 8192, 12004, 5000};
+  const size_t bytes[] = {4100, 16384, 8192, 40000, 12004, 5000};
   std::vector<Case> cases;
   for (int i = 0; i < 40; ++i) {
     const mtxcomm_datatype_t dt = dtypes[i % 3];
     const size_t es = dt == MTXCOMM_INT8 ? 1 : 4;
-    const size_t count = bytes[i % 5] / es;
+    const size_t count = bytes[i % 6] / es;
     const bool inPlace = (i / 5) % 2 == 1;
     if (i % 2) {
       cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});

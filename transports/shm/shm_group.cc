@@ -713,18 +713,16 @@ void ShmGroup::broadcastLines(int root, void* buf, size_t bytes, const char* wha
   published(mine);
 }
 
-int ShmGroup::nextSet(size_t bytes) {
+int ShmGroup::nextSet(size_t bytes, size_t minPositions) {
   const uint64_t g = chunks_++;
-  // The set's (g / 2)-th chunk takes position (g / 2) mod positions, for chunks of at most an
-  // eighth of the slot (kMinPositions): measured at np = 2 with 1 MiB slots, a 4-64 KiB
-  // broadcast took 0.51-0.70x the time of one position and a 4-32 KiB allreduce 0.66-0.81x,
-  // where two positions made a 512 KiB allreduce 1.10x slower (bench/RESULTS.md).
+  // The set's (g / 2)-th chunk takes position (g / 2) mod positions.
   constexpr size_t kPositionBytes = 4096;
-  constexpr size_t kMinPositions = 8;
   const size_t span =
       std::max<size_t>(1, (bytes + kPositionBytes - 1) / kPositionBytes) * kPositionBytes;
   const size_t positions = bytes > 0 ? slotBytes_ / span : 0;
-  slotShift_ = positions >= kMinPositions ? static_cast<size_t>((g >> 1) % positions) * span : 0;
+  slotShift_ = positions >= std::max<size_t>(2, minPositions)
+                   ? static_cast<size_t>((g >> 1) % positions) * span
+                   : 0;
   // Usually known without reading a peer's line: a barrier in the previous chunk proved it.
   if (g >= 2 && consumedByAll_ < g - 1) {
     for (int q = 0; q < size_; ++q) {

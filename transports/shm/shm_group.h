@@ -59,12 +59,16 @@ class ShmGroup {
   // calls finishChunk() once it has read all it needs of the chunk.
   // With bytes (the most any rank writes into its slot for this chunk, the same on every rank),
   // successive chunks of a set move through the slot's positions (bytes rounded up to 4 KiB,
-  // slotBytes() / that many of them, when there are at least 8), so a slot's lines are
-  // rewritten only after the set's other positions were used: a writer that rewrites the lines a
-  // reader has just read must take each back from the reader's cache, and that made a 32-64 KiB
-  // broadcast's root copy at half the rate of a 128 KiB one (bench/RESULTS.md). The positions
-  // depend only on the chunk's number and bytes, so every rank finds the same.
-  int nextSet(size_t bytes = 0);
+  // slotBytes() / that many of them, when there are at least minPositions and 2), so a slot's
+  // lines are rewritten only after the set's other positions were used: a writer that rewrites
+  // the lines a reader has just read must take each back from the reader's cache, and that made
+  // a 32-64 KiB broadcast's root copy at half the rate of a 128 KiB one. Measured at np = 2 with
+  // 1 MiB slots (bench/RESULTS.md): broadcast 8-64 KiB 0.51-0.70x the time of one position,
+  // 256-512 KiB (2-4 positions) about 0.85x; allreduce 4-32 KiB 0.66-0.81x, but 512 KiB with 2
+  // positions about 1.07x (its ranks write and read every slot: kAllreducePositions). The
+  // positions depend only on the chunk's number and bytes, so every rank finds the same.
+  int nextSet(size_t bytes = 0, size_t minPositions = 2);
+  static constexpr size_t kAllreducePositions = 8;
   void finishChunk();
   // One-to-all chunks without a barrier (broadcast), published in pieces so that the readers
   // copy a piece out while the root writes the next: the root publishes the first `pieces`
