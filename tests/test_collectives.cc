@@ -204,9 +204,10 @@ TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
 }
 
 // Chunks move through the slot's positions (ShmGroup::nextSet(bytes)): a run of broadcasts
-// and allreduces of 4-40 KiB on 128 KiB slots (3-32 positions), datatypes, roots, counts and in-place varying from call to call, so that a
-// reader that read a position before its writer rewrote it, or a writer that overwrote a
-// position a peer had not finished, would see another call's bytes.
+// and allreduces of 4-40 KiB on 128 KiB slots (3-32 positions), datatypes, roots, counts and
+// in-place varying from call to call, so that a reader that read a position before its writer
+// rewrote it, or a writer that overwrote a position a peer had not finished, would see another
+// call's bytes.
 TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
   const int n = GetParam();
   Config cfg;
