@@ -427,13 +427,14 @@ def _choose_input(model, arguments, tf):
     arguments["y"] = None
     arguments["sample_weight"] = None
     model._mtx_input = "indices"
-    epochs = _index_epochs(rows, arguments, tf)
+    epochs = _index_epochs(rows, arguments, getattr(model, "steps_per_execution", 1), tf)
     if epochs is None:
         arguments["x"] = np.arange(rows, dtype=np.int64)
         return
     batch = arguments.get("batch_size") or 32  # (Keras' default)
     arguments["x"], arguments["steps_per_epoch"] = epochs
     arguments["batch_size"] = None
+    arguments["shuffle"] = False  # (the dataset's order; Keras warns that it ignores True)
     if arguments.get("validation_batch_size") is None:
         arguments["validation_batch_size"] = batch  # fit's own default: the batch size
 
@@ -467,7 +468,7 @@ def _keras_index_batches(rows, batch, shuffle, tf):
     return first
 
 
-def _index_epochs(rows, arguments, tf):
+def _index_epochs(rows, arguments, steps_per_execution, tf):
     """(dataset of row-index batches for every epoch, steps per epoch) for a NumPy fit, or None
     to leave the batching to Keras. Keras' loop then keeps one iterator for the whole fit
     (fit's steps_per_epoch with an endless dataset) instead of making one per epoch:
@@ -477,12 +478,13 @@ def _index_epochs(rows, arguments, tf):
       every epoch, as a 1-process run without a seed draws (Keras would repeat one, under that
       seed), the same on every rank: a stateless shuffle keyed by the seed, the fit's number
       and the epoch.
-    shuffle="batch", a steps_per_epoch of the script and keras.config's max steps per epoch
-    keep Keras' own path."""
+    shuffle="batch", a steps_per_epoch of the script, keras.config's max steps per epoch and a
+    steps_per_execution that does not divide the epoch's steps keep Keras' own path (its last
+    execution of an epoch takes the batches left; from an endless dataset it would take the
+    next epoch's)."""
     import math
     import numpy as np
     import keras
-    from tensorflow.python.eager import context
 
     shuffle = arguments.get("shuffle", True)
     if shuffle not in (True, False) or arguments.get("steps_per_epoch") is not None:
@@ -494,17 +496,25 @@ def _index_epochs(rows, arguments, tf):
     if not isinstance(batch, int) or batch <= 0 or rows <= 0:
         return None  # Keras reports it
     steps = math.ceil(rows / batch)
+    if not isinstance(steps_per_execution, int) or steps_per_execution < 1 or \
+            steps % steps_per_execution:
+        return None
     full = rows // batch * batch
-    seed = _unseeded["seed"]
-    if not shuffle or seed is None or context.global_seed() != seed:
-        batches = _keras_index_batches(rows, batch, shuffle, tf)
-        if batches is None or len(batches) != steps:
-            return None
-        order = np.concatenate(batches)
-        data = tf.data.Dataset.from_tensor_slices(order[:full].reshape(-1, batch))
+
+    def batches(order):
+        """One epoch's batches of an order of the rows: full batches, then the rest."""
+        data = tf.data.Dataset.from_tensor_slices(tf.reshape(order[:full], [-1, batch]))
         if full < rows:
             data = data.concatenate(tf.data.Dataset.from_tensors(order[full:]))
-        return data.repeat(), steps
+        return data
+
+    seed = _unseeded["seed"]
+    if not shuffle or seed is None or _global_seed() != seed:
+        keras_batches = _keras_index_batches(rows, batch, shuffle, tf)
+        if keras_batches is None or len(keras_batches) != steps:
+            return None
+        order = np.concatenate(keras_batches)
+        return tf.data.Dataset.from_tensors(order).repeat().flat_map(batches), steps
     fit = _unseeded["fits"]
     _unseeded["fits"] += 1
 
@@ -513,14 +523,18 @@ def _index_epochs(rows, arguments, tf):
             tf.range(rows, dtype=tf.int64),
             seed=tf.stack([tf.constant(seed, tf.int64), fit * (1 << 32) + epoch]))
 
-    def batches(order):
-        data = tf.data.Dataset.from_tensor_slices(tf.reshape(order[:full], [-1, batch]))
-        if full < rows:
-            data = data.concatenate(tf.data.Dataset.from_tensors(order[full:]))
-        return data
-
     data = tf.data.Dataset.range(1 << 62).map(permutation).flat_map(batches)
     return data.prefetch(1), steps
+
+
+def _global_seed():
+    """TensorFlow's global seed (tf.random.set_seed, keras.utils.set_random_seed), or None
+    when it cannot be read (then a script is taken to have set its own)."""
+    try:
+        from tensorflow.python.eager import context
+        return context.global_seed()
+    except Exception:
+        return None
 
 
 def _hold_arrays(model, arrays, tf):

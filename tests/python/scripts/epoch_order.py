@@ -1,7 +1,7 @@
 """Plain Keras (no mtxcomm import): which rows every training step of every epoch sees. The
 input's single feature is the row's number; a Probe layer records the rows of each step it is
 given. argv: OUT ("{rank}" replaced by OMPI_COMM_WORLD_RANK) [--seed S] [--no-shuffle]
-[--rows R] [--batch B] [--epochs E] [--fits F]. Writes OUT as JSON: for each fit, for each
+[--rows R] [--batch B] [--epochs E] [--fits F] [--steps-per-execution K]. Writes OUT as JSON: for each fit, for each
 epoch, the list of steps, each the list of row numbers this process trained on."""
 
 import argparse
@@ -18,6 +18,7 @@ p.add_argument("--rows", type=int, default=45)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--fits", type=int, default=1)
+p.add_argument("--steps-per-execution", type=int, default=1)
 args = p.parse_args()
 
 import keras  # noqa: E402
@@ -43,7 +44,8 @@ class Probe(keras.layers.Layer):
 x = np.arange(args.rows, dtype="float32").reshape(-1, 1)
 y = np.zeros(args.rows, dtype="float32")
 model = keras.Sequential([keras.Input((1,)), Probe(), keras.layers.Dense(1)])
-model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse",
+              steps_per_execution=args.steps_per_execution)
 fits = []
 for _ in range(args.fits):
     epochs = []
