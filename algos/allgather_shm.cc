@@ -29,7 +29,7 @@ void runAllgatherShm(const CollArgs& a, ShmGroup& g) {
   if (own != send) copyBytes(own, send, a.count * es);
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
-    const int set = g.nextSet();
+    const int set = g.nextSet(len * es, ShmGroup::kExchangePositions);
     copyBytes(g.slot(set, me), send + off * es, len * es);
     g.barrier("allgather (shm)");
     for (int q = 0; q < n; ++q) {

@@ -74,7 +74,7 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   }
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
-    const int set = g.nextSet(len * es, ShmGroup::kAllreducePositions);
+    const int set = g.nextSet(len * es, ShmGroup::kExchangePositions);
     const char* in = send + off * es;
     if (!shmSliced(len * es, n, kSliceMinRanks)) {
       copyBytes(g.slot(set, me), in, len * es);

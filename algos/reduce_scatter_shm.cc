@@ -28,7 +28,7 @@ void runReduceScatterShm(const CollArgs& a, ShmGroup& g) {
   char* recv = static_cast<char*>(a.recvbuf);
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
-    const int set = g.nextSet();
+    const int set = g.nextSet(n * len * es, ShmGroup::kExchangePositions);
     char* mine = g.slot(set, me);
     for (int q = 0; q < n; ++q) {
       copyBytes(mine + q * len * es, send + (static_cast<size_t>(q) * a.count + off) * es,

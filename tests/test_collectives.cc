@@ -203,11 +203,11 @@ TEST_P(CollectiveMatrix, ShmBroadcastsLargerThanASlot) {
   }
 }
 
-// Chunks move through the slot's positions (ShmGroup::nextSet(bytes)): a run of broadcasts
-// and allreduces of 4-40 KiB on 128 KiB slots (3-32 positions), datatypes, roots, counts and
-// in-place varying from call to call, so that a reader that read a position before its writer
-// rewrote it, or a writer that overwrote a position a peer had not finished, would see another
-// call's bytes.
+// Chunks move through the slot's positions (ShmGroup::nextSet(bytes)): a run of broadcasts,
+// allreduces, allgathers and reduce_scatters of 4-40 KiB on 128 KiB slots (3-32 positions),
+// datatypes, roots, counts and in-place varying from call to call, so that a reader that read a
+// position before its writer rewrote it, or a writer that overwrote a position a peer had not
+// finished, would see another call's bytes.
 TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
   const int n = GetParam();
   Config cfg;
@@ -215,16 +215,24 @@ TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
   const mtxcomm_datatype_t dtypes[] = {MTXCOMM_FLOAT32, MTXCOMM_INT32, MTXCOMM_INT8};
   const size_t bytes[] = {4100, 16384, 8192, 40000, 12004, 5000};
   std::vector<Case> cases;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 48; ++i) {
     const mtxcomm_datatype_t dt = dtypes[i % 3];
     const size_t es = dt == MTXCOMM_INT8 ? 1 : 4;
     const size_t count = bytes[i % 6] / es;
     const bool inPlace = (i / 5) % 2 == 1;
-    if (i % 2) {
-      cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
-    } else {
-      cases.push_back(
-          {Collective::kBroadcast, "shm", dt, MTXCOMM_SUM, count, inPlace, (i / 2) % n});
+    switch (i % 4) {
+      case 0:
+        cases.push_back(
+            {Collective::kBroadcast, "shm", dt, MTXCOMM_SUM, count, inPlace, (i / 4) % n});
+        break;
+      case 1:
+        cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
+        break;
+      case 2:
+        cases.push_back({Collective::kAllgather, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
+        break;
+      default:
+        cases.push_back({Collective::kReduceScatter, "shm", dt, MTXCOMM_MAX, count, inPlace, 0});
     }
   }
   runCases(n, cases, cfg);

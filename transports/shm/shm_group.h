@@ -65,10 +65,13 @@ class ShmGroup {
   // a 32-64 KiB broadcast's root copy at half the rate of a 128 KiB one. Measured at np = 2 with
   // 1 MiB slots (bench/RESULTS.md): broadcast 8-64 KiB 0.51-0.70x the time of one position,
   // 256-512 KiB (2-4 positions) about 0.85x; allreduce 4-32 KiB 0.66-0.81x, but 512 KiB with 2
-  // positions about 1.07x (its ranks write and read every slot: kAllreducePositions). The
+  // positions about 1.07x (its ranks write and read every slot: kExchangePositions); allgather
+  // and reduce_scatter 4-32 KiB about 0.5-0.8x. The
   // positions depend only on the chunk's number and bytes, so every rank finds the same.
   int nextSet(size_t bytes = 0, size_t minPositions = 2);
-  static constexpr size_t kAllreducePositions = 8;
+  // The fewest positions for a chunk that every rank writes into its slot and every rank reads
+  // from the others' (allreduce, allgather, reduce_scatter).
+  static constexpr size_t kExchangePositions = 8;
   void finishChunk();
   // One-to-all chunks without a barrier (broadcast), published in pieces so that the readers
   // copy a piece out while the root writes the next: the root publishes the first `pieces`
