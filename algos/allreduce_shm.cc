@@ -5,9 +5,10 @@
 // Steps: at most 256 bytes (ShmGroup::kLineBytes): every rank writes its input into its
 //   line-tagged box (ShmGroup::exchangeLines: 64-byte lines each carrying the exchange's
 //   number, NCCL's LL protocol), reads every peer's as the tags arrive and reduces all of them
-//   in rank order; no barrier. Otherwise, per chunk of at most MTXCOMM_SHM_SLOT_BYTES (auto: one
-//   core's L2): small chunks (< 16 KiB): every rank copies its chunk into its slot; one barrier;
-//   every rank
+//   in rank order; no barrier. Otherwise, per chunk of at most ShmGroup::reductionChunkBytes()
+//   (the slot, MTXCOMM_SHM_SLOT_BYTES, auto: one core's L2; half of it where only half a slot's
+//   working set fits in the L2, shmReductionChunkBytes): small chunks (< 16 KiB): every rank copies
+//   its chunk into its slot; one barrier; every rank
 //     reduces the whole chunk from all slots, in rank order, straight into its receive buffer.
 //   larger chunks (sliced; slice q of the chunk belongs to rank q): every rank copies into its
 //     slot only the slices the others own; barrier; rank r reduces slice r — its own operand
@@ -23,7 +24,8 @@
 //   Open MPI's MPI_Allreduce in the same run), whole-chunk 64K-64M geometric mean 0.53 (max
 //   0.81 at 512 KiB); sliced 0.45 (max 0.63). Slots: every chunk costs two barriers, so a
 //   512 KiB-4 MiB allreduce took 0.6-0.8x the time with 512 KiB or 1 MiB slots than with
-//   256 KiB on an L2 of 1 MiB (np = 2-4; defaultShmSlotBytes sizes the slot from the L2).
+//   256 KiB on an L2 of 1 MiB (np = 2-4; defaultShmSlotBytes sizes the slot from the L2); on
+//   an L2 of 2 MiB a 1 MiB allreduce in 512 KiB chunks took 0.9x the time of one chunk at np = 2.
 //   Numbers: bench/RESULTS.md.
 // Example, n = 2, count = 4 (sliced): r0 owns [a b], r1 owns [c d]. r0 writes [c0 d0] into its
 //   slot, r1 writes [a1 b1]; barrier; r0 computes a0+a1, b0+b1 (a0, b0 from its send buffer)
@@ -55,7 +57,7 @@ std::vector<char>& lineScratch(int n) {
 
 void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
-  const size_t es = a.elemSize, chunk = g.slotBytes() / es;
+  const size_t es = a.elemSize, chunk = g.reductionChunkBytes() / es;
   const char* send = static_cast<const char*>(a.sendbuf);
   char* recv = static_cast<char*>(a.recvbuf);
   if (a.count * es <= ShmGroup::kLineBytes) {

@@ -1,7 +1,7 @@
 // reduce_scatter / shm: through shared-memory slots, for ranks that all live on one node.
 //
 // Accepts: a communicator whose ranks share a segment; any recvcount, every op.
-// Steps, per chunk of at most MTXCOMM_SHM_SLOT_BYTES / n elements of each block: every rank
+// Steps, per chunk of at most ShmGroup::reductionChunkBytes() / n of each block: every rank
 //   copies that chunk of each of its n input blocks into its slot (block q at q * chunk);
 //   barrier; rank r reduces block r's chunk from every slot, in rank order, into its receive
 //   buffer.
@@ -19,9 +19,9 @@ namespace mtxcomm {
 
 void runReduceScatterShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
-  const size_t es = a.elemSize, chunk = g.slotBytes() / (es * n);
+  const size_t es = a.elemSize, chunk = g.reductionChunkBytes() / (es * n);
   if (chunk == 0) {
-    fail(MTXCOMM_INTERNAL_ERROR, "reduce_scatter (shm): slot of ", g.slotBytes(),
+    fail(MTXCOMM_INTERNAL_ERROR, "reduce_scatter (shm): a chunk of ", g.reductionChunkBytes(),
          " bytes is too small for ", n, " ranks");
   }
   const char* send = static_cast<const char*>(a.sendbuf);

@@ -238,6 +238,33 @@ TEST_P(CollectiveMatrix, ShmChunksMoveThroughTheSlot) {
   runCases(n, cases, cfg);
 }
 
+// The shm reductions may run in chunks smaller than the slot (ShmGroup::reductionChunkBytes:
+// half of it where only half a slot's working set fits in the L2): allreduces and
+// reduce_scatters of several 20 KiB chunks in 64 KiB slots, counts that do not divide, in place
+// and out of place, between broadcasts and allgathers that still use whole slots.
+TEST_P(CollectiveMatrix, ShmReductionsInChunksSmallerThanTheSlot) {
+  const int n = GetParam();
+  Config cfg;
+  cfg.shmSlotBytes = size_t{64} << 10;
+  cfg.shmReductionChunkBytes = size_t{20} << 10;
+  std::vector<Case> cases;
+  for (int i = 0; i < 16; ++i) {
+    const bool inPlace = i % 3 == 1;
+    const size_t count = 5 * 1024 + 7 * static_cast<size_t>(i) * 1001;  // 20 KiB-213 KiB of float32
+    const mtxcomm_datatype_t dt = i % 2 ? MTXCOMM_INT32 : MTXCOMM_FLOAT32;
+    cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
+    cases.push_back(
+        {Collective::kReduceScatter, "shm", dt, MTXCOMM_SUM, count / n + 1, inPlace, 0});
+    if (i % 4 == 0) {
+      cases.push_back({Collective::kBroadcast, "shm", dt, MTXCOMM_SUM, count, inPlace, i % n});
+    }
+    if (i % 4 == 2) {
+      cases.push_back({Collective::kAllgather, "shm", dt, MTXCOMM_SUM, count / n + 3, inPlace, 0});
+    }
+  }
+  runCases(n, cases, cfg);
+}
+
 // bool reductions are logical across ranks: SUM and MAX give OR, PROD and MIN give AND, written
 // as 0/1 whatever true bytes the ranks pass (0x02, 0x80, 0xff: a byte-wise sum, product, min or
 // max would give other bytes), for every algorithm of allreduce, reduce and reduce_scatter, in

@@ -104,6 +104,15 @@ TEST(Config, TheShmSlotFollowsTheL2CacheWithinItsBounds) {
   EXPECT_EQ(defaultShmSlotBytes(1024 * K, 16, 48 * K * K), 512 * K);
   EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2, 2 * K * K), 256 * K);
   EXPECT_EQ(defaultShmSlotBytes(1024 * K, 2, 0), 256 * K);
+  // The reductions' chunk: half the slot only where that half (at least 512 KiB) fits in the L2
+  // four times and the whole slot does not.
+  EXPECT_EQ(shmReductionChunkBytes(1024 * K, 2048 * K), 512 * K);   // Xeon, 2 MiB of L2
+  EXPECT_EQ(shmReductionChunkBytes(1024 * K, 1024 * K), 1024 * K);  // Zen 4: L3-bound either way
+  EXPECT_EQ(shmReductionChunkBytes(1024 * K, 1280 * K), 1024 * K);
+  EXPECT_EQ(shmReductionChunkBytes(1024 * K, 4096 * K), 1024 * K);  // the whole slot fits
+  EXPECT_EQ(shmReductionChunkBytes(512 * K, 2048 * K), 512 * K);    // half would be < 512 KiB
+  EXPECT_EQ(shmReductionChunkBytes(256 * K, 0), 256 * K);           // unknown L2
+  EXPECT_EQ(shmReductionChunkBytes(1000 * K, 2048 * K) % 4096, 0u);
   setenv("MTXCOMM_SHM_SLOT_BYTES", "auto", 1);
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
   setenv("MTXCOMM_SHM_SLOT_BYTES", "64K", 1);

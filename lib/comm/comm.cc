@@ -538,10 +538,15 @@ void Comm::setup(const Topology* agreed) {
     throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
   }
   shm_->setCancelToken(cancel_);
+  shm_->setReductionChunkBytes(config_.shmReductionChunkBytes ? config_.shmReductionChunkBytes
+                               : config_.shmSlotBytes
+                                   ? shmSlotBytes_
+                                   : shmReductionChunkBytes(shmSlotBytes_, topo_.minL2Bytes()));
   MTXCOMM_LOG(
       kInfo, rank(), "shared-memory segment of ", ShmGroup::segmentBytes(n, shmSlotBytes_),
       " bytes for ", n, " ranks (slots of ", shmSlotBytes_, " bytes",
-      config_.shmSlotBytes ? "" : ", auto: from the L2 cache and the free space of /dev/shm", ")");
+      config_.shmSlotBytes ? "" : ", auto: from the L2 cache and the free space of /dev/shm",
+      "; reductions in chunks of ", shm_->reductionChunkBytes(), " bytes)");
 }
 
 void Comm::abort() {

@@ -308,6 +308,13 @@ size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes) {
   return slot;
 }
 
+size_t shmReductionChunkBytes(size_t slotBytes, size_t l2Bytes) {
+  constexpr size_t kLeast = 512 << 10, kChunksInL2 = 4;
+  const size_t half = slotBytes / 2 / 4096 * 4096;
+  const bool halfFits = half >= kLeast && kChunksInL2 * half <= l2Bytes;
+  return halfFits && kChunksInL2 * slotBytes > l2Bytes ? half : slotBytes;
+}
+
 Config Config::fromEnvironment() {
   Config c;
   for (const ConfigVar& var : configVars()) {

@@ -37,16 +37,19 @@ struct Config {
   size_t segmentBytes = 1 << 20;        // MTXCOMM_SEGMENT_BYTES
   std::string transport = "auto";       // MTXCOMM_TRANSPORT
   std::string algo[kNumCollectives] = {"auto", "auto", "auto", "auto", "auto", "auto", "auto"};
-  int rank = -1;                              // MTXCOMM_RANK (-1: unset)
-  int size = -1;                              // MTXCOMM_SIZE (-1: unset)
-  std::string store;                          // MTXCOMM_STORE
-  std::string tcpHost;                        // MTXCOMM_TCP_HOST
-  std::string tcpIfaddr;                      // MTXCOMM_TCP_IFADDR (read by the TCP transport)
-  std::string jobSecret;                      // MTXCOMM_JOB_SECRET (never echoed)
-  std::string jobSecretFile;                  // MTXCOMM_JOB_SECRET_FILE
-  size_t ucxEagerLimit = size_t{4} << 20;     // MTXCOMM_UCX_EAGER_LIMIT
-  std::string shm = "auto";                   // MTXCOMM_SHM
-  size_t shmSlotBytes = 0;                    // MTXCOMM_SHM_SLOT_BYTES (0: auto)
+  int rank = -1;                           // MTXCOMM_RANK (-1: unset)
+  int size = -1;                           // MTXCOMM_SIZE (-1: unset)
+  std::string store;                       // MTXCOMM_STORE
+  std::string tcpHost;                     // MTXCOMM_TCP_HOST
+  std::string tcpIfaddr;                   // MTXCOMM_TCP_IFADDR (read by the TCP transport)
+  std::string jobSecret;                   // MTXCOMM_JOB_SECRET (never echoed)
+  std::string jobSecretFile;               // MTXCOMM_JOB_SECRET_FILE
+  size_t ucxEagerLimit = size_t{4} << 20;  // MTXCOMM_UCX_EAGER_LIMIT
+  std::string shm = "auto";                // MTXCOMM_SHM
+  size_t shmSlotBytes = 0;                 // MTXCOMM_SHM_SLOT_BYTES (0: auto)
+  // The chunk of the shm reductions (0: shmReductionChunkBytes of the auto slot, or the slot the
+  // user set). Not an environment variable: for tests, which cannot choose the L2.
+  size_t shmReductionChunkBytes = 0;
   std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH
   size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES
   size_t cudaStagingBytes = size_t{4} << 20;  // MTXCOMM_CUDA_STAGING_BYTES
@@ -89,6 +92,16 @@ struct Config {
 // bench/RESULTS.md): a 512 KiB or 1 MiB slot 0.6-0.8x the time of a 256 KiB one where the L2 is 1
 // MiB, none slower; a 2 MiB slot gains nothing more at 4 MiB.
 size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes = SIZE_MAX);
+
+// The chunk of the shared-memory reductions (allreduce, reduce_scatter) where the slot is auto:
+// half the slot where a chunk's working set on each rank (its send and receive bytes, its own
+// slot and half a peer's: about 4 chunks) fits in l2Bytes at half the slot but not at the whole,
+// and the half is still at least 512 KiB (each chunk costs two barriers); else the whole slot.
+// Measured at np = 2-4 (bench/RESULTS.md): with 2 MiB of L2 per core (Intel Xeon), 512 KiB
+// chunks in 1 MiB slots took 0.80-0.90x the time of 1 MiB ones at 1-16 MiB for reduce_scatter,
+// 0.92-0.95x for allreduce at np = 3 and 0.63-0.67x at np = 4; with 1 MiB of L2 (AMD Zen 4)
+// the whole 1 MiB slot was the faster at 1-2 MiB, and there it stays.
+size_t shmReductionChunkBytes(size_t slotBytes, size_t l2Bytes);
 
 // Looks up "MTXCOMM_...": the value, or nullptr when unset.
 const char* getEnv(const char* name);

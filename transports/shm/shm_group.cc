@@ -276,6 +276,7 @@ ShmGroup::ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotByte
       rank_(rank),
       size_(size),
       slotBytes_(slotBytes),
+      reductionChunkBytes_(slotBytes),
       timeoutSeconds_(timeout) {
   const unsigned cores = std::thread::hardware_concurrency();
   oversubscribed_ = cores > 0 && static_cast<unsigned>(size) > cores;

@@ -18,6 +18,7 @@
 #ifndef MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 #define MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +47,13 @@ class ShmGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t slotBytes() const { return slotBytes_; }
+  // The chunk of the reductions (allreduce, reduce_scatter): at most the slot; the slot unless
+  // set (shmReductionChunkBytes, lib/comm/config.h). The same on every rank.
+  size_t reductionChunkBytes() const { return reductionChunkBytes_; }
+  void setReductionChunkBytes(size_t bytes) {
+    reductionChunkBytes_ =
+        std::clamp<size_t>(bytes, std::min<size_t>(4096, slotBytes_), slotBytes_);
+  }
   // Bytes of the whole segment for n ranks and the given slot size.
   static size_t segmentBytes(int n, size_t slotBytes);
 
@@ -235,6 +243,7 @@ class ShmGroup {
   size_t bytes_;
   int rank_, size_;
   size_t slotBytes_;
+  size_t reductionChunkBytes_;
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
