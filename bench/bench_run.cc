@@ -6,6 +6,7 @@
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "bench/bench_device.h"
 #include "lib/base/dtype.h"
@@ -156,6 +157,23 @@ Latency reduceLatency(double seconds, int iters, int nranks) {
   return l;
 }
 
+// The median over the block pairs of (mtxcomm's seconds / MPI's), each summed over the ranks
+// (valid on rank 0; every rank has the same number of pairs). Each pair ran back to back under
+// the same conditions, so a preemption of one block moves one pair, not the ratio.
+double medianPairRatio(const std::vector<double>& pairs) {
+  std::vector<double> summed(pairs.size());
+  MPI_Reduce(pairs.data(), summed.data(), static_cast<int>(pairs.size()), MPI_DOUBLE, MPI_SUM, 0,
+             MPI_COMM_WORLD);
+  std::vector<double> ratios;
+  for (size_t i = 0; i + 1 < summed.size(); i += 2) {
+    if (summed[i + 1] > 0) ratios.push_back(summed[i] / summed[i + 1]);
+  }
+  if (ratios.empty()) return -1;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t h = ratios.size() / 2;
+  return ratios.size() % 2 ? ratios[h] : (ratios[h - 1] + ratios[h]) / 2;
+}
+
 unsigned long long sumOverRanks(unsigned long long v) {
   unsigned long long total = 0;
   MPI_Reduce(&v, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -246,11 +264,17 @@ Measurement measureSize(const CollDescriptor& desc, const BenchContext& ctx, con
   double mpiSeconds = 0;
   if (timing.vsMpi) {
     const int blockLen = std::max(1, iters / kBlocksVsMpi);
+    std::vector<double> pairs;  // per block pair: this rank's mtxcomm and MPI seconds
     for (int done = 0; done < iters; done += blockLen) {
       const int k = std::min(blockLen, iters - done);
-      seconds += run.block(false, k, &m.wrong);
-      mpiSeconds += run.block(true, k, &m.mpiWrong);
+      const double ours = run.block(false, k, &m.wrong);
+      const double theirs = run.block(true, k, &m.mpiWrong);
+      seconds += ours;
+      mpiSeconds += theirs;
+      pairs.push_back(ours);
+      pairs.push_back(theirs);
     }
+    m.ratio = medianPairRatio(pairs);
   } else {
     seconds = run.block(false, iters, &m.wrong);
   }

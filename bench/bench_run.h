@@ -50,6 +50,10 @@ struct Timing {
 struct Measurement {
   Latency lat;
   Latency mpiLat;
+  // --vs-mpi: the median over the interleaved block pairs of mtxcomm's time / MPI's (each
+  // block's time summed over the ranks); -1 when not measured. The latencies above stay
+  // averages over every call (OSU); this ratio is what a preempted block cannot skew.
+  double ratio = -1;
   unsigned long long wrong = 0;
   unsigned long long mpiWrong = 0;
   std::string algorithm;   // what mtxcomm used for the last call

@@ -170,7 +170,9 @@ const std::vector<ConfigVar>& configVars() {
          "auto",
          "per-rank shared-memory slot, the chunk of the shm algorithms (4K..64M); the segment "
          "is about 2 x ranks x this. auto: one core's L2 cache within 256K..1M, smaller where "
-         "the segment would pass 32M or half of /dev/shm's free space (never below 256K)",
+         "the segment would pass 32M or half of /dev/shm's free space (never below 256K); with "
+         "auto, allreduce and reduce_scatter go in half slots where only half a slot's working "
+         "set fits in the L2 (2 MiB L2: 512K chunks in 1M slots)",
          {},
          true},
         {"MTXCOMM_CYCLE_TIME",
