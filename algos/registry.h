@@ -27,11 +27,12 @@ struct AlgoParams {
 // What selection and algorithms know of the communicator: values every rank agrees on.
 struct CommInfo {
   int nranks = 1;
-  ShmGroup* shm = nullptr;           // set when every rank is on this node and shares a segment
-  const Topology* topo = nullptr;    // the agreed node map (null: one node, nothing known)
-  const CostParams* cost = nullptr;  // the agreed cost-model parameters (null: the defaults)
-  size_t segmentBytes = 1 << 20;     // MTXCOMM_SEGMENT_BYTES, for the cost of segmented rings
-  size_t shmSlotBytes = 256 << 10;   // MTXCOMM_SHM_SLOT_BYTES, for the cost of shm chunks
+  ShmGroup* shm = nullptr;            // set when every rank is on this node and shares a segment
+  const Topology* topo = nullptr;     // the agreed node map (null: one node, nothing known)
+  const CostParams* cost = nullptr;   // the agreed cost-model parameters (null: the defaults)
+  size_t segmentBytes = 1 << 20;      // MTXCOMM_SEGMENT_BYTES, for the cost of segmented rings
+  size_t shmSlotBytes = 256 << 10;    // MTXCOMM_SHM_SLOT_BYTES, for the cost of shm chunks
+  size_t shmReductionChunkBytes = 0;  // allreduce's and reduce_scatter's shm chunk (0: the slot)
 };
 
 // The two levels a hierarchical algorithm composes, built from the communicator with its split:

@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "lib/base/error.h"
 #include "lib/comm/config.h"
+#include "lib/comm/cost_model.h"
 #include "lib/comm/select.h"
 #include "mtxcomm/mtxcomm.h"
 
@@ -43,6 +44,32 @@ TEST(Selection, AlltoallShmOnOneNodePairwiseOtherwise) {
   Selection t = selectAlgorithm(a, info, "shm", 0);
   EXPECT_STREQ(t.algorithm->name, "pairwise");
   EXPECT_TRUE(contains(t.why, "under 64 bytes")) << t.why;
+}
+
+// The shm cost model counts two synchronisations per chunk, and the chunk of allreduce and
+// reduce_scatter is CommInfo::shmReductionChunkBytes where set (half the slot on a 2 MiB L2):
+// 4 MiB in 512 KiB chunks is 8 chunks, 16 synchronisations, against 4 whole 1 MiB slots.
+TEST(Selection, ShmCostCountsTheReductionsChunks) {
+  CostParams cp;
+  cp.intra.alpha = 1e-3;  // the synchronisations dominate
+  int standIn = 0;
+  CommInfo info{2, reinterpret_cast<ShmGroup*>(&standIn)};
+  info.cost = &cp;
+  info.shmSlotBytes = size_t{1} << 20;
+  CollArgs a;
+  a.count = size_t{1} << 20;  // 4 MiB of float32
+  a.elemSize = 4;
+  for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast}) {
+    a.coll = coll;
+    const Algorithm* shm = findAlgorithm(coll, "shm");
+    ASSERT_NE(shm, nullptr);
+    info.shmReductionChunkBytes = 0;  // the slot
+    const double whole = predictSeconds(*shm, a, info);
+    info.shmReductionChunkBytes = size_t{512} << 10;
+    const double halves = predictSeconds(*shm, a, info);
+    const double expected = coll == Collective::kAllreduce ? 8 * cp.intra.alpha : 0.0;
+    EXPECT_NEAR(halves - whole, expected, 1e-9) << collectiveName(coll);
+  }
 }
 
 TEST(Selection, ForcedAlgorithmThatDeclinesFallsBackVisibly) {

@@ -167,6 +167,7 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   info.cost = &config_.cost;
   info.segmentBytes = config_.segmentBytes;
   info.shmSlotBytes = shmSlotBytes_;
+  info.shmReductionChunkBytes = shm_ ? shm_->reductionChunkBytes() : shmSlotBytes_;
   // Copied out: a composition's own collectives on this communicator select again.
   const Selection& selected = selectCached(args, info);
   const Algorithm& algo = *selected.algorithm;

@@ -117,11 +117,16 @@ double flatSeconds(Collective coll, std::string_view name, double n, int p, cons
   return std::numeric_limits<double>::infinity();
 }
 
-// The shm algorithms: per chunk of one slot two synchronisations; every rank copies in and out
-// of the segment and reduces its share of each chunk.
-double shmSeconds(Collective coll, double n, int p, const LevelCost& c, size_t slotBytes) {
+// The shm algorithms: per chunk (a slot; allreduce's and reduce_scatter's may be half of one:
+// CommInfo::shmReductionChunkBytes) two synchronisations; every rank copies in and out of the
+// segment and reduces its share of each chunk.
+double shmSeconds(Collective coll, double n, int p, const LevelCost& c, const CommInfo& info) {
   if (p <= 1) return 0;
-  const double chunks = std::max(1.0, std::ceil(n / static_cast<double>(slotBytes)));
+  const bool reduction = coll == Collective::kAllreduce || coll == Collective::kReduceScatter;
+  const size_t slotBytes = info.shmSlotBytes;
+  const size_t chunkBytes =
+      reduction && info.shmReductionChunkBytes ? info.shmReductionChunkBytes : slotBytes;
+  const double chunks = std::max(1.0, std::ceil(n / static_cast<double>(chunkBytes)));
   const double sync = 2 * chunks * c.alpha;
   const double share = (p - 1.0) / p;
   switch (coll) {
@@ -162,7 +167,7 @@ double hierarchicalSeconds(Collective coll, double n, const Topology& topo, cons
                            const CommInfo& info) {
   const int nodes = topo.numNodes(), local = topo.maxLocalSize();
   auto intra = [&](Collective c, double bytes) {
-    return shmSeconds(c, bytes, local, cp.intra, info.shmSlotBytes);
+    return shmSeconds(c, bytes, local, cp.intra, info);
   };
   if (coll == Collective::kAllreduce) {
     if (topo.uniformNodes() && local > 1) {
@@ -244,7 +249,7 @@ double predictSeconds(const Algorithm& a, const CollArgs& args, const CommInfo& 
   const CostParams& cp = info.cost ? *info.cost : kDefaults;
   const int p = info.nranks;
   const double n = static_cast<double>(args.bytes());
-  if (a.run) return shmSeconds(args.coll, n, p, cp.intra, info.shmSlotBytes);
+  if (a.run) return shmSeconds(args.coll, n, p, cp.intra, info);
   if (a.compose) {
     if (!info.topo || info.topo->numNodes() < 2) return std::numeric_limits<double>::infinity();
     return hierarchicalSeconds(args.coll, n, *info.topo, cp, info);
