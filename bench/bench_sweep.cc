@@ -2,13 +2,17 @@
 #include "bench/bench_sweep.h"
 
 #include <mpi.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -56,10 +60,31 @@ std::string renderPython() {
       if (slash == std::string::npos || slash == 0) break;
       dir.resize(slash);
       const std::string venv = dir + "/.venv/bin/python";
-      if (access(venv.c_str(), X_OK) == 0) return "'" + venv + "'";
+      if (access(venv.c_str(), X_OK) == 0) return venv;
     }
   }
   return "python3";
+}
+
+extern "C" char** environ;
+
+// Runs `python -m mtxcomm.bench_report outDir` without a shell (any character in the paths is
+// safe); returns a description of how it ended: empty when it exited 0.
+std::string runRenderer(const std::string& python, const std::string& outDir) {
+  std::vector<std::string> args{python, "-m", "mtxcomm.bench_report", outDir};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (err != 0) return "cannot start " + python + ": " + std::strerror(err);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) return std::string("waitpid: ") + std::strerror(errno);
+  }
+  if (WIFEXITED(st)) return WEXITSTATUS(st) == 0 ? "" : "exit " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return "killed by signal " + std::to_string(WTERMSIG(st));
+  return "ended with status " + std::to_string(st);
 }
 
 std::string readFile(const std::string& path) {
@@ -404,16 +429,16 @@ int runReport(const Options& opt, int worldRank, int worldSize,
     doc["complete"] = true;
     writeAtomically(results, doc);
     const std::string python = renderPython();
-    const std::string cmd = python + " -m mtxcomm.bench_report '" + opt.outDir + "'";
-    std::fprintf(stderr, "[render] %s\n", cmd.c_str());
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) {
+    std::fprintf(stderr, "[render] %s -m mtxcomm.bench_report %s\n", python.c_str(),
+                 opt.outDir.c_str());
+    const std::string how = runRenderer(python, opt.outDir);
+    if (!how.empty()) {
       std::fprintf(stderr,
-                   "mtxcomm_bench report: rendering failed (exit %d); the measurements are in %s. "
+                   "mtxcomm_bench report: rendering failed (%s); the measurements are in %s. "
                    "Render them with `python3 -m mtxcomm.bench_report %s` in an environment "
                    "with the mtxcomm package and matplotlib (scripts/setup_python.sh), or set "
                    "MTXCOMM_PYTHON to such an interpreter.\n",
-                   rc, results.c_str(), opt.outDir.c_str());
+                   how.c_str(), results.c_str(), opt.outDir.c_str());
       status = 1;
     } else {
       std::fprintf(stderr, "mtxcomm_bench report: %s/index.html\n", opt.outDir.c_str());

@@ -218,3 +218,29 @@ def test_the_header_states_the_default_iterations():
             in p.stdout), p.stdout
     rows = [line.split() for line in p.stdout.splitlines() if line[:1].isdigit()]
     assert [r[4] for r in rows] == ["2000", "2000"], p.stdout
+
+
+def test_report_renders_into_any_directory_name_and_names_a_failed_renderer(tmp_path):
+    # The renderer runs without a shell: a quote and a space in -o are only characters (a
+    # quoted shell command broke on them), and a renderer that cannot start or fails is named
+    # with its real status, the measurements kept.
+    out = tmp_path / "it's a dir" / "r"
+    env = job_env()
+    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
+    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:8",
+                        "-i", "2", "-x", "0"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert (out / "index.html").exists() and (out / "results.json").exists()
+    for python, expected in (("/nonexistent/python", "rendering failed (cannot start "
+                                                      "/nonexistent/python: No such file"),
+                             ("false", "rendering failed (exit 1)")):
+        env["MTXCOMM_PYTHON"] = python
+        bad = tmp_path / ("bad-%s" % os.path.basename(python))
+        p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(bad), "-m", "4:8",
+                            "-i", "2", "-x", "0"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode != 0
+        assert expected in p.stderr, p.stderr[-3000:]
+        with open(bad / "results.json") as f:
+            assert json.load(f)["complete"] is True
