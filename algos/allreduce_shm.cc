@@ -47,14 +47,6 @@ namespace mtxcomm {
 // Sliced from two ranks on: measured faster than whole-chunk reduction (bench/RESULTS.md).
 constexpr int kSliceMinRanks = 2;
 
-// Every rank's bytes of a tiny allreduce, gathered (one buffer per thread: ranks may be
-// threads of one process).
-std::vector<char>& lineScratch(int n) {
-  thread_local std::vector<char> all;
-  all.resize(static_cast<size_t>(n) * ShmGroup::kLineBytes);
-  return all;
-}
-
 void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
   const size_t es = a.elemSize, chunk = g.reductionChunkBytes() / es;
@@ -64,14 +56,8 @@ void runAllreduceShm(const CollArgs& a, ShmGroup& g) {
     // Tiny: every rank's bytes through the line-tagged exchange, then the same rank-order
     // reduction as the slots' (so the bits are those of the barrier path).
     std::vector<char>& all = lineScratch(n);
-    const size_t bytes = a.count * es;
-    g.exchangeLines(send, bytes, all.data(), "allreduce (shm, lines)");
-    reduceBuffers(a.dtype, a.op, recv, all.data(), all.data() + bytes, a.count);
-    for (int q = 2; q < n; ++q) {
-      reduceBuffers(a.dtype, a.op, recv, recv, all.data() + static_cast<size_t>(q) * bytes,
-                    a.count);
-    }
-    if (a.avgDivisor > 0) divideBuffer(a.dtype, recv, a.count, a.avgDivisor);
+    g.exchangeLines(send, a.count * es, all.data(), "allreduce (shm, lines)");
+    reduceGathered(a, n, all.data(), recv);
     return;
   }
   for (size_t off = 0; off < a.count; off += chunk) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
@@ -31,6 +32,25 @@ inline void reduceSlots(const CollArgs& a, ShmGroup& g, int set, size_t at, void
     reduceBuffers(a.dtype, a.op, dst, dst, g.slot(set, q) + at, count);
   }
   if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, count, a.avgDivisor);
+}
+
+// Every rank's bytes of a tiny reduction, gathered through the line boxes (one buffer per
+// thread: ranks may be threads of one process).
+inline std::vector<char>& lineScratch(int n) {
+  thread_local std::vector<char> all;
+  all.resize(static_cast<size_t>(n) * ShmGroup::kLineBytes);
+  return all;
+}
+
+// dst = all[0] op all[1] op ... op all[n-1], the n ranks' count elements laid end to end in
+// all, in rank order (the bits of reduceSlots), divided for MTXCOMM_AVG.
+inline void reduceGathered(const CollArgs& a, int n, const char* all, void* dst) {
+  const size_t bytes = a.count * a.elemSize;
+  reduceBuffers(a.dtype, a.op, dst, all, all + bytes, a.count);
+  for (int q = 2; q < n; ++q) {
+    reduceBuffers(a.dtype, a.op, dst, dst, all + static_cast<size_t>(q) * bytes, a.count);
+  }
+  if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, a.count, a.avgDivisor);
 }
 
 // Slice q of a chunk of len elements: byte offset and byte length (patterns::block*).

@@ -605,6 +605,38 @@ TEST_F(Trust, BarrierAgainstBroadcastIsAnError) {
                     {kByNextCall, MTXCOMM_INVALID_USAGE}, {"barrier", "broadcast"});
 }
 
+// A small reduce goes through the line boxes (the non-roots write and return, the root reads
+// them): ranks that name different roots, or a reduce against an allreduce, still fail on every
+// rank, in the call or at the next one, naming what differs; the same with the slots' path.
+TEST_F(Trust, ReduceWhereRanksNameDifferentRootsFailsEveryRank) {
+  for (const std::vector<int>& roots :
+       {std::vector<int>{0, 1}, std::vector<int>{0, 0, 1}, std::vector<int>{1, 0, 0}}) {
+    for (const size_t count : {size_t{16}, size_t{1} << 18}) {
+      const int n = static_cast<int>(roots.size());
+      expectPromptError(
+          n,
+          [&roots, count](mtxcomm_comm_t c, int rank, float* b) {
+            return mtxcomm_reduce(b, b, count, MTXCOMM_FLOAT32, MTXCOMM_SUM, roots[rank], c,
+                                  nullptr);
+          },
+          std::vector<mtxcomm_result_t>(roots.size(), kByNextCall), {"root"}, count);
+    }
+  }
+}
+
+TEST_F(Trust, ReduceAgainstAllreduceIsAnError) {
+  for (const size_t count : {size_t{16}, size_t{1} << 18}) {
+    expectPromptError(
+        2,
+        [count](mtxcomm_comm_t c, int rank, float* b) {
+          return rank == 0
+                     ? mtxcomm_reduce(b, b, count, MTXCOMM_FLOAT32, MTXCOMM_SUM, 0, c, nullptr)
+                     : mtxcomm_allreduce(b, b, count, MTXCOMM_FLOAT32, MTXCOMM_SUM, c, nullptr);
+        },
+        {kByNextCall, kByNextCall}, {"reduce", "allreduce"}, count);
+  }
+}
+
 // A root that runs on through broadcasts only learns of a disagreeing reader within
 // ShmGroup::kMaxDeferred broadcasts (when its deferred checks are full), never later, and the
 // reader fails at once.

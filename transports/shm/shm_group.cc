@@ -327,13 +327,15 @@ void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedB
     published(mine);  // a waiter on this rank learns it at once
     return;           // the call fails anyway: its own reason is the one to give
   }
-  // A broadcast runs the deferred checks only when the oldest is kMaxDeferred calls old (with
-  // this rank a reader of its only peer in between, fewer than kMaxDeferred are pending then),
-  // so a loop of broadcasts touches a peer's lines at most once per kMaxDeferred calls; any
-  // other call checks what it can, waiting for none.
+  // A broadcast or a reduce (the calls that defer: a root or writer that waits for nobody) runs
+  // the deferred checks only when the oldest is kMaxDeferred calls old (with this rank a reader
+  // of its only peer in between, fewer than kMaxDeferred are pending then), so a loop of them
+  // touches a peer's lines at most once per kMaxDeferred calls; any other call checks what it
+  // can, waiting for none.
   if (deferredCount_ == 0) return;
-  const bool broadcast = static_cast<Collective>(call.kind & 0xff) == Collective::kBroadcast;
-  if (!broadcast || deferredOverdue()) checkDeferred(broadcast);
+  const auto kind = static_cast<Collective>(call.kind & 0xff);
+  const bool oneWay = kind == Collective::kBroadcast || kind == Collective::kReduce;
+  if (!oneWay || deferredOverdue()) checkDeferred(oneWay);
 }
 
 void ShmGroup::deferCheck(int checked) {
@@ -712,6 +714,26 @@ void ShmGroup::broadcastLines(int root, void* buf, size_t bytes, const char* wha
     mine.linesRead.store(x, std::memory_order_release);
   }
   published(mine);
+}
+
+void ShmGroup::gatherLines(int root, const void* mine, size_t bytes, char* all, const char* what) {
+  if (bytes > kLineBytes) fail(MTXCOMM_INTERNAL_ERROR, "gatherLines of ", bytes, " bytes");
+  const uint64_t x = ++lines_;
+  Control& me = control(rank_);
+  if (rank_ != root) {
+    awaitLineBox(x);
+    me.linesRead.store(x, std::memory_order_release);  // nothing of x to read
+    writeLines(x, mine, bytes);
+  } else {
+    char* own = all + static_cast<size_t>(rank_) * bytes;
+    if (own != mine) std::memcpy(own, mine, bytes);
+    for (int i = 1; i < size_; ++i) {
+      const int q = (rank_ + i) % size_;
+      readLines(q, x, all + static_cast<size_t>(q) * bytes, bytes, what);
+    }
+    me.linesRead.store(x, std::memory_order_release);
+  }
+  published(me);
 }
 
 int ShmGroup::nextSet(size_t bytes, size_t minPositions) {

@@ -126,6 +126,11 @@ class ShmGroup {
   // other rank waits for the root's lines, checks the root's call and copies them into buf.
   // One cross-core transfer per 64-byte line, no counter or slot to read besides.
   void broadcastLines(int root, void* buf, size_t bytes, const char* what);
+  // All-to-one through the same line boxes (a small reduce): every rank but the root writes
+  // mine's bytes (at most kLineBytes) into its lines and returns (waiting only to reuse a box
+  // kLineSlots exchanges back); the root waits for each peer's lines, checks its call and
+  // copies them to all + q * bytes (its own bytes from mine). all is read on the root only.
+  void gatherLines(int root, const void* mine, size_t bytes, char* all, const char* what);
 
   // Arrives at the next barrier and waits until every rank has arrived (what names the
   // operation for error messages). Throws MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR naming the
