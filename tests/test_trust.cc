@@ -506,7 +506,8 @@ TEST_F(Trust, ConfigurationsThatDisagreeAreNamedOnEveryRank) {
 
 // A code expected in the call, or kByNextCall: the call may succeed (a broadcast's root, and a
 // reader with more than one peer, return before every peer has entered the call), and then the
-// rank's next call (a barrier) fails with MTXCOMM_INVALID_USAGE, before it moves a byte.
+// rank's next call (a barrier, or `next`) fails with MTXCOMM_INVALID_USAGE, before it moves a
+// byte.
 constexpr mtxcomm_result_t kByNextCall = static_cast<mtxcomm_result_t>(-1);
 
 // Runs one call per rank over shm (n ranks, MTXCOMM_TIMEOUT 30 s) and expects codes[rank] on
@@ -515,7 +516,8 @@ constexpr mtxcomm_result_t kByNextCall = static_cast<mtxcomm_result_t>(-1);
 void expectPromptError(int n,
                        const std::function<mtxcomm_result_t(mtxcomm_comm_t, int, float*)>& call,
                        const std::vector<mtxcomm_result_t>& codes,
-                       const std::vector<std::string>& parts, size_t count = 256) {
+                       const std::vector<std::string>& parts, size_t count = 256,
+                       const std::function<mtxcomm_result_t(mtxcomm_comm_t, float*)>& next = {}) {
   Config cfg;
   cfg.timeoutSeconds = 30;
   testing::runRanks(
@@ -526,7 +528,7 @@ void expectPromptError(int n,
         const auto start = Clock::now();
         mtxcomm_result_t rc = call(comm, rank, buf.data());
         if (codes[rank] == kByNextCall) {
-          if (rc == MTXCOMM_SUCCESS) rc = mtxcomm_barrier(comm);
+          if (rc == MTXCOMM_SUCCESS) rc = next ? next(comm, buf.data()) : mtxcomm_barrier(comm);
           EXPECT_EQ(rc, MTXCOMM_INVALID_USAGE)
               << "rank " << rank << ": " << mtxcomm_get_last_error(comm);
         } else {
@@ -622,6 +624,31 @@ TEST_F(Trust, ReduceWhereRanksNameDifferentRootsFailsEveryRank) {
           std::vector<mtxcomm_result_t>(roots.size(), kByNextCall), {"root"}, count);
     }
   }
+}
+
+// Ranks that each name another rank root write their small reduce and wait for nobody: each
+// learns it at its next call once the peers have entered theirs (50 ms later here), even when
+// that is another small reduce (a rank that only writes small reduces must not run on for
+// kMaxDeferred calls before it looks); the same for a count that only the root sees differ.
+TEST_F(Trust, SmallReduceWhereNobodyIsRootFailsAtTheNextReduce) {
+  auto nextReduce = [](mtxcomm_comm_t c, float* b) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return mtxcomm_reduce(b, b, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, 0, c, nullptr);
+  };
+  for (const std::vector<int>& roots : {std::vector<int>{1, 0}, std::vector<int>{1, 2, 0}}) {
+    expectPromptError(
+        static_cast<int>(roots.size()),
+        [&roots](mtxcomm_comm_t c, int rank, float* b) {
+          return mtxcomm_reduce(b, b, 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, roots[rank], c, nullptr);
+        },
+        std::vector<mtxcomm_result_t>(roots.size(), kByNextCall), {"root"}, 8, nextReduce);
+  }
+  expectPromptError(
+      3,
+      [](mtxcomm_comm_t c, int rank, float* b) {
+        return mtxcomm_reduce(b, b, rank == 2 ? 5 : 4, MTXCOMM_FLOAT32, MTXCOMM_SUM, 0, c, nullptr);
+      },
+      {MTXCOMM_INVALID_USAGE, kByNextCall, kByNextCall}, {"count"}, 8, nextReduce);
 }
 
 TEST_F(Trust, ReduceAgainstAllreduceIsAnError) {

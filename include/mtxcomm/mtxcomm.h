@@ -70,7 +70,9 @@
  * roots to the same call get MTXCOMM_INVALID_USAGE naming both calls when the call runs over shared
  * memory (every rank on one node): in that call, except a broadcast's root and a reader that agrees
  * with its root, which wait for nobody else and get it at their next call that is not a broadcast,
- * or within 64 broadcasts, before that call moves a byte. Over a point-to-point transport (across
+ * or within 64 broadcasts, and the non-roots of a reduce of at most 256 bytes, which write and
+ * return and get it at their next call once the peers have entered theirs (within 64 calls),
+ * before that call moves a byte. Over a point-to-point transport (across
  * nodes, or MTXCOMM_SHM=off) a call's message tags carry its signature, so ranks that disagree
  * exchange no data: a rank whose messages go to or come from a disagreeing rank fails with
  * MTXCOMM_TIMEOUT after MTXCOMM_TIMEOUT seconds (over TCP its peers then get MTXCOMM_REMOTE_ERROR

@@ -327,15 +327,14 @@ void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedB
     published(mine);  // a waiter on this rank learns it at once
     return;           // the call fails anyway: its own reason is the one to give
   }
-  // A broadcast or a reduce (the calls that defer: a root or writer that waits for nobody) runs
-  // the deferred checks only when the oldest is kMaxDeferred calls old (with this rank a reader
-  // of its only peer in between, fewer than kMaxDeferred are pending then), so a loop of them
-  // touches a peer's lines at most once per kMaxDeferred calls; any other call checks what it
-  // can, waiting for none.
+  // A broadcast runs the deferred checks only when the oldest is kMaxDeferred calls old (with
+  // this rank a reader of its only peer in between, fewer than kMaxDeferred are pending then),
+  // so a loop of broadcasts touches a peer's lines at most once per kMaxDeferred calls; any
+  // other call (a small reduce too, whose non-roots defer theirs: ranks that each named another
+  // root hear of it at their next reduce) checks what it can, waiting for none.
   if (deferredCount_ == 0) return;
-  const auto kind = static_cast<Collective>(call.kind & 0xff);
-  const bool oneWay = kind == Collective::kBroadcast || kind == Collective::kReduce;
-  if (!oneWay || deferredOverdue()) checkDeferred(oneWay);
+  const bool broadcast = static_cast<Collective>(call.kind & 0xff) == Collective::kBroadcast;
+  if (!broadcast || deferredOverdue()) checkDeferred(broadcast);
 }
 
 void ShmGroup::deferCheck(int checked) {

@@ -149,7 +149,8 @@ class ShmGroup {
   // that moves nothing, count 0). Throws as barrier() does.
   void awaitArrivals(const char* what);
   // Defers the check of this call against its peers, for a call that returns before they
-  // have entered it (a broadcast's root waits for nobody, a reader only for its root);
+  // have entered it (a broadcast's root waits for nobody, a reader only for its root, a small
+  // reduce's non-root for nobody);
   // `checked` names a peer this rank has compared already (a reader, its root's post; -1:
   // none): when it is the only peer, there is nothing to defer. The
   // deferred checks run, without waiting, when this rank enters a call that is not a broadcast,
