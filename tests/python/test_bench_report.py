@@ -22,15 +22,20 @@ COLLECTIVES = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"
                "barrier"]
 
 
+def run_report(out, *args, python=None):
+    """`mpirun -np 2 mtxcomm_bench report -o out ARGS`, rendered by python (default: the venv's)."""
+    env = job_env()
+    env["MTXCOMM_PYTHON"] = python or os.path.join(VENV_BIN, "python")
+    return subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), *args],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     if not os.path.exists(BENCH):
         pytest.fail("%s is missing: build it with scripts/build.sh" % BENCH, pytrace=False)
     out = tmp_path_factory.mktemp("report") / "r"
-    env = job_env()
-    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
-    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:64"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    p = run_report(out, "-m", "4:64")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     with open(out / "results.json") as f:
         return out, json.load(f), p.stderr
@@ -196,11 +201,7 @@ def test_report_runs_honour_iterations_and_warmup(tmp_path):
     # -i and -x hold for every run of the report (they were dropped: each run took the
     # defaults, so a report could not be shortened).
     out = tmp_path / "r"
-    env = job_env()
-    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
-    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:16",
-                        "-i", "3", "-x", "1"], env=env, capture_output=True, text=True,
-                       timeout=600)
+    p = run_report(out, "-m", "4:16", "-i", "3", "-x", "1")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     with open(out / "results.json") as f:
         doc = json.load(f)
@@ -225,21 +226,14 @@ def test_report_renders_into_any_directory_name_and_names_a_failed_renderer(tmp_
     # quoted shell command broke on them), and a renderer that cannot start or fails is named
     # with its real status, the measurements kept.
     out = tmp_path / "it's a dir" / "r"
-    env = job_env()
-    env["MTXCOMM_PYTHON"] = os.path.join(VENV_BIN, "python")
-    p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(out), "-m", "4:8",
-                        "-i", "2", "-x", "0"], env=env, capture_output=True, text=True,
-                       timeout=600)
+    p = run_report(out, "-m", "4:8", "-i", "2", "-x", "0")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert (out / "index.html").exists() and (out / "results.json").exists()
     for python, expected in (("/nonexistent/python", "rendering failed (cannot start "
                                                       "/nonexistent/python: No such file"),
                              ("false", "rendering failed (exit 1)")):
-        env["MTXCOMM_PYTHON"] = python
         bad = tmp_path / ("bad-%s" % os.path.basename(python))
-        p = subprocess.run(["mpirun", "-np", "2", BENCH, "report", "-o", str(bad), "-m", "4:8",
-                            "-i", "2", "-x", "0"], env=env, capture_output=True, text=True,
-                           timeout=600)
+        p = run_report(bad, "-m", "4:8", "-i", "2", "-x", "0", python=python)
         assert p.returncode != 0
         assert expected in p.stderr, p.stderr[-3000:]
         with open(bad / "results.json") as f:
