@@ -97,10 +97,11 @@ size_t defaultShmSlotBytes(size_t l2Bytes, int ranks, size_t shmFreeBytes = SIZE
 // half the slot where a chunk's working set on each rank (its send and receive bytes, its own
 // slot and half a peer's: about 4 chunks) fits in l2Bytes at half the slot but not at the whole,
 // and the half is still at least 512 KiB (each chunk costs two barriers); else the whole slot.
-// Measured at np = 2-4 (bench/RESULTS.md): with 2 MiB of L2 per core (Intel Xeon), 512 KiB
-// chunks in 1 MiB slots took 0.80-0.90x the time of 1 MiB ones at 1-16 MiB for reduce_scatter,
-// 0.92-0.95x for allreduce at np = 3 and 0.63-0.67x at np = 4; with 1 MiB of L2 (AMD Zen 4)
-// the whole 1 MiB slot was the faster at 1-2 MiB, and there it stays.
+// Measured (bench/RESULTS.md, "Half-slot reductions"): with 2 MiB of L2 per core (Intel Xeon),
+// 512 KiB chunks in 1 MiB slots took 0.80-0.87x the time of whole-slot chunks at 1-16 MiB for
+// reduce_scatter at np = 2 and 0.80-1.00x for allreduce at np = 2, within the runs' spread at
+// np = 3-4; with 1 MiB of L2 (AMD Zen 4) the whole 1 MiB slot was the faster at 1-2 MiB, and
+// there it stays.
 size_t shmReductionChunkBytes(size_t slotBytes, size_t l2Bytes);
 
 // Looks up "MTXCOMM_...": the value, or nullptr when unset.
