@@ -162,6 +162,7 @@ struct alignas(128) ShmGroup::Control {
                                    // when there are none)
   alignas(64) std::atomic<uint32_t> wakeSeq;  // futex word: bumped to wake this rank's notify
                                               // waiter
+  std::atomic<uint32_t> notifyWaiters;        // threads asleep on wakeSeq (0: no system call)
   std::atomic<uint64_t> notifyCycle;          // the highest cycle a peer asked this rank to join
   // The calls this rank entered (ShmGroup::enterCall): the latest one's sequence number, and
   // the last kHistory signatures (call s at s % kHistory), each with whether this rank
@@ -485,8 +486,11 @@ void ShmGroup::notify(uint64_t cycle) {
     while (old < cycle &&
            !c.notifyCycle.compare_exchange_weak(old, cycle, std::memory_order_release)) {
     }
-    c.wakeSeq.fetch_add(1, std::memory_order_release);
-    futexWake(&c.wakeSeq);
+    // seq_cst with the waiter's increment of notifyWaiters and the futex's compare of wakeSeq
+    // (waitNotify): either this sees the waiter, or the waiter sees the new token and does not
+    // sleep. A busy peer (in its cycle) costs no system call.
+    c.wakeSeq.fetch_add(1, std::memory_order_seq_cst);
+    if (c.notifyWaiters.load(std::memory_order_seq_cst) > 0) futexWake(&c.wakeSeq);
   }
 }
 
@@ -526,15 +530,17 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
     }
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return now;
+    c.notifyWaiters.fetch_add(1, std::memory_order_seq_cst);
     futexWait(&c.wakeSeq, static_cast<uint32_t>(seen.token),
               std::min<Clock::duration>(left, kIdleCheck));
+    c.notifyWaiters.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
 void ShmGroup::wakeup() {
   Control& c = control(rank_);
-  c.wakeSeq.fetch_add(1, std::memory_order_release);
-  futexWake(&c.wakeSeq);
+  c.wakeSeq.fetch_add(1, std::memory_order_seq_cst);
+  if (c.notifyWaiters.load(std::memory_order_seq_cst) > 0) futexWake(&c.wakeSeq);
 }
 
 void ShmGroup::abort(const std::string& reason, mtxcomm_result_t code) {
