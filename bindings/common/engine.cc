@@ -28,6 +28,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set while this thread runs a cycle (the engine's thread, or a submitter running one itself):
+// a request submitted from inside that cycle (a completion callback) never runs one itself.
+thread_local bool tInCycle = false;
+
+// A cycle a submitter runs itself takes at most this many bytes of requests: a larger copy goes
+// to the engine's thread, beside the framework's.
+constexpr size_t kInlineBytes = 128 << 10;
+
+size_t requestBytes(const Request& r) {
+  size_t bytes = 0;
+  for (const TensorMeta& t : r.tensors) bytes += t.elements() * mtxcomm_datatype_size(t.dtype);
+  return bytes;
+}
+
 void warn(int rank, const std::string& msg) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -95,7 +109,13 @@ class Engine {
   void loop();
   // Sleeps until this rank has work, a peer asks for the next cycle, or a timer is due.
   void waitForWork();
-  bool cycle();  // false: the engine stops
+  // One cycle, with cycleMu_ held: of the requests submitted since the last (or of `taken`, the
+  // ones a submitter took). false: the engine stops.
+  bool cycle(std::vector<Entry>* taken = nullptr);
+  // A world of one rank has no peer to wait for: a small request runs its cycle on the
+  // submitting thread (Entry::mayRunInline), which saves the hand-over to the engine's thread
+  // and the completion from another thread. false: the engine's thread must run it.
+  bool runAlone();
   // A peer asked for a cycle and this rank has nothing pending: such a cycle can make nothing
   // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME (at most
   // 1 ms) for this rank's own submission and bring it to the same cycle. A rank that arrives late
@@ -136,7 +156,10 @@ class Engine {
   std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
   uint64_t cycles_ = 0;                             // cycles run (the same on every rank)
-  bool progress_ = false;  // polling mode: the last cycle carried something
+  // Serialises cycles: the engine's thread, or a submitter in a world of one rank (runAlone).
+  // What a cycle uses is guarded by it; progress_ is also read by the engine's idle wait.
+  std::mutex cycleMu_;
+  std::atomic<bool> progress_{false};  // polling mode: the last cycle carried something
   double cycleSeconds_ = 0.001;
   double stallWarnSeconds_ = 60;
   double stallTimeoutSeconds_ = 300;
@@ -221,7 +244,7 @@ void Engine::shutdown() {
 void Engine::enqueue(Entry e) {
   e.submitted = Clock::now();
   Status refuse;
-  bool wake = false;
+  bool wake = false, mayRunInline = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!thread_.joinable()) {
@@ -245,11 +268,13 @@ void Engine::enqueue(Entry e) {
         }
         done(st);
       };
+      mayRunInline = e.mayRunInline;
       wake = submitted_.empty();
       submitted_.push_back(std::move(e));
     }
   }
   if (wake) {
+    if (mayRunInline && size.load() == 1 && runAlone()) return;
     // After unlocking: a woken engine thread takes mu_ first thing, and on a rank with one core
     // it would run, find mu_ held, and sleep again (two more context switches per call).
     cv_.notify_all();
@@ -259,11 +284,43 @@ void Engine::enqueue(Entry e) {
   if (!refuse.ok()) e.done(refuse);
 }
 
+bool Engine::runAlone() {
+  if (tInCycle || !cycleMu_.try_lock()) return false;
+  std::unique_lock<std::mutex> held(cycleMu_, std::adopt_lock);
+  std::vector<Entry> taken;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // Stopped: the request was failed with the rest. Empty: the engine's thread took it.
+    if (stopped_ || submitted_.empty()) return true;
+    size_t bytes = 0;
+    for (const Entry& e : submitted_) bytes += requestBytes(e.request);
+    if (bytes > kInlineBytes || shutdownRequested_) return false;
+    taken.swap(submitted_);
+  }
+  tInCycle = true;
+  cycle(&taken);
+  tInCycle = false;
+  held.unlock();
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    wake = !submitted_.empty() || stopped_;  // submitted meanwhile, or the engine must end
+  }
+  if (wake) cv_.notify_all();
+  return true;
+}
+
 void Engine::loop() {
   pthread_setname_np(pthread_self(), "mtxcomm_engine");  // for top -H, perf and gdb
-  do {
+  for (;;) {
     waitForWork();
-  } while (cycle());
+    std::lock_guard<std::mutex> held(cycleMu_);
+    tInCycle = true;
+    const bool more = !stopped() && cycle();
+    tInCycle = false;
+    if (!more) break;
+  }
+  std::lock_guard<std::mutex> held(cycleMu_);  // no submitter runs a cycle any more (stopped)
   wakeComm_ = nullptr;
   if (timeline_) timeline_->flush();
   mtxcomm_comm_destroy(comm_);
@@ -291,7 +348,11 @@ void Engine::waitForWork() {
   if (!notifies_) {
     // Polling: every rank cycles every MTXCOMM_CYCLE_TIME while idle.
     std::unique_lock<std::mutex> lk(mu_);
-    if (submitted_.empty() && !shutdownRequested_ && !progress_ && cycleSeconds_ > 0) {
+    auto wanted = [this] { return !submitted_.empty() || shutdownRequested_ || stopped_; };
+    if (size.load() == 1) {
+      // No peer: nothing arrives but this process's own submissions, and nothing can stall.
+      cv_.wait(lk, wanted);
+    } else if (!wanted() && !progress_ && cycleSeconds_ > 0) {
       cv_.wait_for(lk, seconds(cycleSeconds_));
     }
     return;
@@ -361,13 +422,17 @@ bool Engine::exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
   return true;
 }
 
-bool Engine::cycle() {
+bool Engine::cycle(std::vector<Entry>* taken) {
   std::vector<Entry> fresh;
   bool wantShutdown;
   {
     std::unique_lock<std::mutex> lk(mu_);
-    lingerForOwnWork(lk);
-    fresh.swap(submitted_);
+    if (taken) {
+      fresh.swap(*taken);
+    } else {
+      lingerForOwnWork(lk);
+      fresh.swap(submitted_);
+    }
     wantShutdown = shutdownRequested_;
   }
   const auto cycleStart = Clock::now();  // the timeline's CYCLE: after any linger

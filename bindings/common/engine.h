@@ -22,7 +22,9 @@
 // peer's next wake-up. A rank so asked that has nothing pending waits up to MTXCOMM_CYCLE_TIME
 // (at most 1 ms) for its own submission before it joins (a cycle without it makes nothing ready),
 // so ranks that arrive a little apart agree in one cycle instead of two. Without a segment (ranks
-// on several nodes, MTXCOMM_SHM=off) an idle engine cycles every MTXCOMM_CYCLE_TIME.
+// on several nodes, MTXCOMM_SHM=off) an idle engine cycles every MTXCOMM_CYCLE_TIME. A world of
+// one rank never wakes while idle, and a small request there runs its cycle on the submitting
+// thread (Entry::mayRunInline).
 //
 // Stalls end: a name some ranks submitted and others did not fails on the ranks that submitted
 // it after MTXCOMM_STALL_TIMEOUT, naming it and the missing ranks (rank 0 decides, through its
@@ -63,6 +65,14 @@ struct Entry {
   std::function<void(const Status&)> done;
   // Set by enqueue: when it was submitted (the timeline's NEGOTIATE starts here).
   std::chrono::steady_clock::time_point submitted;
+  // In a world of one rank, the submitting thread may run the cycle itself when the engine's
+  // thread is not running one and the requests waiting carry at most 128 KiB: allocate and done
+  // then run inside enqueue. For callers that wait for the result anyway or whose framework lets
+  // a kernel complete inside its call (TensorFlow's asynchronous kernels, the array API); not
+  // for callers that overlap the collective with their own work (the torch backend). With
+  // peers the engine's thread runs every cycle: a submitter that ran the exchange itself would
+  // wait for the last rank's arrival, and at np=2 that measured slower (bench/RESULTS.md).
+  bool mayRunInline = false;
 };
 // A join (Kind::kJoin, no input tensors) gets one int32 scalar output through allocate(0, {}):
 // the last rank to join. An alltoall gets two outputs: allocate(0, shape) the received rows

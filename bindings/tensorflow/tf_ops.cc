@@ -285,6 +285,7 @@ class MtxcommOp : public tf::AsyncOpKernel {
       if (!st.ok()) ctx->SetStatus(toTf(st));
       done();
     };
+    e.mayRunInline = true;  // an asynchronous kernel may complete inside ComputeAsync
     enqueue(std::move(e));
   }
 
