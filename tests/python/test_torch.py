@@ -335,6 +335,20 @@ def test_async_work_and_futures():
     assert own.result()[0].tolist() == [SIZE] * 2
 
 
+def test_an_async_call_whose_handle_is_dropped_keeps_its_tensors_until_done():
+    # Legal with Gloo, whose Work owns its tensors: the backend must not let the engine read and
+    # write temporaries the caller no longer holds (their memory is reused by the next
+    # allocations, whose values the engine's writes would change, or the heap corrupted).
+    for it in range(30):
+        for k in range(20):
+            dist.all_reduce(torch.full((1000,), float(k)), async_op=True)
+        junk = [torch.full((1000,), 7.0) for _ in range(40)]
+        t = torch.ones(1000)
+        dist.all_reduce(t)  # after the dropped ones: they are done when it returns
+        assert t.tolist() == [float(SIZE)] * 1000, it
+        assert all(bool((j == 7.0).all()) for j in junk), it
+
+
 def test_the_future_of_a_failed_call_fails():
     # AVG of bool is refused by the library on every rank; through torch.distributed's own
     # Work (PyTorch re-wraps it), the future must fail, not succeed with the error as value.

@@ -318,7 +318,6 @@ class Work(dist._Work):
         self._finished = False
         self._error = None
         self._future = None
-        self._keep = None  # tensors the engine reads or writes, alive until it is done
 
     def _engine_done(self):
         return all(p.done() for p in self._pendings)
@@ -346,7 +345,6 @@ class Work(dist._Work):
                     self._finish_fn(self._pendings)
                 except BaseException as e:  # a mismatch found after the fact (splits)
                     self._error = e
-            self._keep = None
             self._finished = True
 
     def _timeout_error(self, seconds):
@@ -416,7 +414,7 @@ class Work(dist._Work):
         seconds = None if self._deadline is None else max(0.0, self._deadline[0] - _now())
         if not self._wait_engine(seconds):
             self._raw.set_result(_Failed(self._timeout_error(self._deadline[1])))
-            self._wait_engine(None)  # the tensors stay alive until the engine lets them go
+            self._wait_engine(None)  # the engine may still use the buffers: wait it out
             self._finish()
             return
         self._finish()
@@ -443,6 +441,10 @@ class _Submitter:
         # Set when a call timed out: its request may still pair with a later one of another
         # rank, so (as NCCL's communicator after a timeout) the group takes no more calls.
         self.broken = None
+        # (pendings, tensors) of every call the engine may still read or write: the tensors stay
+        # alive until it is done with them, also when the caller drops the Work at once
+        # (dist.all_reduce(torch.ones(n), async_op=True) with the handle unused, as Gloo allows).
+        self._alive = collections.deque()
 
     def _next_name(self):
         while len(self._inflight) >= _WINDOW:
@@ -490,10 +492,14 @@ class _Submitter:
         p.wait(-1.0 if self.timeout is None else self.timeout)
 
     def work(self, what, pendings, outputs, keep, finish=None):
+        """A Work for pendings; keep: the tensors the engine reads or writes for them."""
         deadline = None if self.timeout is None else (_now() + self.timeout, self.timeout)
-        w = Work(self, what, pendings, outputs, finish, deadline)
-        w._keep = keep
-        return w
+        with self._lock:
+            # Calls finish in submission order but for errors: the oldest are let go first.
+            while self._alive and all(p.done() for p in self._alive[0][0]):
+                self._alive.popleft()
+            self._alive.append((pendings, keep))
+        return Work(self, what, pendings, outputs, finish, deadline)
 
 
 def _collective(method):
