@@ -522,11 +522,11 @@ bool Engine::cycle(std::vector<Entry>* taken) {
   if (stopped()) return false;
   if (!shutdownRanks.empty()) {
     std::string who = rankList(shutdownRanks);
-    failAll(
-        {MTXCOMM_REMOTE_ERROR,
-         "mtxcomm was shut down: " + who +
-             " called shutdown() (or exited) while this request "
-             "waited for it; every rank must submit the same collectives before shutting down"});
+    failAll({MTXCOMM_REMOTE_ERROR,
+             "mtxcomm was shut down: " + who +
+                 " called shutdown() (or exited) before this request could run (it waited for "
+                 "that rank, or came after); every rank must submit the same collectives before "
+                 "shutting down"});
     return false;
   }
   warnStalled();

@@ -122,7 +122,7 @@ class InvalidUsageError(Error):
 
 
 class RemoteError(Error):
-    """MTXCOMM_REMOTE_ERROR: a peer died, aborted or shut down while this call waited for it."""
+    """MTXCOMM_REMOTE_ERROR: a peer died, aborted or shut down before this call could run."""
 
 
 class TimeoutError(builtins.TimeoutError):
