@@ -10,6 +10,7 @@ before its asserts. test_torch_jobs.py has the multi-process jobs (DDP, torchrun
 
 import datetime
 import os
+import time
 
 import numpy as np
 import pytest
@@ -347,6 +348,50 @@ def test_an_async_call_whose_handle_is_dropped_keeps_its_tensors_until_done():
         dist.all_reduce(t)  # after the dropped ones: they are done when it returns
         assert t.tolist() == [float(SIZE)] * 1000, it
         assert all(bool((j == 7.0).all()) for j in junk), it
+
+
+def _eventually(pred, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_dropped_work_still_fills_its_outputs():
+    # Gloo copies into the caller's list outputs when the call completes, waited for or not.
+    gathered = [torch.full((3,), -1.0) for _ in range(SIZE)]
+    dist.all_gather(gathered, torch.full((3,), float(RANK)), async_op=True)  # handle dropped
+    a2a_out = [torch.full((2,), -1.0) for _ in range(SIZE)]
+    dist.all_to_all(a2a_out, [torch.full((2,), float(RANK * 10 + j)) for j in range(SIZE)],
+                    async_op=True)
+    dist.barrier()
+    assert _eventually(lambda: all(g.tolist() == [float(r)] * 3 for r, g in enumerate(gathered))
+                       and all(o.tolist() == [float(r * 10 + RANK)] * 2
+                               for r, o in enumerate(a2a_out))), (gathered, a2a_out)
+
+
+def test_an_allgathers_future_is_a_flat_list_of_tensors():
+    outs = [torch.zeros(2) for _ in range(SIZE)]
+    got = dist.all_gather(outs, torch.full((2,), float(RANK)), async_op=True).get_future().wait()
+    assert len(got) == SIZE and all(isinstance(t, torch.Tensor) for t in got), got
+    assert [t.tolist() for t in got] == [[float(r)] * 2 for r in range(SIZE)]
+
+
+def test_a_list_refused_after_a_valid_one_submits_nothing():
+    # The second list is wrong on every rank: the first must not be left in flight with its
+    # staging buffers freed by the error (every rank raises; the next call pairs).
+    for _ in range(5):
+        good = [torch.zeros(1000) for _ in range(SIZE)]
+        bad = [torch.zeros(1000) for _ in range(SIZE + 1)]
+        with pytest.raises(ValueError, match="output tensors for a group"):
+            dist.all_gather_coalesced([good, bad], [torch.ones(1000), torch.ones(1000)])
+        junk = [torch.full((1000,), 7.0) for _ in range(40)]
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        assert t.tolist() == [float(SIZE)] * 4
+        assert all(bool((j == 7.0).all()) for j in junk)
 
 
 def test_the_future_of_a_failed_call_fails():

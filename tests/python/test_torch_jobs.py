@@ -168,6 +168,14 @@ def test_the_group_timeout_is_honoured(tmp):
                      r"out", text), text
 
 
+def test_destroying_the_group_with_a_dropped_call_in_flight_keeps_memory_intact(tmp):
+    # The backend keeps the call's tensors until the engine is done with them, beyond the
+    # group's life (they were freed with the group: heap corruption).
+    for r, (code, text) in enumerate(ranks("destroy", tmp)):
+        assert code == 0 and "JUNK %d intact" % r in text, "rank %d: exit %s\n%s" % (
+            r, code, text[-3000:])
+
+
 def test_the_job_secret_is_not_left_in_the_environment(tmp):
     out = ranks("secret", tmp)
     for r, (code, text) in enumerate(out):

@@ -54,6 +54,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -301,6 +302,45 @@ class _Completer:
 _completer = _Completer()
 
 
+class _Keeper:
+    """Holds, for every call, what the engine reads or writes (inputs, outputs, staging copies)
+    from the call until the engine is done with it, whatever happens meanwhile to the Work
+    (dropped at once, as Gloo allows), to the group (destroy_process_group) or to a call that
+    raised after a part of it was submitted; process-wide, so a group's end lets nothing go
+    early. Calls the engine is done with are let go at the next call or wait of any group: a
+    Work still referenced is finished there (its copies into the caller's outputs, as Gloo
+    makes them whether or not anyone waits), a dropped one's copies are made without it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._items = collections.deque()  # (pendings, buffers, finish, weakref to the Work)
+
+    def hold(self, pendings, objects, work=None, finish=None):
+        ref = None if work is None else weakref.ref(work)
+        with self._lock:
+            self._items.append((pendings, objects, finish, ref))
+        self.sweep()
+
+    def sweep(self):
+        """Lets go of the oldest calls the engine is done with (in submission order)."""
+        done = []
+        with self._lock:
+            while self._items and all(p.done() for p in self._items[0][0]):
+                done.append(self._items.popleft())
+        for pendings, _, finish, ref in done:
+            work = None if ref is None else ref()
+            try:
+                if work is not None:
+                    work._finish()
+                elif finish is not None and all(p.status()[0] == 0 for p in pendings):
+                    finish(pendings)
+            except BaseException:  # noqa: BLE001 - a dropped Work's error has nobody to reach
+                pass
+
+
+_keeper = _Keeper()
+
+
 class Work(dist._Work):
     """One collective in flight: ``wait(timeout)``, ``is_completed()``, ``is_success()``,
     ``exception()``, ``result()`` (the output tensors), ``get_future()`` (a
@@ -369,6 +409,7 @@ class Work(dist._Work):
         if not self._wait_engine(seconds):
             raise self._timeout_error(limit)
         self._finish()
+        _keeper.sweep()  # the calls before this one are done too: let them go
         if self._error is not None:
             raise self._error
         return True
@@ -441,10 +482,6 @@ class _Submitter:
         # Set when a call timed out: its request may still pair with a later one of another
         # rank, so (as NCCL's communicator after a timeout) the group takes no more calls.
         self.broken = None
-        # (pendings, tensors) of every call the engine may still read or write: the tensors stay
-        # alive until it is done with them, also when the caller drops the Work at once
-        # (dist.all_reduce(torch.ones(n), async_op=True) with the handle unused, as Gloo allows).
-        self._alive = collections.deque()
 
     def _next_name(self):
         while len(self._inflight) >= _WINDOW:
@@ -492,14 +529,12 @@ class _Submitter:
         p.wait(-1.0 if self.timeout is None else self.timeout)
 
     def work(self, what, pendings, outputs, keep, finish=None):
-        """A Work for pendings; keep: the tensors the engine reads or writes for them."""
+        """A Work for pendings; keep: what the engine reads or writes for them (held by the
+        keeper until the engine is done with them)."""
         deadline = None if self.timeout is None else (_now() + self.timeout, self.timeout)
-        with self._lock:
-            # Calls finish in submission order but for errors: the oldest are let go first.
-            while self._alive and all(p.done() for p in self._alive[0][0]):
-                self._alive.popleft()
-            self._alive.append((pendings, keep))
-        return Work(self, what, pendings, outputs, finish, deadline)
+        w = Work(self, what, pendings, outputs, finish, deadline)
+        _keeper.hold(pendings, keep, w, finish)
+        return w
 
 
 def _collective(method):
@@ -552,6 +587,19 @@ class MtxcommBackend(_C10dBackend):
     def _submit(self, *args, **kwargs):
         return self._submitter.submit(*args, **kwargs)
 
+    def _submit_each(self, calls, keep):
+        """Submits calls ((args, kwargs) of _submit) in order; when one raises, the keeper holds
+        keep until the engine is done with those already submitted."""
+        pendings = []
+        try:
+            for args, kwargs in calls:
+                pendings.append(self._submit(*args, **kwargs))
+        except BaseException:
+            if pendings:
+                _keeper.hold(pendings, keep)
+            raise
+        return pendings
+
     def _work(self, what, pendings, outputs, keep, finish=None):
         return self._submitter.work(what, pendings, outputs, keep, finish)
 
@@ -575,12 +623,13 @@ class MtxcommBackend(_C10dBackend):
         groups = collections.OrderedDict()
         for b in bufs:
             groups.setdefault(b.code, []).append(b)
-        pendings = []
+        calls = []
         for dtype, group in groups.items():
             ptrs = [b.ptr() for b in group]
             shapes = [b.shape() for b in group]
-            pendings.append(self._submit(_core.KIND_ALLREDUCE, ptrs, dtype, shapes, ptrs, shapes,
-                                         op=code))
+            calls.append(((_core.KIND_ALLREDUCE, ptrs, dtype, shapes, ptrs, shapes),
+                          {"op": code}))
+        pendings = self._submit_each(calls, bufs)
 
         def finish(_):
             for b in bufs:
@@ -615,8 +664,9 @@ class MtxcommBackend(_C10dBackend):
         what = "broadcast"
         root = self._root(opts.rootRank, what)
         bufs = [_Buf(t, what, complex_ok=True) for t in tensors]
-        pendings = [self._submit(_core.KIND_BROADCAST, [b.ptr()], b.code, [b.shape()], [b.ptr()],
-                                 [b.shape()], root=root) for b in bufs]
+        pendings = self._submit_each(
+            [((_core.KIND_BROADCAST, [b.ptr()], b.code, [b.shape()], [b.ptr()], [b.shape()]),
+              {"root": root}) for b in bufs], bufs)
 
         def finish(_):
             for b in bufs:
@@ -629,14 +679,15 @@ class MtxcommBackend(_C10dBackend):
         root = self._root(opts.rootRank, what)
         code, factor = _op(opts.reduceOp, what, tensors)
         bufs = [_Buf(t, what, complex_ok=True) for t in tensors]
-        pendings, scratch = [], []
+        scratch, calls = [], []
         for b in bufs:
             src = b.view if factor is None else b.view * factor
             # The root reduces in place; the others into scratch: their tensors keep their values.
             out = b.view if self.rank() == root else torch.empty_like(b.view)
             scratch += [src, out]
-            pendings.append(self._submit(_core.KIND_ALLREDUCE, [src.data_ptr()], b.code,
-                                         [b.shape()], [out.data_ptr()], [b.shape()], op=code))
+            calls.append(((_core.KIND_ALLREDUCE, [src.data_ptr()], b.code, [b.shape()],
+                           [out.data_ptr()], [b.shape()]), {"op": code}))
+        pendings = self._submit_each(calls, (bufs, scratch))
 
         def finish(_):
             if self.rank() == root:
@@ -646,22 +697,28 @@ class MtxcommBackend(_C10dBackend):
 
     # -- allgather --
 
-    def _gather_flat(self, what, inp, flat_out):
+    @staticmethod
+    def _gather_bufs(what, inp, flat_out):
         b = _Buf(inp, what)
         out = _Buf(flat_out, what)
         if out.code != b.code:
             raise TypeError("mtxcomm backend: %s: the output is %s but the input is %s"
                             % (what, flat_out.dtype, inp.dtype))
-        p = self._submit(_core.KIND_ALLGATHER, [b.ptr()], b.code, [b.shape()], [out.ptr()],
-                         [out.shape()])
-        return p, b, out
+        return b, out
+
+    @staticmethod
+    def _gather_call(b, out):
+        return (_core.KIND_ALLGATHER, [b.ptr()], b.code, [b.shape()], [out.ptr()],
+                [out.shape()]), {}
 
     @_collective
     def allgather(self, output_tensors, input_tensors, opts):
         what = "allgather"
-        pendings, keep, copies = [], [], []
+        keep, copies = [], []
         if len(output_tensors) != len(input_tensors):
             raise ValueError("mtxcomm backend: allgather: one output list per input tensor")
+        # Every list is checked and staged before any is submitted: a request in flight whose
+        # buffers a later error dropped would be written after they are freed.
         for outs, inp in zip(output_tensors, input_tensors):
             if len(outs) != self.size():
                 raise ValueError("mtxcomm backend: allgather: %d output tensors for a group of "
@@ -676,10 +733,11 @@ class MtxcommBackend(_C10dBackend):
                                  "elements but its input %d" % (outs[self.rank()].numel(),
                                                                 inp.numel()))
             flat = torch.empty(sum(o.numel() for o in outs), dtype=inp.dtype)
-            p, b, out = self._gather_flat(what, inp, flat)
-            pendings.append(p)
+            b, out = self._gather_bufs(what, inp, flat)
             keep += [b, out]
             copies.append((flat, outs))
+        pendings = self._submit_each(
+            [self._gather_call(b, out) for b, out in zip(keep[0::2], keep[1::2])], keep)
 
         def finish(_):
             for flat, outs in copies:
@@ -687,7 +745,9 @@ class MtxcommBackend(_C10dBackend):
                 for o in outs:
                     o.copy_(flat[offset:offset + o.numel()].view(o.shape))
                     offset += o.numel()
-        return self._work(what, pendings, output_tensors, keep, finish)
+        # The Work's result is a flat list of tensors (as Gloo's: the one input's outputs).
+        return self._work(what, pendings, [o for outs in output_tensors for o in outs], keep,
+                          finish)
 
     @_collective
     def all_gather_single(self, output, input, opts):
@@ -698,7 +758,9 @@ class MtxcommBackend(_C10dBackend):
                              "input's = %d x %d" % (what, output.numel(), self.size(),
                                                     input.numel()))
         out = _Buf(output, what)
-        p, b, o = self._gather_flat(what, input, out.contig)
+        b, o = self._gather_bufs(what, input, out.contig)
+        args, kwargs = self._gather_call(b, o)
+        p = self._submit(*args, **kwargs)
 
         def finish(_):
             out.copy_back()
@@ -712,7 +774,7 @@ class MtxcommBackend(_C10dBackend):
 
     # -- reduce-scatter --
 
-    def _reduce_scatter_flat(self, what, inp, out, reduce_op):
+    def _reduce_scatter_bufs(self, what, inp, out, reduce_op):
         code, factor = _op(reduce_op, what, [inp])
         if inp.numel() != out.numel() * self.size():
             raise ValueError("mtxcomm backend: %s: the input has %d elements, not size() x the "
@@ -722,16 +784,21 @@ class MtxcommBackend(_C10dBackend):
         if factor is not None:
             b.view = b.view * factor
         o = _Buf(out, what, complex_ok=True)
-        p = self._submit(_core.KIND_REDUCE_SCATTER, [b.ptr()], b.code, [b.shape()], [o.ptr()],
-                         [o.shape()], op=code)
-        return p, b, o
+        return code, b, o
+
+    @staticmethod
+    def _reduce_scatter_call(code, b, o):
+        return (_core.KIND_REDUCE_SCATTER, [b.ptr()], b.code, [b.shape()], [o.ptr()],
+                [o.shape()]), {"op": code}
 
     @_collective
     def reduce_scatter_single(self, output, input, opts):
         what = "reduce_scatter_tensor"
         _check(output, what)
         _check(input, what)
-        p, b, o = self._reduce_scatter_flat(what, input, output, opts.reduceOp)
+        code, b, o = self._reduce_scatter_bufs(what, input, output, opts.reduceOp)
+        args, kwargs = self._reduce_scatter_call(code, b, o)
+        p = self._submit(*args, **kwargs)
 
         def finish(_):
             o.copy_back()
@@ -742,7 +809,7 @@ class MtxcommBackend(_C10dBackend):
     @_collective
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         what = "reduce_scatter"
-        pendings, keep, outs = [], [], []
+        keep, outs, staged = [], [], []
         if len(output_tensors) != len(input_tensors):
             raise ValueError("mtxcomm backend: reduce_scatter: one input list per output tensor")
         for out, ins in zip(output_tensors, input_tensors):
@@ -756,11 +823,13 @@ class MtxcommBackend(_C10dBackend):
                     raise ValueError("mtxcomm backend: reduce_scatter: every input tensor must "
                                      "have the output's %d elements and dtype %s"
                                      % (out.numel(), out.dtype))
-            flat = torch.cat([t.reshape(-1) for t in ins])
-            p, b, o = self._reduce_scatter_flat(what, flat, out, opts.reduceOp)
-            pendings.append(p)
+            # Every list is checked and staged before any is submitted (allgather's reason).
+            staged.append(self._reduce_scatter_bufs(what, torch.cat([t.reshape(-1) for t in ins]),
+                                                    out, opts.reduceOp))
+        for _, b, o in staged:
             keep += [b, o]
             outs.append(o)
+        pendings = self._submit_each([self._reduce_scatter_call(*x) for x in staged], keep)
 
         def finish(_):
             for o in outs:

@@ -12,7 +12,13 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
     torch_fault.py window    rank 1 sleeps; rank 0 submits 70 async allreduces (more than the
                              backend's 64 names in flight): the 65th call must fail after the
                              group's 3 s timeout, not block
+    torch_fault.py destroy   an async allreduce of a temporary, its Work dropped, then
+                             destroy_process_group() while it is in flight (rank 1 comes 1 s
+                             late): the tensors allocated after it must keep their values
+                             (prints JUNK intact|corrupted)
 """
+
+import gc
 
 import datetime
 import os
@@ -55,6 +61,18 @@ if mode == "ddp_kill":
         report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
                                        str(e).replace("\n", " ")[:2000]))
     os._exit(3)
+if mode == "destroy":
+    n = 40000
+    if rank == 1:
+        time.sleep(1.0)  # rank 0's call stays in flight across destroy_process_group()
+    dist.all_reduce(torch.full((n,), float(rank + 1)), async_op=True)  # Work dropped
+    dist.destroy_process_group()
+    gc.collect()
+    junk = [torch.full((n,), float(1000 + k)) for k in range(300)]
+    time.sleep(2.0)  # the engine completes the call meanwhile
+    bad = [k for k, x in enumerate(junk) if not bool((x == 1000 + k).all())]
+    report("JUNK", rank, "corrupted %s" % bad[:5] if bad else "intact")
+    os._exit(4 if bad else 0)
 if mode == "window":
     start = time.monotonic()
     if rank == 1:
