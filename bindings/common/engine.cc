@@ -38,7 +38,7 @@ constexpr size_t kInlineBytes = 128 << 10;
 
 size_t requestBytes(const Request& r) {
   size_t bytes = 0;
-  for (const TensorMeta& t : r.tensors) bytes += t.elements() * mtxcomm_datatype_size(t.dtype);
+  for (const TensorMeta& t : r.tensors) bytes += t.bytes();
   return bytes;
 }
 
@@ -75,7 +75,7 @@ Entry standIn(const Request& req) {
   Entry e;
   e.request = req;
   for (const TensorMeta& t : req.tensors) {
-    bufs->in.emplace_back(t.elements() * mtxcomm_datatype_size(t.dtype), 0);
+    bufs->in.emplace_back(t.bytes(), 0);
     e.inputs.push_back(bufs->in.back().data());
   }
   bufs->out.resize(req.tensors.size() + 1);  // alltoall: + received splits

@@ -56,8 +56,7 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
         status[r] = {MTXCOMM_SYSTEM_ERROR, "mtxcomm allreduce '" + req.name + "': " + err};
       }
       if (!byDtype.count(m.dtype)) dtypeOrder.push_back(m.dtype);
-      byDtype[m.dtype].push_back({r, t, r->entry.inputs[t], out,
-                                  m.elements() * mtxcomm_datatype_size(m.dtype), m.elements()});
+      byDtype[m.dtype].push_back({r, t, r->entry.inputs[t], out, m.bytes(), m.elements()});
     }
   }
   // An allocation failure on one rank must not desynchronise the ranks: every piece is still
@@ -304,7 +303,7 @@ Status OpExecutor::runOne(ReadyOp& op) {
   const char* trace = "?";
   // The tensors of a grouped request one after the other, in list order on every rank.
   for (size_t t = 0; t < req.tensors.size() && st.ok(); ++t) {
-    bytes += req.tensors[t].elements() * mtxcomm_datatype_size(req.tensors[t].dtype);
+    bytes += req.tensors[t].bytes();
     switch (req.kind) {
       case Kind::kBroadcast:
         trace = "BROADCAST";

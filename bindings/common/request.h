@@ -31,6 +31,7 @@ struct TensorMeta {
   mtxcomm_datatype_t dtype = MTXCOMM_FLOAT32;
   std::vector<int64_t> shape;
   size_t elements() const;
+  size_t bytes() const { return elements() * mtxcomm_datatype_size(dtype); }
   bool operator==(const TensorMeta& o) const { return dtype == o.dtype && shape == o.shape; }
 };
 
