@@ -152,6 +152,7 @@ class Engine {
   mtxcomm_comm_t comm_ = nullptr;
   bool notifies_ = false;     // the communicator carries notifications (one node, shm)
   bool peerTrouble_ = false;  // the idle wait found a peer dead or aborted: exchange at once
+  bool idle_ = false;         // what this rank last told the peers (mtxcomm_comm_set_idle)
   std::unique_ptr<Negotiation> negotiation_;
   std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
@@ -204,6 +205,7 @@ Status Engine::init() {
   mtxcomm_notify_state_t probe;
   notifies_ = mtxcomm_comm_notify_state(comm, &probe) == MTXCOMM_SUCCESS;
   peerTrouble_ = false;
+  idle_ = false;
   comm_ = comm;
   rank = r;
   size = n;
@@ -356,6 +358,14 @@ void Engine::waitForWork() {
       cv_.wait_for(lk, seconds(cycleSeconds_));
     }
     return;
+  }
+  // Idle (nothing of this rank's own waits for a peer: local_ is the engine thread's own at
+  // size > 1): a peer's request need not wake this rank at once, its own submission will
+  // (mtxcomm_comm_set_idle). Set before the state is taken: a notify either sees it or is seen.
+  const bool idle = size.load() > 1 && local_.empty();
+  if (idle != idle_) {
+    mtxcomm_comm_set_idle(comm_, idle ? 1 : 0);
+    idle_ = idle;
   }
   for (;;) {
     mtxcomm_notify_state_t seen{};

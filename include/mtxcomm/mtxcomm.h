@@ -264,7 +264,13 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_cpu_share(mtxcomm_comm_t comm, int* co
  * node and its shared-memory segment; MTXCOMM_UNSUPPORTED otherwise (then poll).
  * mtxcomm_comm_wait_notify returns MTXCOMM_REMOTE_ERROR when a peer aborted or its process died
  * (without destroying its communicator) while this rank slept: no peer will notify it, so run
- * the next exchange, whose error names that peer. Sleeps are checked every 200 ms. */
+ * the next exchange, whose error names that peer. Sleeps are checked every 200 ms.
+ * mtxcomm_comm_set_idle(comm, 1) before sleeping tells the peers that nothing of this rank's own
+ * waits for them (its next collective will come from its own submission, which wakes it with
+ * mtxcomm_comm_wakeup): a peer's notify then wakes it only if the notifier's next collective
+ * has waited 1 ms for it, and not at all when this rank joins that collective first. Woken at once,
+ * an engine with nothing to do would take the core from the framework thread about to submit. 0
+ * (the default): every notify wakes it at once. The thread that uses comm. */
 typedef struct {
   uint64_t token; /* changes with every wakeup or notification */
   uint64_t cycle; /* the highest cycle a peer asked this rank to join */
@@ -277,6 +283,7 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm,
                                                       double timeout_s,
                                                       mtxcomm_notify_state_t* now);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_set_idle(mtxcomm_comm_t comm, int idle);
 
 /* ---- Collectives (host buffers: blocking, stream NULL; device buffers: stream-ordered) ---- */
 

@@ -461,6 +461,10 @@ mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm) {
   return anyThread(comm, [&](Comm& c) { notifier(c).wakeup(); });
 }
 
+mtxcomm_result_t mtxcomm_comm_set_idle(mtxcomm_comm_t comm, int idle) {
+  return guarded(comm, [&](Comm& c) { notifier(c).setIdle(idle != 0); });
+}
+
 const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
   // Read under the registry's lock: a handle destroyed on another thread is not freed meanwhile
   // (retire() takes it out of the registry first). The name is static.

@@ -164,6 +164,8 @@ struct alignas(128) ShmGroup::Control {
                                               // waiter
   std::atomic<uint32_t> notifyWaiters;        // threads asleep on wakeSeq (0: no system call)
   std::atomic<uint64_t> notifyCycle;          // the highest cycle a peer asked this rank to join
+  std::atomic<uint32_t> notifyIdle;  // nothing of its own waits for a peer: a notify may wake it
+                                     // late (ShmGroup::setIdle)
   // The calls this rank entered (ShmGroup::enterCall): the latest one's sequence number, and
   // the last kHistory signatures (call s at s % kHistory), each with whether this rank
   // rejected it; written before the release store of callSeq.
@@ -314,6 +316,8 @@ uint64_t callDigest(uint64_t previous, const CallSignature& call, bool rejected)
 
 void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedBecause) {
   call_ = call;
+  // Every peer entered the collective after the last notify: none sleeps on it any more.
+  if (!owed_.empty() && call.seq > owedUntilCall_) owed_.clear();
   Control& mine = control(rank_);
   const size_t h = call.seq % kHistory;
   mine.history[h].store(call);
@@ -479,19 +483,42 @@ void ShmGroup::publishedFenced(Control& c) {
 }
 
 void ShmGroup::notify(uint64_t cycle) {
+  owed_.clear();
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     Control& c = control(q);
     uint64_t old = c.notifyCycle.load(std::memory_order_relaxed);
     while (old < cycle &&
-           !c.notifyCycle.compare_exchange_weak(old, cycle, std::memory_order_release)) {
+           !c.notifyCycle.compare_exchange_weak(old, cycle, std::memory_order_seq_cst)) {
     }
-    // seq_cst with the waiter's increment of notifyWaiters and the futex's compare of wakeSeq
-    // (waitNotify): either this sees the waiter, or the waiter sees the new token and does not
-    // sleep. A busy peer (in its cycle) costs no system call.
-    c.wakeSeq.fetch_add(1, std::memory_order_seq_cst);
-    if (c.notifyWaiters.load(std::memory_order_seq_cst) > 0) futexWake(&c.wakeSeq);
+    // seq_cst with the peer's store of notifyIdle and its load of notifyCycle (setIdle, then
+    // notifyState): either this sees it no longer idle, or it sees the new cycle and does not
+    // sleep. A wrong guess costs only time: the owed wake is paid before this rank sleeps.
+    if (c.notifyIdle.load(std::memory_order_seq_cst) != 0) {
+      owed_.push_back(q);
+      continue;
+    }
+    wake(c);
   }
+  owedUntilCall_ = call_.seq + 1;  // the collective after this notify (the engine's exchange)
+}
+
+void ShmGroup::wake(Control& c) {
+  // seq_cst with the waiter's increment of notifyWaiters and the futex's compare of wakeSeq
+  // (waitNotify): either this sees the waiter, or the waiter sees the new token and does not
+  // sleep. A busy peer (in its cycle) costs no system call.
+  c.wakeSeq.fetch_add(1, std::memory_order_seq_cst);
+  if (c.notifyWaiters.load(std::memory_order_seq_cst) > 0) futexWake(&c.wakeSeq);
+}
+
+void ShmGroup::payOwedWakes() {
+  for (int q : owed_) wake(control(q));
+  owed_.clear();
+}
+
+void ShmGroup::setIdle(bool idle) {
+  control(rank_).notifyIdle.store(idle ? 1 : 0, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // before the caller's notifyState
 }
 
 ShmGroup::NotifyState ShmGroup::notifyState() const {
@@ -537,11 +564,7 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
   }
 }
 
-void ShmGroup::wakeup() {
-  Control& c = control(rank_);
-  c.wakeSeq.fetch_add(1, std::memory_order_seq_cst);
-  if (c.notifyWaiters.load(std::memory_order_seq_cst) > 0) futexWake(&c.wakeSeq);
-}
+void ShmGroup::wakeup() { wake(control(rank_)); }
 
 void ShmGroup::abort(const std::string& reason, mtxcomm_result_t code) {
   Control& c = control(rank_);
@@ -857,8 +880,13 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
       sched_yield();
       if ((k & 63) == 63 && Clock::now() >= nextCheck) break;  // liveness below
     }
+    // The idle peers a notify left asleep (setIdle) come by themselves with their own work; one
+    // still missing after kOwedWakeDelay of this wait is woken (a peer that will not submit: its
+    // engine must still take part in the cycle, for the stall verdict that follows).
+    const auto owedDue = start + kOwedWakeDelay;
     while (word(p) < target) {
       const auto now = Clock::now();
+      if (!owed_.empty() && now >= owedDue) payOwedWakes();
       if (now >= nextCheck) {
         nextCheck = now + std::chrono::milliseconds(50);
         // Dead processes first (the root cause), then peers that aborted because of one.

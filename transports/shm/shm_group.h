@@ -177,6 +177,12 @@ class ShmGroup {
     uint64_t cycle = 0;  // the highest cycle a peer asked this rank to join
   };
   void notify(uint64_t cycle);
+  // idle: nothing of this rank's own waits for a peer (its next collective comes from its own
+  // submission, which wakes it through wakeup()). A peer's notify then wakes this rank's waiter
+  // only when the notifier's next collective has waited kOwedWakeDelay for it, not when this
+  // rank enters that collective first: woken at once, it would find nothing to do and take the
+  // core from the framework thread about to submit. The thread that uses the group.
+  void setIdle(bool idle);
   NotifyState notifyState() const;
   NotifyState waitNotify(const NotifyState& seen, Clock::time_point deadline);
   void wakeup();
@@ -244,6 +250,16 @@ class ShmGroup {
   // membarrier(2) (asymmetric_); publishedFenced: from any thread.
   void published(Control& c);
   void publishedFenced(Control& c);
+  // Wakes the notify waiter of the rank whose control block is c (no system call when none
+  // sleeps).
+  void wake(Control& c);
+  // The wakes notify left owed to idle peers (setIdle): paid once a wait of this rank has slept
+  // kOwedWakeDelay for a peer, dropped once the collective after the notify is over (every peer
+  // entered it) and another starts.
+  void payOwedWakes();
+  static constexpr auto kOwedWakeDelay = std::chrono::milliseconds(1);
+  std::vector<int> owed_;
+  uint64_t owedUntilCall_ = 0;
 
   char* base_;
   size_t bytes_;

@@ -1,0 +1,152 @@
+// Notifications between progress engines (mtxcomm_comm_notify, wait_notify, set_idle): a
+// notify wakes a busy peer at once; an idle peer (mtxcomm_comm_set_idle) is left asleep, and is
+// woken only when the notifier's next collective has waited for it (ShmGroup::kOwedWakeDelay).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "mtxcomm/mtxcomm.h"
+
+namespace mtxcomm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using testing::makeInprocComms;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Two ranks as threads, their shared-memory group set up: body(comm, rank).
+template <class Body>
+void twoRanks(Body body) {
+  auto comms = makeInprocComms(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      unwrapComm(comms[r])->setup(nullptr);
+      ASSERT_EQ(mtxcomm_barrier(comms[r]), MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comms[r]);
+      body(comms[r], r);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto c : comms) mtxcomm_comm_destroy(c);
+}
+
+TEST(Notify, ABusyPeerIsWokenAtOnce) {
+  std::atomic<bool> asleep{false};
+  double woke = -1;
+  mtxcomm_notify_state_t got{};
+  twoRanks([&](mtxcomm_comm_t comm, int rank) {
+    if (rank == 1) {
+      mtxcomm_notify_state_t seen{};
+      ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
+      asleep = true;
+      const auto t0 = Clock::now();
+      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 60.0, &got), MTXCOMM_SUCCESS);
+      woke = since(t0);
+      return;
+    }
+    while (!asleep) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(mtxcomm_comm_notify(comm, 7), MTXCOMM_SUCCESS);
+  });
+  EXPECT_EQ(got.cycle, 7u);
+  EXPECT_LT(woke, 30.0);  // not a speed check: far from the 60 s it was given
+}
+
+TEST(Notify, AnIdlePeerIsLeftAsleepUntilTheNotifierWaitsForIt) {
+  std::atomic<bool> asleep{false};
+  std::atomic<bool> notified{false};
+  Clock::time_point collectiveAt{};
+  std::atomic<bool> inCollective{false};
+  double firstSleep = -1;
+  mtxcomm_notify_state_t first{}, second{};
+  std::vector<int32_t> gathered(2, -1);
+  twoRanks([&](mtxcomm_comm_t comm, int rank) {
+    if (rank == 1) {
+      ASSERT_EQ(mtxcomm_comm_set_idle(comm, 1), MTXCOMM_SUCCESS);
+      mtxcomm_notify_state_t seen{};
+      ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
+      asleep = true;
+      // A short wait: the notify comes during it, and leaves this idle rank asleep to its end.
+      const auto t0 = Clock::now();
+      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 0.15, &first), MTXCOMM_SUCCESS);
+      firstSleep = since(t0);
+      ASSERT_TRUE(notified) << "the wait ended before the notify";
+      // The state says a cycle was asked; sleep again until woken.
+      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &first, 20.0, &second), MTXCOMM_SUCCESS);
+      EXPECT_TRUE(inCollective) << "woken before the notifier's collective waited";
+      const int32_t mine = 11;
+      ASSERT_EQ(mtxcomm_allgather(&mine, gathered.data(), 1, MTXCOMM_INT32, comm, nullptr),
+                MTXCOMM_SUCCESS);
+      return;
+    }
+    while (!asleep) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    notified = true;
+    ASSERT_EQ(mtxcomm_comm_notify(comm, 3), MTXCOMM_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past rank 1's short wait
+    collectiveAt = Clock::now();
+    inCollective = true;
+    const int32_t mine = 10;
+    std::vector<int32_t> all(2, -1);
+    ASSERT_EQ(mtxcomm_allgather(&mine, all.data(), 1, MTXCOMM_INT32, comm, nullptr),
+              MTXCOMM_SUCCESS);
+    EXPECT_EQ(all, (std::vector<int32_t>{10, 11}));
+    EXPECT_LT(since(collectiveAt), 10.0);  // the owed wake came: not the 20 s rank 1 slept for
+  });
+  EXPECT_EQ(first.cycle, 3u);
+  EXPECT_GE(firstSleep, 0.14) << "the notify woke an idle rank";
+  EXPECT_EQ(gathered, (std::vector<int32_t>{10, 11}));
+}
+
+TEST(Notify, AnIdlePeerThatComesByItselfIsNeverWoken) {
+  // Rank 1 is idle and asleep; rank 0 notifies and enters the collective; rank 1's own work
+  // (here: a wakeup from its own process, as an engine's submission does) brings it there. The
+  // notify's wake is then dropped: rank 1's next sleep is not cut short by it.
+  std::atomic<bool> asleep{false}, notified{false};
+  double secondSleep = -1;
+  twoRanks([&](mtxcomm_comm_t comm, int rank) {
+    int32_t mine = rank, all[2] = {-1, -1};
+    if (rank == 1) {
+      ASSERT_EQ(mtxcomm_comm_set_idle(comm, 1), MTXCOMM_SUCCESS);
+      mtxcomm_notify_state_t seen{}, now{};
+      ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
+      asleep = true;
+      while (!notified) std::this_thread::yield();
+      ASSERT_EQ(mtxcomm_comm_wakeup(comm), MTXCOMM_SUCCESS);  // this rank's own submission
+      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 60.0, &now), MTXCOMM_SUCCESS);
+      ASSERT_EQ(mtxcomm_allgather(&mine, all, 1, MTXCOMM_INT32, comm, nullptr), MTXCOMM_SUCCESS);
+      EXPECT_EQ(all[0], 0);
+      EXPECT_EQ(all[1], 1);
+      // Asleep again, until a timeout: no late wake arrives from the first notify.
+      ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
+      const auto t0 = Clock::now();
+      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 0.1, &now), MTXCOMM_SUCCESS);
+      secondSleep = since(t0);
+      ASSERT_EQ(mtxcomm_barrier(comm), MTXCOMM_SUCCESS);
+      return;
+    }
+    while (!asleep) std::this_thread::yield();
+    ASSERT_EQ(mtxcomm_comm_notify(comm, 1), MTXCOMM_SUCCESS);
+    notified = true;
+    ASSERT_EQ(mtxcomm_allgather(&mine, all, 1, MTXCOMM_INT32, comm, nullptr), MTXCOMM_SUCCESS);
+    // A later collective, with rank 1 asleep for a while: it must not pay the first notify's
+    // wake (rank 1's sleep above runs to its timeout).
+    ASSERT_EQ(mtxcomm_barrier(comm), MTXCOMM_SUCCESS);
+  });
+  EXPECT_GE(secondSleep, 0.09);
+}
+
+TEST(Notify, SetIdleChecksItsCommunicator) {
+  EXPECT_EQ(mtxcomm_comm_set_idle(nullptr, 1), MTXCOMM_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace mtxcomm
