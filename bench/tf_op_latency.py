@@ -1,8 +1,11 @@
 """Latency of one mtxcomm allreduce inside a tf.function against a tf.function holding one
-multiplication (TensorFlow's own per-call cost), medians of 5 x 200 calls, 1 KiB float32.
+multiplication (TensorFlow's own per-call cost), 1 KiB float32. The two alternate in blocks of
+100 calls (21 blocks, the order swapped each block), so that a slow moment of the machine
+weighs on both: the overhead is the median over blocks of (allreduce - x * 2) in the block.
 Run: mtxrun -np 2 python bench/tf_op_latency.py"""
 
 import os
+import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -10,6 +13,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
+
+BLOCKS, CALLS = 21, 100
 
 hvd.init()
 x = tf.ones([256])
@@ -25,14 +30,27 @@ def multiply(t):
     return t * 2
 
 
-for fn, name in ((multiply, "tf.function(x * 2)"), (allreduce, "tf.function(allreduce(x))")):
+def block(fn):
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn(x)
+    return (time.perf_counter() - start) / CALLS * 1e6
+
+
+for fn in (multiply, allreduce):
     for _ in range(20):
         fn(x)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(200):
-            fn(x)
-        times.append((time.perf_counter() - start) / 200 * 1e6)
-    if hvd.rank() == 0:
-        print("%-28s median %.0f us per call (np=%d)" % (name, sorted(times)[2], hvd.size()))
+times = {multiply: [], allreduce: []}
+for b in range(BLOCKS):
+    for fn in ((multiply, allreduce) if b % 2 == 0 else (allreduce, multiply)):
+        times[fn].append(block(fn))
+if hvd.rank() == 0:
+    over = [a - m for a, m in zip(times[allreduce], times[multiply])]
+    print("%-28s median %.0f us per call (np=%d)" % ("tf.function(x * 2)",
+                                                      statistics.median(times[multiply]),
+                                                      hvd.size()))
+    print("%-28s median %.0f us per call (np=%d)" % ("tf.function(allreduce(x))",
+                                                      statistics.median(times[allreduce]),
+                                                      hvd.size()))
+    print("overhead (allreduce - x * 2, per block) median %.1f us (p25 %.1f, p75 %.1f)" %
+          (statistics.median(over), *statistics.quantiles(over, n=4)[0:3:2]))

@@ -13,7 +13,8 @@ Per run, in this order:
                   workers (TF_CONFIG), global batch 256
   digits 1p       python examples/keras_digits.py (the main job), seconds per epoch
   digits np2      mtxrun -np 2 --transparent python examples/keras_digits.py
-Then the binding's overhead once per run: mtxrun -np 2 python bench/tf_op_latency.py.
+Then the binding's overhead once per run: mtxrun -np 2 python bench/tf_op_latency.py (the
+median over its interleaved blocks of allreduce minus x * 2).
 Ratios: throughput = 1 / (ms per step); np2 vs 1p is the speedup of the same global batch.
 """
 import argparse
@@ -93,7 +94,7 @@ def main():
     args = ap.parse_args()
     e = str(args.epochs)
     res = {k: [] for k in ("mlp 1p", "mlp 1p 1core", "mlp mtxcomm np2", "mlp mwms np2",
-                           "digits 1p", "digits np2", "op ms", "allreduce ms")}
+                           "digits 1p", "digits np2", "op ms", "allreduce ms", "overhead us")}
     for run in range(args.runs):
         res["mlp 1p"].append(ms_per_step(out([PY, MLP, "--epochs", e], clean_env())))
         res["mlp 1p 1core"].append(ms_per_step(out(
@@ -111,18 +112,20 @@ def main():
         vals = [float(v) for v in re.findall(r"median ([0-9.]+) us", lat)]
         res["op ms"].append(vals[0] / 1e3)
         res["allreduce ms"].append(vals[1] / 1e3)
+        res["overhead us"].append(vals[2])  # per interleaved block (tf_op_latency.py)
         print("run %d: %s" % (run, {k: v[-1] for k, v in res.items()}), flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     print("\nmedians of %d interleaved runs:" % args.runs)
     for k, v in med.items():
-        print("  %-16s %.3f %s" % (k, v, "s/epoch" if k.startswith("digits") else "ms" +
-                                    ("" if k.endswith("ms") else "/step")))
+        unit = ("s/epoch" if k.startswith("digits") else "" if k.endswith((" ms", " us"))
+                else "ms/step")
+        print("  %-16s %.3f %s" % (k, v, unit))
     ratios = {
         "mtxcomm np2 vs 1p (throughput)": med["mlp 1p"] / med["mlp mtxcomm np2"],
         "mtxcomm np2 vs 1p 1core (throughput)": med["mlp 1p 1core"] / med["mlp mtxcomm np2"],
         "mtxcomm np2 vs mwms np2 (throughput)": med["mlp mwms np2"] / med["mlp mtxcomm np2"],
         "digits np2 / 1p (epoch time)": med["digits np2"] / med["digits 1p"],
-        "binding overhead us (allreduce - x*2)": (med["allreduce ms"] - med["op ms"]) * 1e3,
+        "binding overhead us (allreduce - x*2)": med["overhead us"],
     }
     print("ratios:")
     for k, v in ratios.items():
