@@ -502,6 +502,35 @@ TEST_F(Trust, ConfigurationsThatDisagreeAreNamedOnEveryRank) {
   });
 }
 
+// A rank of another mtxcomm build (another version, or a shared-memory segment laid out
+// differently) is refused at init, before any segment is shared, naming the builds and ranks.
+TEST_F(Trust, RanksOfAnotherBuildAreRefusedAtInit) {
+  auto transports = makeInprocTransports(2);
+  std::string verdict;
+  runThreads(2, [&](int rank) {
+    if (rank == 0) {
+      Comm comm(std::move(transports[0]), Config(), 0);
+      expectError([&] { comm.agreeConfig(); }, MTXCOMM_INVALID_USAGE,
+                  {"mtxcomm build differs: ", ", shared-memory layout ",
+                   "on rank 0, 9.9.9, shared-memory layout 0badcafe on rank 1",
+                   "every rank must load the same mtxcomm library"});
+      return;
+    }
+    // Rank 1 speaks the agreement's protocol as another build would: its record, then rank 0's
+    // verdict.
+    Transport& t = *transports[1];
+    std::vector<char> record(8192, '\0'), answer(4096, '\0');
+    const std::string mine = "mtxcomm build=9.9.9, shared-memory layout 0badcafe\n";
+    std::memcpy(record.data(), mine.data(), mine.size());
+    std::vector<RequestPtr> reqs;
+    reqs.push_back(t.isend(0, Transport::kMaxTag, record.data(), record.size()));
+    reqs.push_back(t.irecv(0, Transport::kMaxTag, answer.data(), answer.size()));
+    t.waitAll(reqs, Clock::now() + kTimeout);
+    verdict = answer.data();
+  });
+  EXPECT_EQ(verdict.rfind("mtxcomm build differs: ", 0), 0u) << verdict;
+}
+
 // ---- Calls that disagree over shared memory ----------------------------------------------------
 
 // A code expected in the call, or kByNextCall: the call may succeed (a broadcast's root, and a

@@ -1,6 +1,7 @@
 #include "lib/comm/comm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -361,8 +362,17 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
 namespace {
 
 // "NAME=value\n" for every variable every rank must agree on.
+// The record's line naming this build: ranks of builds that differ in version or in the
+// shared-memory segment's layout must not run together (they would misread each other's
+// segment and wire formats).
+constexpr const char* kBuildKey = "mtxcomm build";
+
 std::string agreementRecord(const Config& cfg) {
-  std::string record;
+  char build[96];
+  std::snprintf(build, sizeof(build), "%s=%d.%d.%d, shared-memory layout %08x\n", kBuildKey,
+                MTXCOMM_VERSION_MAJOR, MTXCOMM_VERSION_MINOR, MTXCOMM_VERSION_PATCH,
+                static_cast<unsigned>(ShmGroup::layoutDigest()));
+  std::string record = build;
   for (const std::string& kv : cfg.describe()) {
     const std::string name = kv.substr(0, kv.find('='));
     for (const ConfigVar& var : configVars()) {
@@ -412,7 +422,7 @@ void Comm::agreeConfig() {
           seen[kv.first][kv.second].push_back(r);
         }
       }
-      std::string text;
+      std::string text, builds;
       for (auto& var : seen) {
         size_t holders = 0;
         for (auto& v : var.second) holders += v.second.size();
@@ -423,10 +433,15 @@ void Comm::agreeConfig() {
           line += strCat(sep, v.first, " on ", rankRanges(v.second));
           sep = ", ";
         }
-        text += (text.empty() ? "" : "; ") + line;
+        if (var.first == kBuildKey) {
+          builds = line + " (every rank must load the same mtxcomm library)";
+        } else {
+          text += (text.empty() ? "" : "; ") + line;
+        }
       }
+      if (!text.empty()) text += " (these variables must be the same on every rank)";
+      if (!builds.empty()) text = builds + (text.empty() ? "" : "; ") + text;
       if (!text.empty()) {
-        text += " (these variables must be the same on every rank)";
         if (text.size() > kVerdictBytes - 1) text.resize(kVerdictBytes - 1);
         std::memcpy(verdict.data(), text.data(), text.size());
       }

@@ -28,6 +28,8 @@ namespace mtxcomm {
 namespace {
 constexpr uint64_t kMagic = 0x6d7478636f6d6d31ull;  // "mtxcomm1"
 constexpr size_t kHeaderBytes = 128;
+// Bumped when a field of the segment changes meaning without changing a size (layoutDigest).
+constexpr uint64_t kLayoutRevision = 1;
 constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
 constexpr size_t kAlign = 64;
 constexpr int kOversubscribedYields = 20000;  // see waitFor
@@ -313,6 +315,17 @@ uint64_t callDigest(uint64_t previous, const CallSignature& call, bool rejected)
 }
 
 }  // namespace
+
+uint32_t ShmGroup::layoutDigest() {
+  uint64_t h = 0;
+  for (uint64_t w :
+       {uint64_t{sizeof(Control)}, uint64_t{alignof(Control)}, uint64_t{sizeof(Line)},
+        uint64_t{kHeaderBytes}, uint64_t{kSmallSlots}, uint64_t{kSmallBytes}, uint64_t{kLineSlots},
+        uint64_t{kLinesPerBox}, uint64_t{kHistory}, uint64_t{kLayoutRevision}}) {
+    h = mixWord(h, w);
+  }
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
 
 void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedBecause) {
   call_ = call;

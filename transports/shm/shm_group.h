@@ -56,6 +56,9 @@ class ShmGroup {
   }
   // Bytes of the whole segment for n ranks and the given slot size.
   static size_t segmentBytes(int n, size_t slotBytes);
+  // A digest of the segment's layout (its blocks' sizes and counts): ranks of builds whose
+  // digests differ must not share a segment (Comm::agreeConfig compares it at init).
+  static uint32_t layoutDigest();
 
   // Data slot of rank r in set s (0 or 1) for the current chunk, 64-byte aligned: the slot's
   // start, or, for a chunk started with nextSet(bytes), the position within it that the chunk
