@@ -265,6 +265,34 @@ TEST_P(CollectiveMatrix, ShmReductionsInChunksSmallerThanTheSlot) {
   runCases(n, cases, cfg);
 }
 
+// The shm reduce: line boxes (at most 256 bytes), the eager path (a chunk under 64 KiB: the
+// non-roots post their slot and go on, the root reduces its own input where it lies, or from its
+// slot when in place at root >= 2) and the sliced one (64 KiB and up, from 3 ranks), each root,
+// in place and out of place, several chunks in 64 KiB slots, with broadcasts and allreduces in
+// between: a non-root running two chunks ahead must never overwrite a slot the root has not
+// reduced.
+TEST_P(CollectiveMatrix, ShmReduceEveryRootEagerAndSliced) {
+  const int n = GetParam();
+  Config cfg;
+  cfg.shmSlotBytes = size_t{64} << 10;
+  const size_t bytes[] = {200, 4100, 30000, 65536, 70000, 150000, 12, 40000};
+  std::vector<Case> cases;
+  for (int i = 0; i < 40; ++i) {
+    const mtxcomm_datatype_t dt = i % 3 == 2 ? MTXCOMM_INT32 : MTXCOMM_FLOAT32;
+    const size_t count = bytes[i % 8] / 4;
+    const bool inPlace = (i / 3) % 2 == 1;
+    const mtxcomm_op_t op = dt == MTXCOMM_FLOAT32 && i % 4 == 3 ? MTXCOMM_AVG : MTXCOMM_SUM;
+    cases.push_back({Collective::kReduce, "shm", dt, op, count, inPlace, i % n});
+    if (i % 5 == 4) {
+      cases.push_back({Collective::kBroadcast, "shm", dt, MTXCOMM_SUM, count, inPlace, 0});
+    }
+    if (i % 7 == 6) {
+      cases.push_back({Collective::kAllreduce, "shm", dt, MTXCOMM_MAX, count, inPlace, 0});
+    }
+  }
+  runCases(n, cases, cfg);
+}
+
 // bool reductions are logical across ranks: SUM and MAX give OR, PROD and MIN give AND, written
 // as 0/1 whatever true bytes the ranks pass (0x02, 0x80, 0xff: a byte-wise sum, product, min or
 // max would give other bytes), for every algorithm of allreduce, reduce and reduce_scatter, in
