@@ -361,12 +361,12 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
 
 namespace {
 
-// "NAME=value\n" for every variable every rank must agree on.
 // The record's line naming this build: ranks of builds that differ in version or in the
 // shared-memory segment's layout must not run together (they would misread each other's
 // segment and wire formats).
 constexpr const char* kBuildKey = "mtxcomm build";
 
+// "NAME=value\n" for this build (kBuildKey) and every variable every rank must agree on.
 std::string agreementRecord(const Config& cfg) {
   char build[96];
   std::snprintf(build, sizeof(build), "%s=%d.%d.%d, shared-memory layout %08x\n", kBuildKey,

@@ -506,7 +506,8 @@ void ShmGroup::notify(uint64_t cycle) {
     }
     // seq_cst with the peer's store of notifyIdle and its load of notifyCycle (setIdle, then
     // notifyState): either this sees it no longer idle, or it sees the new cycle and does not
-    // sleep. A wrong guess costs only time: the owed wake is paid before this rank sleeps.
+    // sleep. A wrong guess costs only time: the owed wake is paid once this rank's next wait
+    // has slept kOwedWakeDelay.
     if (c.notifyIdle.load(std::memory_order_seq_cst) != 0) {
       owed_.push_back(q);
       continue;
