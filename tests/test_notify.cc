@@ -3,6 +3,7 @@
 // woken only when the notifier's next collective has waited for it (ShmGroup::kOwedWakeDelay).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,15 +23,18 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Two ranks as threads, their shared-memory group set up: body(comm, rank).
+// Two ranks as threads, their shared-memory group set up (and a barrier passed, unless
+// barrierFirst is false): body(comm, rank).
 template <class Body>
-void twoRanks(Body body) {
+void twoRanks(Body body, bool barrierFirst = true) {
   auto comms = makeInprocComms(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       unwrapComm(comms[r])->setup(nullptr);
-      ASSERT_EQ(mtxcomm_barrier(comms[r]), MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comms[r]);
+      if (barrierFirst) {
+        ASSERT_EQ(mtxcomm_barrier(comms[r]), MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comms[r]);
+      }
       body(comms[r], r);
     });
   }
@@ -104,6 +108,46 @@ TEST(Notify, AnIdlePeerIsLeftAsleepUntilTheNotifierWaitsForIt) {
   EXPECT_EQ(first.cycle, 3u);
   EXPECT_GE(firstSleep, 0.14) << "the notify woke an idle rank";
   EXPECT_EQ(gathered, (std::vector<int32_t>{10, 11}));
+}
+
+// The notifier's collective wakes the idle peer after kOwedWakeDelay (1 ms) of waiting for it:
+// well before the 50 ms of a liveness check or the peer's own 200 ms check, also when the notify
+// is the communicator's first call (its sequence numbers then start past setup's). The median
+// of 3 trials, so that one slow thread wake-up on a busy machine does not decide.
+TEST(Notify, AnIdlePeerIsWokenSoonAfterTheNotifierWaitsForIt) {
+  for (bool barrierFirst : {true, false}) {
+    std::vector<double> waited;
+    for (int trial = 0; trial < 3; ++trial) {
+      std::atomic<bool> asleep{false};
+      double took = -1;
+      twoRanks(
+          [&](mtxcomm_comm_t comm, int rank) {
+            int32_t mine = rank, all[2] = {-1, -1};
+            if (rank == 1) {
+              ASSERT_EQ(mtxcomm_comm_set_idle(comm, 1), MTXCOMM_SUCCESS);
+              mtxcomm_notify_state_t seen{}, now{};
+              ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
+              asleep = true;
+              ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 20.0, &now), MTXCOMM_SUCCESS);
+            } else {
+              while (!asleep) std::this_thread::yield();
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              ASSERT_EQ(mtxcomm_comm_notify(comm, 1), MTXCOMM_SUCCESS);
+            }
+            const auto t0 = Clock::now();
+            ASSERT_EQ(mtxcomm_allgather(&mine, all, 1, MTXCOMM_INT32, comm, nullptr),
+                      MTXCOMM_SUCCESS);
+            if (rank == 0) took = since(t0);
+            EXPECT_EQ(all[0], 0);
+            EXPECT_EQ(all[1], 1);
+          },
+          barrierFirst);
+      waited.push_back(took);
+    }
+    std::sort(waited.begin(), waited.end());
+    EXPECT_LT(waited[1], 0.025) << (barrierFirst ? "after a barrier" : "as the first call")
+                                << ": the owed wake came late";
+  }
 }
 
 TEST(Notify, AnIdlePeerThatComesByItselfIsNeverWoken) {

@@ -175,6 +175,8 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   const double predicted = selected.predicted;
   lastAlgorithm_.store(algo.name, std::memory_order_relaxed);
   lastPredicted_ = predicted;
+  // Idle peers a notify left asleep are woken by this group's waits only (ShmGroup::setIdle).
+  if (shm_ && !algo.run) shm_->payOwedWakes();
   try {
     if (algo.compose) {
       // Building the levels and running on them issues collectives on this communicator and

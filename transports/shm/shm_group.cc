@@ -329,8 +329,15 @@ uint32_t ShmGroup::layoutDigest() {
 
 void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedBecause) {
   call_ = call;
-  // Every peer entered the collective after the last notify: none sleeps on it any more.
-  if (!owed_.empty() && call.seq > owedUntilCall_) owed_.clear();
+  // The owed wakes belong to the first collective after the notify; once a later one starts,
+  // every peer has entered that one: none sleeps on it any more.
+  if (!owed_.empty()) {
+    if (owedCall_ == 0) {
+      owedCall_ = call.seq;
+    } else if (call.seq != owedCall_) {
+      owed_.clear();
+    }
+  }
   Control& mine = control(rank_);
   const size_t h = call.seq % kHistory;
   mine.history[h].store(call);
@@ -514,7 +521,7 @@ void ShmGroup::notify(uint64_t cycle) {
     }
     wake(c);
   }
-  owedUntilCall_ = call_.seq + 1;  // the collective after this notify (the engine's exchange)
+  owedCall_ = 0;  // the next collective entered (the engine's exchange)
 }
 
 void ShmGroup::wake(Control& c) {
@@ -939,9 +946,10 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
       if (asymmetric_) globalMembarrier();
       const uint32_t seen = c.progress.load(std::memory_order_seq_cst);
       if (word(p) < target) {
-        futexWait(
-            &c.progress, seen,
-            std::min<Clock::duration>(nextCheck - Clock::now(), std::chrono::milliseconds(50)));
+        futexWait(&c.progress, seen,
+                  std::min<Clock::duration>(
+                      (owed_.empty() ? nextCheck : std::min(nextCheck, owedDue)) - Clock::now(),
+                      std::chrono::milliseconds(50)));
       }
       c.sleepers.fetch_sub(1, std::memory_order_relaxed);
       if (cancel_) cancel_->check();

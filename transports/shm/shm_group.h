@@ -186,6 +186,9 @@ class ShmGroup {
   // rank enters that collective first: woken at once, it would find nothing to do and take the
   // core from the framework thread about to submit. The thread that uses the group.
   void setIdle(bool idle);
+  // Wakes now the idle peers the last notify left asleep: for a collective that will not wait
+  // through this group's waits (an algorithm over the transport), which would never pay them.
+  void payOwedWakes();
   NotifyState notifyState() const;
   NotifyState waitNotify(const NotifyState& seen, Clock::time_point deadline);
   void wakeup();
@@ -257,12 +260,11 @@ class ShmGroup {
   // sleeps).
   void wake(Control& c);
   // The wakes notify left owed to idle peers (setIdle): paid once a wait of this rank has slept
-  // kOwedWakeDelay for a peer, dropped once the collective after the notify is over (every peer
-  // entered it) and another starts.
-  void payOwedWakes();
+  // kOwedWakeDelay for a peer (or by payOwedWakes), dropped once the collective after the
+  // notify is over (every peer entered it) and another starts.
   static constexpr auto kOwedWakeDelay = std::chrono::milliseconds(1);
   std::vector<int> owed_;
-  uint64_t owedUntilCall_ = 0;
+  uint64_t owedCall_ = 0;  // the sequence number of the collective they belong to (0: not yet)
 
   char* base_;
   size_t bytes_;
