@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings/common/negotiation.h"
@@ -259,6 +260,25 @@ TEST(Negotiation, JoinedRanksStandInUntilEveryRankJoined) {
     EXPECT_EQ(ready[r][0].lastJoined, 1);
     EXPECT_FALSE(ranks.neg[r].joined(2));
   }
+}
+
+// A rank that joined early waits while the others still run collectives (uneven data): its
+// join's stall clock starts at the last agreed operation, not at the join; a stall only once
+// nothing has been agreed for MTXCOMM_STALL_TIMEOUT.
+TEST(Negotiation, AJoinIsNotStalledWhileTheOthersWork) {
+  Ranks ranks(2);
+  ranks.cycle({full({kind(Kind::kJoin, "mtxcomm.join", {})}), full({})});
+  Negotiation::Clock::time_point next;
+  for (int step = 0; step < 4; ++step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    auto ready = ranks.cycle({full({}), full({allreduce("g", {3})})});
+    ASSERT_EQ(ready[0].size(), 1u);  // rank 0 stands in
+    EXPECT_TRUE(ranks.neg[0].stallVerdicts(0.1, &next).empty())
+        << "step " << step << ": the join is 30 ms older than the last allreduce, not "
+        << 30 * (step + 1) << " ms";
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  EXPECT_EQ(ranks.neg[0].stallVerdicts(0.1, &next), std::vector<std::string>{"mtxcomm.join"});
 }
 
 TEST(Negotiation, RankZerosStallVerdictFailsTheRequestOnEveryRankThatSubmittedIt) {

@@ -233,6 +233,7 @@ std::vector<Agreed> Negotiation::takeReady() {
   }
   std::sort(ready.begin(), ready.end(),
             [](const Agreed& a, const Agreed& b) { return a.order < b.order; });
+  if (!ready.empty()) lastAgreed_ = Clock::now();
   return ready;
 }
 
@@ -373,14 +374,19 @@ Status Negotiation::checkSplits(const Agreed& op, const std::string& head) const
 Negotiation::Clock::time_point Negotiation::waiting(const NameQueue& q, std::vector<int>* have,
                                                     std::vector<int>* missing) const {
   Clock::time_point first = Clock::time_point::max();
+  bool join = false;
   for (size_t r = 0; r < q.perRank.size(); ++r) {
     if (q.perRank[r].empty()) {
       if (!joined_[r]) missing->push_back(static_cast<int>(r));
     } else {
       have->push_back(static_cast<int>(r));
       first = std::min(first, q.perRank[r].front().arrived);
+      join = join || q.perRank[r].front().request.kind == Kind::kJoin;
     }
   }
+  // A joined rank waits for the others as long as they work: its join is as old as the last
+  // operation agreed, not as its submission (uneven data may keep the others busy for long).
+  if (join && first != Clock::time_point::max()) first = std::max(first, lastAgreed_);
   return first;
 }
 

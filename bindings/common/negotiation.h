@@ -130,6 +130,7 @@ class Negotiation {
     std::vector<std::deque<Item>> perRank;
     bool stallWarned = false;
   };
+  Clock::time_point lastAgreed_{};  // when takeReady last made an operation ready
   void add(int r, Request req, Clock::time_point now);
   Status checkSplits(const Agreed& op, const std::string& head) const;
   bool ready(const NameQueue& q) const;
