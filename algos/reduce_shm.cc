@@ -5,31 +5,20 @@
 //   into its line-tagged box and returns; the root reads each as its tags arrive and reduces
 //   them in rank order (ShmGroup::gatherLines; no barrier, the non-roots wait for nobody, as in
 //   Open MPI's eager sends). Otherwise, per chunk of at most MTXCOMM_SHM_SLOT_BYTES: either (two
-//   ranks, or chunks under 64 KiB) every rank but the root copies its chunk into its slot, posts
-//   it and goes on (it writes that slot again two chunks later, once nextSet has seen the root
-//   finish this one), and the root waits for each post and reduces its own input where it lies
-//   and the others' slots, in rank order, into its receive buffer (in place at a root >= 2, its
-//   input goes through its slot first: the sum would overwrite it before its turn); or the chunk
-//   is reduced in slices exactly as allreduce / shm does (reduceChunkSliced in
-//   algos/shm_chunks.h: each rank copies in the slices others own and reduces its own) and the
-//   root copies the slices out.
-// Bytes moved per rank and element: a non-root copies in (1 read, 1 write); the root n reads
-// and 1 write.
-// Example, n = 3, root 1: r0 and r2 copy in and post; r1 computes slot0 + in + slot2.
-// Source: Open MPI coll/sm reduce (copy-in, reduce from shared slots); the eager non-roots as
-// in Open MPI's btl/vader eager sends.
+//   ranks, or chunks under 16 KiB) every rank copies its chunk into its slot, barrier, and the root
+//   reduces the whole chunk from all slots, in rank order, into its receive buffer; or the chunk is
+//   reduced in slices exactly as allreduce / shm does (reduceChunkSliced in algos/shm_chunks.h:
+//   each rank copies in the slices others own and reduces its own) and the root copies the slices
+//   out.
+// Bytes moved per rank and element: copy in (1 read, 1 write); the root n reads and 1 write.
+// Example, n = 3, root 1: all copy in; barrier; r1 computes slot0 + slot1 + slot2.
+// Source: Open MPI coll/sm reduce (copy-in, reduce from shared slots).
 
 #include "algos/patterns.h"
 #include "algos/registry.h"
 #include "algos/shm_chunks.h"
 
 namespace mtxcomm {
-
-namespace {
-// Below this many bytes a chunk is reduced whole by the root (the non-roots post and go on);
-// at and above it, from 3 ranks on, in slices (every rank reduces 1/n, two barriers).
-constexpr size_t kReduceSliceBytes = 64 << 10;
-}  // namespace
 
 void runReduceShm(const CollArgs& a, ShmGroup& g) {
   const int n = g.size(), me = g.rank();
@@ -49,31 +38,14 @@ void runReduceShm(const CollArgs& a, ShmGroup& g) {
     }
     return;
   }
-  bool eager = false;  // some chunk went through the eager path: the root's call not compared
   for (size_t off = 0; off < a.count; off += chunk) {
     const size_t len = std::min(chunk, a.count - off);
     const int set = g.nextSet();
     const char* in = send + off * es;
-    if (!shmSliced(len * es, n, 3, kReduceSliceBytes)) {
-      // Eager: a non-root posts its slot and goes on; it writes that slot again two chunks
-      // later, after nextSet has seen the root finish this chunk. The root waits for each
-      // post (checking that rank's call) and reduces in rank order.
-      if (me != a.root) {
-        copyBytes(g.slot(set, me), in, len * es);
-        g.postPieces(1);
-        g.finishChunk();
-        eager = true;
-        continue;
-      }
-      // The root reduces its own input where it lies, in rank order (the bits of every other
-      // path), unless the reduction would overwrite it before its turn (in place, root >= 2).
-      char* out = recv + off * es;
-      const bool ownSlot = in == out && me >= 2;
-      if (ownSlot) copyBytes(g.slot(set, me), in, len * es);
-      for (int q = 0; q < n; ++q) {
-        if (q != me) g.waitPieces(q, 1, "reduce (shm) copy-in");
-      }
-      reduceSlots(a, g, set, 0, out, len, ownSlot ? nullptr : in);
+    if (!shmSliced(len * es, n)) {
+      copyBytes(g.slot(set, me), in, len * es);
+      g.barrier("reduce (shm) copy-in");
+      if (me == a.root) reduceSlots(a, g, set, 0, recv + off * es, len);
       g.finishChunk();
       continue;
     }
@@ -81,7 +53,6 @@ void runReduceShm(const CollArgs& a, ShmGroup& g) {
     if (me == a.root) copyOutSlices(g, set, len, es, recv + off * es);
     g.finishChunk();
   }
-  if (eager) g.deferCheck(-1);
 }
 
 }  // namespace mtxcomm

@@ -18,21 +18,19 @@ namespace mtxcomm {
 // whole (one barrier).
 constexpr size_t kShmSliceBytes = 16 << 10;
 
-inline bool shmSliced(size_t chunkBytes, int n, int minRanks = 3,
-                      size_t minBytes = kShmSliceBytes) {
-  return n >= minRanks && chunkBytes >= minBytes;
+inline bool shmSliced(size_t chunkBytes, int n, int minRanks = 3) {
+  return n >= minRanks && chunkBytes >= kShmSliceBytes;
 }
 
 // dst = slot(set, 0) op slot(set, 1) op ... op slot(set, n-1) over count elements starting at
 // byte offset `at` of each slot, always in rank order 0..n-1 (so every rank computes the same
-// bits), divided for MTXCOMM_AVG. dst may be slot(set, 0) + at. With own, this rank's elements
-// are read from own instead of its slot (dst may be own only if this rank is 0 or 1: a later
-// rank's turn comes after dst was written).
-inline void reduceSlots(const CollArgs& a, ShmGroup& g, int set, size_t at, void* dst, size_t count,
-                        const char* own = nullptr) {
-  auto src = [&](int q) -> const char* { return own && q == g.rank() ? own : g.slot(set, q) + at; };
-  reduceBuffers(a.dtype, a.op, dst, src(0), src(1), count);
-  for (int q = 2; q < g.size(); ++q) reduceBuffers(a.dtype, a.op, dst, dst, src(q), count);
+// bits). dst may be slot(set, 0) + at.
+inline void reduceSlots(const CollArgs& a, ShmGroup& g, int set, size_t at, void* dst,
+                        size_t count) {
+  reduceBuffers(a.dtype, a.op, dst, g.slot(set, 0) + at, g.slot(set, 1) + at, count);
+  for (int q = 2; q < g.size(); ++q) {
+    reduceBuffers(a.dtype, a.op, dst, dst, g.slot(set, q) + at, count);
+  }
   if (a.avgDivisor > 0) divideBuffer(a.dtype, dst, count, a.avgDivisor);
 }
 

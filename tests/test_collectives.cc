@@ -265,13 +265,10 @@ TEST_P(CollectiveMatrix, ShmReductionsInChunksSmallerThanTheSlot) {
   runCases(n, cases, cfg);
 }
 
-// The shm reduce: line boxes (at most 256 bytes), the eager path (a chunk under 64 KiB: the
-// non-roots post their slot and go on, the root reduces its own input where it lies, or from its
-// slot when in place at root >= 2) and the sliced one (64 KiB and up, from 3 ranks), each root,
-// in place and out of place, several chunks in 64 KiB slots, with broadcasts and allreduces in
-// between: a non-root running two chunks ahead must never overwrite a slot the root has not
-// reduced.
-TEST_P(CollectiveMatrix, ShmReduceEveryRootEagerAndSliced) {
+// The shm reduce: line boxes (at most 256 bytes), whole chunks reduced by the root and sliced
+// ones (16 KiB and up, from 3 ranks), each root, in place and out of place, SUM and AVG,
+// several chunks in 64 KiB slots, with broadcasts and allreduces in between.
+TEST_P(CollectiveMatrix, ShmReduceEveryRootWholeAndSliced) {
   const int n = GetParam();
   Config cfg;
   cfg.shmSlotBytes = size_t{64} << 10;
