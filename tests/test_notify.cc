@@ -23,6 +23,16 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Sleeps in mtxcomm_comm_wait_notify from the state seen, for at most timeout seconds: the
+// seconds it slept (negative when the wait failed, which is also reported).
+double timedWait(mtxcomm_comm_t comm, const mtxcomm_notify_state_t& seen, double timeout,
+                 mtxcomm_notify_state_t* now) {
+  const auto t0 = Clock::now();
+  const mtxcomm_result_t rc = mtxcomm_comm_wait_notify(comm, &seen, timeout, now);
+  EXPECT_EQ(rc, MTXCOMM_SUCCESS) << mtxcomm_get_last_error(comm);
+  return rc == MTXCOMM_SUCCESS ? since(t0) : -1;
+}
+
 // Two ranks as threads, their shared-memory group set up (and a barrier passed, unless
 // barrierFirst is false): body(comm, rank).
 template <class Body>
@@ -51,9 +61,7 @@ TEST(Notify, ABusyPeerIsWokenAtOnce) {
       mtxcomm_notify_state_t seen{};
       ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
       asleep = true;
-      const auto t0 = Clock::now();
-      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 60.0, &got), MTXCOMM_SUCCESS);
-      woke = since(t0);
+      woke = timedWait(comm, seen, 60.0, &got);
       return;
     }
     while (!asleep) std::this_thread::yield();
@@ -79,9 +87,7 @@ TEST(Notify, AnIdlePeerIsLeftAsleepUntilTheNotifierWaitsForIt) {
       ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
       asleep = true;
       // A short wait: the notify comes during it, and leaves this idle rank asleep to its end.
-      const auto t0 = Clock::now();
-      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 0.15, &first), MTXCOMM_SUCCESS);
-      firstSleep = since(t0);
+      firstSleep = timedWait(comm, seen, 0.15, &first);
       ASSERT_TRUE(notified) << "the wait ended before the notify";
       // The state says a cycle was asked; sleep again until woken.
       ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &first, 20.0, &second), MTXCOMM_SUCCESS);
@@ -171,9 +177,7 @@ TEST(Notify, AnIdlePeerThatComesByItselfIsNeverWoken) {
       EXPECT_EQ(all[1], 1);
       // Asleep again, until a timeout: no late wake arrives from the first notify.
       ASSERT_EQ(mtxcomm_comm_notify_state(comm, &seen), MTXCOMM_SUCCESS);
-      const auto t0 = Clock::now();
-      ASSERT_EQ(mtxcomm_comm_wait_notify(comm, &seen, 0.1, &now), MTXCOMM_SUCCESS);
-      secondSleep = since(t0);
+      secondSleep = timedWait(comm, seen, 0.1, &now);
       ASSERT_EQ(mtxcomm_barrier(comm), MTXCOMM_SUCCESS);
       return;
     }
