@@ -239,6 +239,17 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm);
  * it fails only the aborted one. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
 
+/* Says that this process is ending on an error (call it just before exit). Where mtxcomm started
+ * MPI (mtxcomm_comm_init_from_env under mpirun), it finalizes MPI at exit, and MPI_Finalize waits
+ * for every rank of the job: a rank that failed (a stall, a timeout, an exception) would wait
+ * there for as long as another rank stays busy or hangs, and the launcher would never see it
+ * exit. After this call the exit skips MPI_Finalize (with a warning), so the process ends at
+ * once and the launcher ends the job (mpirun: a rank that exits without MPI_Finalize, or with a
+ * non-zero status, aborts the others). mtxcomm's Python packages call it when an exception is
+ * about to end the program (sys.excepthook). No effect where the program started MPI itself or
+ * where MPI is not used. Never fails. */
+MTXCOMM_API void mtxcomm_exiting_on_error(void);
+
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_size(mtxcomm_comm_t comm, int* size);
 /* This rank's index among the communicator's ranks on the same node (ordered by rank), and

@@ -362,6 +362,8 @@ mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm) {
   return retireEntry(comm, "mtxcomm_comm_abort", "aborted", /*abortPeers=*/true);
 }
 
+void mtxcomm_exiting_on_error(void) { mtxcomm::markExitingOnError(); }
+
 }  // extern "C"
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -47,6 +48,8 @@ void echoConfig(const Comm& comm) {
               comm.transportName(), "; configuration:", all);
 }
 
+std::atomic<bool> g_exitingOnError{false};  // mtxcomm_exiting_on_error
+
 #ifdef MTXCOMM_HAVE_MPI
 std::once_flag g_mpiFinalizeOnce;
 pid_t g_mpiOwnerPid = 0;  // the process that started MPI
@@ -56,7 +59,17 @@ void finalizeOwnedMpi() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (!initialized || finalized) return;
+  if (g_exitingOnError.load()) {
+    // MPI_Finalize waits for every rank; one that is busy or hung would keep this failed rank
+    // (and so the job) alive. Exiting without it makes mpirun end the job.
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MTXCOMM_LOG(kWarn, rank, "this process ends on an error: it exits without MPI_Finalize (which ",
+                "would wait for every other rank), so the launcher ends the job");
+    return;
+  }
+  MPI_Finalize();
 }
 
 void ensureMpiInitialized() {
@@ -85,6 +98,8 @@ bool mpiInitialized() {
 #endif
 
 }  // namespace
+
+void markExitingOnError() { g_exitingOnError = true; }
 
 namespace {
 

@@ -16,6 +16,8 @@ bool launchedByMpi();
 Config loadConfig();
 // mtxcomm_comm_init_from_env.
 std::unique_ptr<Comm> initFromEnv();
+// mtxcomm_exiting_on_error: the exit then skips the MPI_Finalize of an MPI that mtxcomm started.
+void markExitingOnError();
 #ifdef MTXCOMM_HAVE_MPI
 // mtxcomm_comm_init_mpi; comm is an MPI_Comm (kept out of this header's types).
 std::unique_ptr<Comm> initFromMpiComm(void* mpiComm);

@@ -28,6 +28,27 @@ _ARRAY_API = frozenset((
 ))
 
 
+def _end_job_on_uncaught_exception(exiting_on_error):
+    """Chains sys.excepthook so that an exception ending the program tells the library first
+    (mtxcomm_exiting_on_error): the exit then skips the MPI_Finalize that would wait for every
+    other rank, and the launcher ends the job, instead of this failed rank waiting as long as
+    another one stays busy or hangs. Installed once, by whichever API loads the library."""
+    import sys
+    if getattr(sys.excepthook, "_mtxcomm", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            if not hasattr(sys, "ps1"):  # (in an interactive session the program goes on)
+                exiting_on_error()
+        finally:
+            previous(kind, value, tb)
+
+    hook._mtxcomm = True
+    sys.excepthook = hook
+
+
 def __getattr__(name):
     if name in _ARRAY_API:
         from mtxcomm import _arrays

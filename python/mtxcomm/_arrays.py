@@ -29,7 +29,10 @@ import sys
 
 import numpy as np
 
+import mtxcomm as _mtxcomm
 from mtxcomm import _core
+
+_mtxcomm._end_job_on_uncaught_exception(_core.exiting_on_error)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

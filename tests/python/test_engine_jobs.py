@@ -46,6 +46,23 @@ def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_
     assert sorted(after) == [(str(r), str(np_)) for r in range(np_)], job.describe()
 
 
+def test_a_rank_ended_by_an_uncaught_stall_error_ends_the_job(tmp):
+    # The stall error raised on rank 0 and ended its program, but its exit waited in MPI_Finalize
+    # for rank 1, busy outside mtxcomm for as long as it liked: mpirun never saw rank 0 exit and
+    # the job ran on. An exception that ends a program now skips the MPI_Finalize of an MPI that
+    # mtxcomm started (sys.excepthook -> mtxcomm_exiting_on_error), and mpirun ends the job.
+    import time
+    start = time.monotonic()
+    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall_uncaught.py")], tmp,
+              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"}, timeout=120)
+    took = time.monotonic() - start
+    assert job.returncode != 0, job.describe()
+    assert "SUBMITTED 0" in job.stdout and "RETURNED 0" not in job.stdout, job.describe()
+    assert "DeadlineExceededError" in job.stderr and "lonely" in job.stderr, job.describe()
+    assert "exits without MPI_Finalize" in job.stderr, job.describe()
+    assert took < 60, f"the job took {took:.0f} s to end after a 3 s stall timeout"
+
+
 def test_init_after_a_peer_exited_fails_within_the_timeout(tmp):
     # Under mpirun a rank that initialises again after its peer exited (or a peer that never
     # calls init) waited in MPI's communicator setup forever; MTXCOMM_TIMEOUT now bounds it.

@@ -24,10 +24,12 @@ import atexit
 
 import tensorflow as tf
 
+import mtxcomm as _mtxcomm
 from mtxcomm.tensorflow import _library
 
 _ops = _library.ops
 _engine = _library.engine
+_mtxcomm._end_job_on_uncaught_exception(_engine.exiting_on_error)
 
 # Reduction ops, as the C API's mtxcomm_op_t.
 Sum = 0
