@@ -31,7 +31,19 @@ TEST(Config, BadValuesNameTheVariable) {
                {"MTXCOMM_STORE", "http://x"},
                {"MTXCOMM_RANK", "-3"},
                {"MTXCOMM_UCX_EAGER_LIMIT", "2G"},
-               {"MTXCOMM_UCX_EAGER_LIMIT", "lots"}};
+               {"MTXCOMM_UCX_EAGER_LIMIT", "lots"},
+               // Only plain decimal numbers: strtod alone took hexadecimal and a leading space,
+               // strtol a '+' and spaces.
+               {"MTXCOMM_TIMEOUT", "0x10"},
+               {"MTXCOMM_TIMEOUT", "0x1p3"},
+               {"MTXCOMM_TIMEOUT", " 5"},
+               {"MTXCOMM_TIMEOUT", "5 "},
+               {"MTXCOMM_TIMEOUT", "+5"},
+               {"MTXCOMM_TIMEOUT", "inf"},
+               {"MTXCOMM_TIMEOUT", "1e"},
+               {"MTXCOMM_RANK", " 1"},
+               {"MTXCOMM_RANK", "+1"},
+               {"MTXCOMM_SEGMENT_BYTES", "1.5M"}};
   for (const Case& c : cases) {
     setenv(c.var, c.value, 1);
     try {
@@ -75,6 +87,16 @@ TEST(Config, ValuesAreParsedAndUnknownNamesReported) {
   for (const char* v : {"MTXCOMM_TIMEOUT", "MTXCOMM_SEGMENT_BYTES", "MTXCOMM_BROADCAST_ALGO",
                         "MTXCOMM_TIMEOUTT", "MTXCOMM_UCX_EAGER_LIMIT", "MTXCOMM_TCP_IFADDR"})
     unsetenv(v);
+  // Plain decimal forms of seconds.
+  for (const auto& [text, value] : {std::pair<const char*, double>{".5", 0.5},
+                                    {"30", 30.0},
+                                    {"1e1", 10.0},
+                                    {"2.", 2.0},
+                                    {"5E-1", 0.5}}) {
+    setenv("MTXCOMM_TIMEOUT", text, 1);
+    EXPECT_EQ(Config::fromEnvironment().timeoutSeconds, value) << text;
+  }
+  unsetenv("MTXCOMM_TIMEOUT");
   // Every variable in the registry has help text and a type.
   for (const ConfigVar& v : configVars()) {
     EXPECT_FALSE(v.help.empty()) << v.name;

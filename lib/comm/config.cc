@@ -31,11 +31,35 @@ std::string joinChoices(const std::vector<std::string>& v) {
   fail(MTXCOMM_INVALID_USAGE, name, "=\"", value, "\" is invalid: ", why);
 }
 
+// Digits from i on; returns how many.
+size_t skipDigits(const std::string& v, size_t& i) {
+  const size_t from = i;
+  while (i < v.size() && std::isdigit(static_cast<unsigned char>(v[i]))) ++i;
+  return i - from;
+}
+
+// A plain decimal number: digits with an optional fraction and exponent ("0.5", "2", "1e-3"),
+// no sign, space, hexadecimal, inf or nan (strtod would take them all).
+bool isDecimal(const std::string& v) {
+  size_t i = 0;
+  size_t digits = skipDigits(v, i);
+  if (i < v.size() && v[i] == '.') digits += skipDigits(v, ++i);
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (skipDigits(v, i) == 0) return false;
+  }
+  return i == v.size();
+}
+
 int parseInt(const char* name, const std::string& v, long lo, long hi) {
   errno = 0;
   char* end = nullptr;
   long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno) badValue(name, v, "not an integer");
+  size_t i = !v.empty() && v[0] == '-' ? 1 : 0;  // (strtol also takes spaces and a '+')
+  const bool plain = skipDigits(v, i) > 0 && i == v.size();
+  if (!plain || *end != '\0' || errno) badValue(name, v, "not an integer");
   if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "]"));
   return static_cast<int>(x);
 }
@@ -57,7 +81,9 @@ size_t parseBytes(const char* name, const std::string& v, size_t lo, size_t hi) 
   else if (suffix == "G" || suffix == "g")
     mult = 1ull << 30;
   else if (!suffix.empty())
-    badValue(name, v, "unknown suffix (use K, M or G)");
+    badValue(name, v,
+             "not a whole number of bytes with an optional K, M or G suffix (e.g. "
+             "1048576 or 1M)");
   if (x > hi / mult) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
   x *= mult;
   if (x < lo || x > hi) badValue(name, v, strCat("must be in [", lo, ", ", hi, "] bytes"));
@@ -68,8 +94,8 @@ double parseSeconds(const char* name, const std::string& v, double lo, double hi
   char* end = nullptr;
   errno = 0;
   double t = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno || !std::isfinite(t) || t < lo || t > hi) {
-    badValue(name, v, strCat("expected seconds in [", lo, ", ", hi, "]"));
+  if (!isDecimal(v) || *end != '\0' || errno || !std::isfinite(t) || t < lo || t > hi) {
+    badValue(name, v, strCat("expected seconds, a decimal number in [", lo, ", ", hi, "]"));
   }
   return t;
 }
