@@ -153,9 +153,11 @@ def _patch_keras(keras):
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
+        _in_keras_loop.depth += 1
         try:
             return original_fit(*bound.args, **bound.kwargs)
         finally:
+            _in_keras_loop.depth -= 1
             iterators.release_held(self)
 
     model_cls.fit = fit
@@ -177,8 +179,9 @@ def _patch_keras(keras):
                 as_dict = bound.arguments.get("return_dict", False)
                 bound.arguments["return_dict"] = True
                 logs = original(*bound.args, **bound.kwargs)
-                # The whole batch's values, not this rank's share's.
-                logs = self._get_metrics_result_or_logs(logs)
+                # The whole batch's values, not this rank's share's, as Python floats (what
+                # Keras returns: its own conversion ran on this rank's values).
+                logs = _python_logs(self._get_metrics_result_or_logs(logs))
                 return logs if as_dict else self._flatten_metrics_in_order(logs)
             return method
 
@@ -195,9 +198,11 @@ def _patch_keras(keras):
                 if rank != 0:
                     bound.arguments["verbose"] = 0
                 _make_data_parallel(self, keras, hvd)
+                _in_keras_loop.depth += 1
                 try:
                     return original(*bound.args, **bound.kwargs)
                 finally:
+                    _in_keras_loop.depth -= 1
                     if name == "evaluate":
                         # (Only evaluate's own: fit's is still in use when fit validates.)
                         iterators.release_held(self, ("test_function",))
@@ -205,19 +210,60 @@ def _patch_keras(keras):
 
         setattr(model_cls, name, distributed())
 
-    _save_on_rank_0(keras, model_cls, rank)
+    _save_on_rank_0(keras, model_cls, rank, mtx)
 
 
-def _save_on_rank_0(keras, model_cls, rank):
+# fit, evaluate and predict in progress on this thread (their callbacks run inside them).
+_in_keras_loop = threading.local()
+_in_keras_loop.depth = 0
+
+
+def _save_on_rank_0(keras, model_cls, rank, mtx):
     """Model.save, save_weights and keras.saving.save_model write on rank 0 only, each file
     through a temporary name in its directory and a rename, so that it is never seen half
-    written. A rank that skipped the save of a local path and then loads that path
-    (keras.models.load_model, Model.load_weights: a script that saves and reloads) first waits
-    until rank 0's rename has replaced what the path held at the skip (at most
-    _SAVE_WAIT_SECONDS, then it loads what is there, with a warning)."""
+    written; Model.export and tf.saved_model.save too.
+
+    A save the script makes outside fit, evaluate and predict is made by every rank at the same
+    point of the script: there it is a collective (a broadcast of rank 0's outcome), so every
+    rank returns from it once rank 0's file is in place, and a load right after reads it; if
+    rank 0's save failed, every rank raises. A save inside them (a callback's) may be rank 0's
+    alone (ModelCheckpoint runs there only): a rank that skipped the save of a local path there
+    and then loads that path first waits until rank 0's rename has replaced what the path held
+    at the skip (at most _SAVE_WAIT_SECONDS, then it loads what is there, with a warning)."""
     import os
     import sys
     import time
+
+    saving = threading.local()  # the outermost save is the collective (saves may nest)
+
+    def collective():
+        return _in_keras_loop.depth == 0 and not getattr(saving, "depth", 0)
+
+    def together(ok, path):
+        """Every rank: rank 0's outcome (True: its file is in place)."""
+        flag = mtx.broadcast(tf_module().constant([1 if ok else 0], tf_module().int32), 0,
+                             name="mtxcomm.transparent.save")
+        if int(flag.numpy()[0]) != 1 and rank != 0:
+            raise RuntimeError("mtxcomm transparent: rank 0 failed to save %s (its error is on "
+                               "rank 0's output); this rank skipped the save" % (path,))
+
+    def saved_together(write, path_at):
+        """write (rank 0's save, or the others' skip), made a collective outside Keras' loops."""
+        @functools.wraps(write)
+        def save(*args, **kwargs):
+            if not collective():
+                return write(*args, **kwargs)
+            path = args[path_at] if len(args) > path_at else kwargs.get("filepath")
+            saving.depth = 1
+            ok = False
+            try:
+                result = write(*args, **kwargs)
+                ok = True
+            finally:
+                saving.depth = 0
+                together(ok, path)
+            return result
+        return save
 
     def local(path):
         return isinstance(path, (str, os.PathLike)) and "://" not in os.fspath(path)
@@ -257,10 +303,12 @@ def _save_on_rank_0(keras, model_cls, rank):
                 return result
             return write
 
-        model_cls.save = atomic(model_cls.save, 1)
-        model_cls.save_weights = atomic(model_cls.save_weights, 1)
+        model_cls.save = saved_together(atomic(model_cls.save, 1), 1)
+        model_cls.save_weights = saved_together(atomic(model_cls.save_weights, 1), 1)
+        model_cls.export = saved_together(model_cls.export, 1)
+        tf_module().saved_model.save = saved_together(tf_module().saved_model.save, 1)
         for module in (keras.saving, keras.models):
-            module.save_model = atomic(module.save_model, 1)
+            module.save_model = saved_together(atomic(module.save_model, 1), 1)
         return
 
     skipped = {}
@@ -268,7 +316,11 @@ def _save_on_rank_0(keras, model_cls, rank):
     def skip(*args, **kwargs):
         path = args[1] if len(args) > 1 else kwargs.get("filepath")
         if local(path):
-            skipped[os.path.abspath(os.fspath(path))] = state(path)
+            key = os.path.abspath(os.fspath(path))
+            if _in_keras_loop.depth:
+                skipped[key] = state(path)
+            else:  # (a collective: rank 0's file is in place when this save returns)
+                skipped.pop(key, None)
         return None
 
     def awaiting(original, at):
@@ -288,15 +340,15 @@ def _save_on_rank_0(keras, model_cls, rank):
             return original(*args, **kwargs)
         return load
 
-    model_cls.save = skip
-    model_cls.save_weights = skip
+    model_cls.save = saved_together(skip, 1)
+    model_cls.save_weights = saved_together(skip, 1)
     # SavedModel directories (Model.export, tf.saved_model.save): rank 0's only; ranks writing
     # one directory together broke each other's variables files.
-    model_cls.export = skip
-    tf_module().saved_model.save = skip
+    model_cls.export = saved_together(skip, 1)
+    tf_module().saved_model.save = saved_together(skip, 1)
     model_cls.load_weights = awaiting(model_cls.load_weights, 1)
     for module in (keras.saving, keras.models):
-        module.save_model = skip
+        module.save_model = saved_together(skip, 1)
         module.load_model = awaiting(module.load_model, 0)
 
 
@@ -805,13 +857,25 @@ def _make_data_parallel(model, keras, hvd):
             return metric_logs
         # A custom train_step or test_step's logs: a value that is a metric's result on this
         # rank (its own tracker's) takes that metric's combined result; a value of its own (a
-        # batch's loss) stays, and fit's epoch combines those (_RowWeightedLogs).
-        out = dict(logs)
-        for k, v in logs.items():
-            if k in metric_logs and _same_value(v, own_results.get(k)):
-                out[k] = metric_logs[k]
-        object.__setattr__(model, "_mtx_logs_combined",
-                           all(out[k] is metric_logs.get(k) for k in out))
+        # batch's loss) stays, and fit's epoch combines those (_RowWeightedLogs). Nested dicts
+        # too: keras.io's custom steps return {m.name: m.result() for m in self.metrics}, where
+        # the compiled metrics' result is a dict of theirs (Keras flattens it afterwards).
+        left_own = []
+
+        def combined(d):
+            out = {}
+            for k, v in d.items():
+                if isinstance(v, dict):
+                    out[k] = combined(v)
+                elif k in metric_logs and _same_value(v, own_results.get(k)):
+                    out[k] = metric_logs[k]
+                else:
+                    out[k] = v
+                    left_own.append(k)
+            return out
+
+        out = combined(logs)
+        object.__setattr__(model, "_mtx_logs_combined", not left_own)
         return out
 
     object.__setattr__(model, "_get_metrics_result_or_logs", summed_results)
@@ -819,6 +883,27 @@ def _make_data_parallel(model, keras, hvd):
     model.train_function = None
     model.test_function = None
     model.predict_function = None
+
+
+def _python_logs(logs):
+    """Keras' pythonify_logs: nested dicts flattened, scalar values as Python floats."""
+    try:
+        from keras.src.utils.python_utils import pythonify_logs
+    except ImportError:  # (another Keras layout: the same conversion here)
+        import numpy as np
+
+        def pythonify_logs(logs):
+            out = {}
+            for k, v in sorted((logs or {}).items()):
+                if isinstance(v, dict):
+                    out.update(pythonify_logs(v))
+                    continue
+                try:
+                    out[k] = float(np.asarray(v))
+                except (TypeError, ValueError):
+                    out[k] = v
+            return out
+    return pythonify_logs(logs)
 
 
 def _same_value(a, b):

@@ -300,15 +300,17 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
                                       ("batch_norm", 3), ("fit_twice", 2), ("ratio_metrics", 2),
                                       ("ratio_metrics", 3), ("custom_step", 2),
                                       ("checkpoints", 2), ("loss_forms", 3),
-                                      ("stop_on_rank0", 2)])
+                                      ("stop_on_rank0", 2), ("guide_steps", 2),
+                                      ("save_reload", 2)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
     # save then load, ratio and weighted metrics and train_on_batch/test_on_batch, per-output
     # and custom loss trackers over unevenly split batches, checkpoints loaded after fit and
-    # steps_per_execution, a summed loss and a metric whose result is its state variable:
-    # every rank's weights, moving statistics, History and predictions equal the 1-process
-    # run's (scripts/model_forms.py).
+    # steps_per_execution, a summed loss and a metric whose result is its state variable,
+    # keras.io's custom steps (nested metric logs), saves reloaded at once by ranks that reach
+    # them late: every rank's weights, moving statistics, History and predictions equal the
+    # 1-process run's (scripts/model_forms.py).
     import json
 
     script = os.path.join(SCRIPTS, "model_forms.py")

@@ -23,7 +23,13 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   loss_forms     a loss with reduction "sum" and a custom metric whose result() is its state
                  variable itself, in batches of 15 (uneven splits)
   stop_on_rank0  a callback that stops training at the end of epoch 2 on rank 0 only (a
-                 budget that runs out there first): every rank must stop with it"""
+                 budget that runs out there first): every rank must stop with it
+  guide_steps    keras.io's custom train_step and test_step, which return
+                 {m.name: m.result() for m in self.metrics} (the compiled metrics' result is a
+                 dict of theirs), with AUC and accuracy, validation and evaluate
+  save_reload    save_weights and save to paths that hold an earlier save, the other ranks
+                 reaching the save 1 s after rank 0, then load_weights and load_model at once:
+                 the loaded models are the latest, and reloading takes under 10 s"""
 
 import json
 import os
@@ -99,6 +105,13 @@ elif form == "ratio_metrics":
             history.history.setdefault("train_on_batch_" + k, []).append(v)
     for k, v in model.test_on_batch(x[:35], y[:35], return_dict=True).items():
         history.history["test_on_batch_" + k] = [v]
+    for got in (model.train_on_batch(x[:15], y[:15]), model.test_on_batch(x[:15], y[:15]),
+                *model.test_on_batch(x[:15], y[:15], return_dict=True).values()):
+        # (Keras returns Python floats, arrays for an array-valued metric such as F1Score's
+        # per class; the transparent mode returned EagerTensors.)
+        for v in (got if isinstance(got, list) else [got]):
+            if type(v) is not float and not (isinstance(v, np.ndarray) and v.ndim > 0):
+                raise SystemExit("train_on_batch/test_on_batch returned a %s" % type(v))
     predicted = [model.predict(x[:9], verbose=0).tolist()]
 elif form == "custom_step":
     a = rng.normal(size=(90, 5)).astype("float32")
@@ -254,6 +267,71 @@ elif form == "stop_on_rank0":
 
     history = model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[Budget()])
     predicted = [model.predict(x[:5], verbose=0).tolist()]
+elif form == "guide_steps":
+    import tensorflow as tf
+
+    class Guide(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self.compute_loss(y=y, y_pred=y_pred)
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply(grads, self.trainable_variables)
+            for metric in self.metrics:
+                metric.update_state(loss) if metric.name == "loss" else \
+                    metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+        def test_step(self, data):
+            x, y = data
+            y_pred = self(x, training=False)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+            for metric in self.metrics:
+                metric.update_state(loss) if metric.name == "loss" else \
+                    metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+    x = rng.normal(size=(100, 6)).astype("float32")
+    y = (x[:, 0] + 0.5 * x[:, 1] + rng.normal(size=100) > 0).astype("float32")[:, None]
+    inp = keras.Input((6,))
+    model = Guide(inp, keras.layers.Dense(1, activation="sigmoid")(
+        keras.layers.Dense(8, activation="relu")(inp)))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy",
+                  metrics=[keras.metrics.AUC(name="auc"), "accuracy"])
+    history = model.fit(x[:70], y[:70], batch_size=15, epochs=2, verbose=0, shuffle=False,
+                        validation_data=(x[70:], y[70:]))
+    for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
+        history.history["evaluate_" + k] = [v]
+    predicted = [model.predict(x[:9], verbose=0).tolist()]
+elif form == "save_reload":
+    import time
+
+    def build():
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        m.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return m
+
+    x = rng.normal(size=(64, 4)).astype("float32")
+    y = x.sum(1, keepdims=True)
+    model = build()
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    model.save_weights("w.weights.h5")
+    model.save("m.keras")
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    if os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0":
+        time.sleep(1.0)  # rank 0 has saved before this rank reaches the save
+    start = time.monotonic()
+    model.save_weights("w.weights.h5")
+    model.save("m.keras")
+    again = build()
+    again.load_weights("w.weights.h5")
+    loaded = keras.models.load_model("m.keras")
+    took = time.monotonic() - start
+    if took > 10:
+        raise SystemExit("saving and reloading took %.1f s" % took)
+    predicted = [again.predict(x[:9], verbose=0).tolist(),
+                 loaded.predict(x[:9], verbose=0).tolist()]
 else:
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
