@@ -156,6 +156,8 @@ def _patch_keras(keras):
         _in_keras_loop.depth += 1
         try:
             return original_fit(*bound.args, **bound.kwargs)
+        except tf_module().errors.DeadlineExceededError as e:
+            raise _stall_hint(e) from e
         finally:
             _in_keras_loop.depth -= 1
             iterators.release_held(self)
@@ -201,6 +203,8 @@ def _patch_keras(keras):
                 _in_keras_loop.depth += 1
                 try:
                     return original(*bound.args, **bound.kwargs)
+                except tf_module().errors.DeadlineExceededError as e:
+                    raise _stall_hint(e) from e
                 finally:
                     _in_keras_loop.depth -= 1
                     if name == "evaluate":
@@ -211,6 +215,18 @@ def _patch_keras(keras):
         setattr(model_cls, name, distributed())
 
     _save_on_rank_0(keras, model_cls, rank, mtx)
+
+
+def _stall_hint(error):
+    """A stall of the transparent mode's own collectives (the ranks' batches, metrics, stops),
+    with what usually causes it."""
+    message = getattr(error, "message", str(error))
+    if "mtxcomm.transparent." not in message:
+        return error
+    return type(error)(error.node_def, error.op, message + ". Under --transparent every rank "
+                       "runs the script on the same input and takes its share of each batch: "
+                       "did the ranks' inputs give different numbers of batches (a generator or "
+                       "dataset that depends on the process, or is not seeded alike)?")
 
 
 # fit, evaluate and predict in progress on this thread (their callbacks run inside them).

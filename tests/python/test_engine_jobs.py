@@ -63,6 +63,16 @@ def test_a_rank_ended_by_an_uncaught_stall_error_ends_the_job(tmp):
     assert took < 60, f"the job took {took:.0f} s to end after a 3 s stall timeout"
 
 
+def test_transparent_ranks_whose_inputs_differ_in_length_fail_saying_so(tmp):
+    # A generator that depends on the process: the transparent mode's own collectives stall;
+    # the error says what usually causes it, and the job ends (the first rank to fail exits).
+    job = run(["-np", "2", "--transparent", "python", os.path.join(SCRIPTS, "uneven_input.py")],
+              tmp, env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"}, timeout=120)
+    assert job.returncode != 0 and "FIT_RETURNED" not in job.stdout, job.describe()
+    assert "DeadlineExceededError" in job.stderr, job.describe()
+    assert "did the ranks' inputs give different numbers of batches" in job.stderr, job.describe()
+
+
 def test_init_after_a_peer_exited_fails_within_the_timeout(tmp):
     # Under mpirun a rank that initialises again after its peer exited (or a peer that never
     # calls init) waited in MPI's communicator setup forever; MTXCOMM_TIMEOUT now bounds it.
