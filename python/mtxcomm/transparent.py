@@ -153,13 +153,13 @@ def _patch_keras(keras):
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
-        _in_keras_loop.depth += 1
+        _keras_loops.enter()
         try:
             return original_fit(*bound.args, **bound.kwargs)
         except tf_module().errors.DeadlineExceededError as e:
             raise _stall_hint(e) from e
         finally:
-            _in_keras_loop.depth -= 1
+            _keras_loops.leave()
             iterators.release_held(self)
 
     model_cls.fit = fit
@@ -200,13 +200,13 @@ def _patch_keras(keras):
                 if rank != 0:
                     bound.arguments["verbose"] = 0
                 _make_data_parallel(self, keras, hvd)
-                _in_keras_loop.depth += 1
+                _keras_loops.enter()
                 try:
                     return original(*bound.args, **bound.kwargs)
                 except tf_module().errors.DeadlineExceededError as e:
                     raise _stall_hint(e) from e
                 finally:
-                    _in_keras_loop.depth -= 1
+                    _keras_loops.leave()
                     if name == "evaluate":
                         # (Only evaluate's own: fit's is still in use when fit validates.)
                         iterators.release_held(self, ("test_function",))
@@ -229,18 +229,36 @@ def _stall_hint(error):
                        "dataset that depends on the process, or is not seeded alike)?")
 
 
-# fit, evaluate and predict in progress on this thread (their callbacks run inside them).
-_in_keras_loop = threading.local()
-_in_keras_loop.depth = 0
+class _KerasLoops:
+    """How many fit, evaluate and predict calls are in progress, on any thread: their callbacks
+    run inside them, some on Keras' callback threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def enter(self):
+        with self._lock:
+            self._running += 1
+
+    def leave(self):
+        with self._lock:
+            self._running -= 1
+
+    def running(self):
+        return self._running > 0
+
+
+_keras_loops = _KerasLoops()
 
 
 def _save_on_rank_0(keras, model_cls, rank, mtx):
     """Model.save, save_weights and keras.saving.save_model write on rank 0 only, each file
     through a temporary name in its directory and a rename, so that it is never seen half
-    written; Model.export and tf.saved_model.save too.
+    written; Model.export and tf.saved_model.save too (SavedModel directories, written in place).
 
-    A save the script makes outside fit, evaluate and predict is made by every rank at the same
-    point of the script: there it is a collective (a broadcast of rank 0's outcome), so every
+    A save (not tf.saved_model.save) the script makes outside fit, evaluate and predict is made
+    by every rank at the same point of the script: there it is a collective (a broadcast of rank 0's outcome), so every
     rank returns from it once rank 0's file is in place, and a load right after reads it; if
     rank 0's save failed, every rank raises. A save inside them (a callback's) may be rank 0's
     alone (ModelCheckpoint runs there only): a rank that skipped the save of a local path there
@@ -253,7 +271,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
     saving = threading.local()  # the outermost save is the collective (saves may nest)
 
     def collective():
-        return _in_keras_loop.depth == 0 and not getattr(saving, "depth", 0)
+        return not _keras_loops.running() and not getattr(saving, "depth", 0)
 
     def together(ok, path):
         """Every rank: rank 0's outcome (True: its file is in place)."""
@@ -322,7 +340,6 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
         model_cls.save = saved_together(atomic(model_cls.save, 1), 1)
         model_cls.save_weights = saved_together(atomic(model_cls.save_weights, 1), 1)
         model_cls.export = saved_together(model_cls.export, 1)
-        tf_module().saved_model.save = saved_together(tf_module().saved_model.save, 1)
         for module in (keras.saving, keras.models):
             module.save_model = saved_together(atomic(module.save_model, 1), 1)
         return
@@ -333,7 +350,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
         path = args[1] if len(args) > 1 else kwargs.get("filepath")
         if local(path):
             key = os.path.abspath(os.fspath(path))
-            if _in_keras_loop.depth:
+            if _keras_loops.running():
                 skipped[key] = state(path)
             else:  # (a collective: rank 0's file is in place when this save returns)
                 skipped.pop(key, None)
@@ -361,7 +378,12 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
     # SavedModel directories (Model.export, tf.saved_model.save): rank 0's only; ranks writing
     # one directory together broke each other's variables files.
     model_cls.export = saved_together(skip, 1)
-    tf_module().saved_model.save = saved_together(skip, 1)
+    # tf.saved_model.save: no collective (Model.export calls it on rank 0, and an import of
+    # tensorflow.saved_model rebinds tf.saved_model to a new module made from the defining
+    # module's function: that one is replaced too, so the skip survives it).
+    from tensorflow.python.saved_model import save as saved_model_module
+    saved_model_module.save = skip
+    tf_module().saved_model.save = skip
     model_cls.load_weights = awaiting(model_cls.load_weights, 1)
     for module in (keras.saving, keras.models):
         module.save_model = saved_together(skip, 1)
