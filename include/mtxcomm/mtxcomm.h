@@ -245,9 +245,9 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_abort(mtxcomm_comm_t comm);
  * there for as long as another rank stays busy or hangs, and the launcher would never see it
  * exit. After this call the exit skips MPI_Finalize (with a warning), so the process ends at
  * once and the launcher ends the job (mpirun: a rank that exits without MPI_Finalize, or with a
- * non-zero status, aborts the others). mtxcomm's Python packages call it when an exception is
- * about to end the program (sys.excepthook). No effect where the program started MPI itself or
- * where MPI is not used. Never fails. */
+ * non-zero status, aborts the others). mtxcomm's Python packages call it at exit when an
+ * exception ended the program (sys.last_value), and offer it as mtxcomm.exiting_on_error().
+ * No effect where the program started MPI itself or where MPI is not used. Never fails. */
 MTXCOMM_API void mtxcomm_exiting_on_error(void);
 
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_rank(mtxcomm_comm_t comm, int* rank);

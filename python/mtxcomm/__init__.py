@@ -28,25 +28,36 @@ _ARRAY_API = frozenset((
 ))
 
 
+def exiting_on_error():
+    """Says that this process is ending on an error (call it just before ``sys.exit(code)``
+    with a non-zero code): its exit then skips the MPI_Finalize that would wait for every other
+    rank of the job, so ``mpirun`` ends the job (the C API's ``mtxcomm_exiting_on_error``). An
+    exception that ends the program does this by itself. No effect without MPI."""
+    from mtxcomm import _core
+    _core.exiting_on_error()
+
+
+_exit_check = []
+
+
 def _end_job_on_uncaught_exception(exiting_on_error):
-    """Chains sys.excepthook so that an exception ending the program tells the library first
+    """At exit, after an exception that ended the program (Python sets ``sys.last_value``
+    before it prints the traceback, whatever ``sys.excepthook`` does), tells the library
     (mtxcomm_exiting_on_error): the exit then skips the MPI_Finalize that would wait for every
     other rank, and the launcher ends the job, instead of this failed rank waiting as long as
-    another one stays busy or hangs. Installed once, by whichever API loads the library."""
-    import sys
-    if getattr(sys.excepthook, "_mtxcomm", False):
+    another one stays busy or hangs. Registered once, by whichever API loads the library."""
+    if _exit_check:
         return
-    previous = sys.excepthook
+    import atexit
+    import sys
 
-    def hook(kind, value, tb):
-        try:
-            if not hasattr(sys, "ps1"):  # (in an interactive session the program goes on)
-                exiting_on_error()
-        finally:
-            previous(kind, value, tb)
+    def check():
+        ended = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if ended is not None and not hasattr(sys, "ps1"):  # (an interactive session goes on)
+            exiting_on_error()
 
-    hook._mtxcomm = True
-    sys.excepthook = hook
+    _exit_check.append(check)
+    atexit.register(check)
 
 
 def __getattr__(name):

@@ -63,6 +63,27 @@ def test_a_rank_ended_by_an_uncaught_stall_error_ends_the_job(tmp):
     assert took < 60, f"the job took {took:.0f} s to end after a 3 s stall timeout"
 
 
+def test_a_reported_exception_leaves_the_exit_alone_and_a_failing_exit_ends_the_job(tmp):
+    # An exception caught and shown through sys.excepthook did not end the program, so the
+    # exit finalizes MPI as usual (status 0, no warning); a script that catches a stall error
+    # and calls sys.exit(3) after mtxcomm.exiting_on_error(), or whose own excepthook replaced
+    # whatever came before, ends the job without waiting for the busy rank.
+    import time
+    script = os.path.join(SCRIPTS, "exit_paths.py")
+    job = run(["-np", "2", "python", script, "reported"], tmp, timeout=120)
+    job.check_ok()
+    assert sorted(re.findall(r"END (\d) \[2.0, 2.0\]", job.stdout)) == ["0", "1"], job.describe()
+    assert "MPI_Finalize" not in job.stderr, job.describe()
+    for mode in ("exit3", "late_hook"):
+        start = time.monotonic()
+        job = run(["-np", "2", "python", script, mode], tmp, timeout=120,
+                  env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"})
+        took = time.monotonic() - start
+        assert job.returncode != 0 and "exits without MPI_Finalize" in job.stderr, job.describe()
+        assert took < 60, f"{mode}: the job took {took:.0f} s to end after a 3 s stall timeout"
+        assert mode != "exit3" or "CAUGHT 0 TimeoutError" in job.stdout, job.describe()
+
+
 def test_transparent_ranks_whose_inputs_differ_in_length_fail_saying_so(tmp):
     # A generator that depends on the process: the transparent mode's own collectives stall;
     # the error says what usually causes it, and the job ends (the first rank to fail exits).
