@@ -168,6 +168,11 @@ TEST(Config, BindingsReadNormalisedValuesThroughTheCApi) {
             std::string::npos);
   unsetenv("MTXCOMM_FUSION_BYTES");
   unsetenv("MTXCOMM_CYCLE_TIME");
+  // Seconds read back exactly (a stream's 6 digits made 1234567.5 into 1.23457e+06).
+  setenv("MTXCOMM_STALL_TIMEOUT", "1234567.5", 1);
+  ASSERT_EQ(mtxcomm_config_get("MTXCOMM_STALL_TIMEOUT", buf, sizeof(buf)), MTXCOMM_SUCCESS);
+  EXPECT_EQ(std::strtod(buf, nullptr), 1234567.5) << buf;
+  unsetenv("MTXCOMM_STALL_TIMEOUT");
 }
 
 }  // namespace

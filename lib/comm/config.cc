@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -439,9 +440,19 @@ std::vector<std::string> Config::unknownVariables() {
   return unknown;
 }
 
+namespace {
+// The shortest text that reads back as the same double: bindings read seconds back from
+// describe() (mtxcomm_config_get), and a stream's 6 digits made 1234567.5 s into 1234570.
+std::string exactText(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), x);
+  return std::string(buf, r.ptr);
+}
+}  // namespace
+
 std::vector<std::string> Config::describe() const {
   std::vector<std::string> out;
-  out.push_back(strCat("MTXCOMM_TIMEOUT=", timeoutSeconds));
+  out.push_back(strCat("MTXCOMM_TIMEOUT=", exactText(timeoutSeconds)));
   out.push_back(strCat("MTXCOMM_LOG_LEVEL=", logLevelName(logLevel)));
   out.push_back(strCat("MTXCOMM_SEGMENT_BYTES=", segmentBytes));
   out.push_back(strCat("MTXCOMM_TRANSPORT=", transport));
@@ -457,11 +468,11 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=",
                        shmSlotBytes ? std::to_string(shmSlotBytes) : std::string("auto")));
-  out.push_back(strCat("MTXCOMM_CYCLE_TIME=", cycleTimeSeconds));
+  out.push_back(strCat("MTXCOMM_CYCLE_TIME=", exactText(cycleTimeSeconds)));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
-  out.push_back(strCat("MTXCOMM_STALL_WARNING=", stallWarningSeconds));
+  out.push_back(strCat("MTXCOMM_STALL_WARNING=", exactText(stallWarningSeconds)));
   out.push_back(strCat("MTXCOMM_CACHE_CAPACITY=", cacheCapacity));
-  out.push_back(strCat("MTXCOMM_STALL_TIMEOUT=", stallTimeoutSeconds));
+  out.push_back(strCat("MTXCOMM_STALL_TIMEOUT=", exactText(stallTimeoutSeconds)));
   out.push_back(strCat("MTXCOMM_TIMELINE=", timeline.empty() ? "(unset)" : timeline));
   out.push_back(strCat("MTXCOMM_TIMELINE_MAX_BYTES=", timelineMaxBytes));
   out.push_back(strCat("MTXCOMM_PLACEMENT=", placement));
