@@ -40,20 +40,39 @@ def exiting_on_error():
 _exit_check = []
 
 
+def _ended_the_program(sys):
+    """Whether the exception Python last reported as unhandled went up to the top of the
+    program: its traceback starts in the main module's top level (``python script.py``,
+    ``-c``) or in runpy (``-m``). Python records one in ``sys.last_*`` before it prints the
+    traceback of an exception that ends the program, but so do tools that show a traceback
+    and go on (pytest for a failed or xfailed test, the code module, IPython); their
+    tracebacks start inside them."""
+    if hasattr(sys, "ps1"):  # an interactive session goes on after a traceback
+        return False
+    ended = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    tb = getattr(ended, "__traceback__", None) or getattr(sys, "last_traceback", None)
+    if ended is None or tb is None:
+        return False
+    frame = tb.tb_frame
+    code = frame.f_code
+    if code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+        return True
+    return code.co_filename.endswith(("runpy.py", "<frozen runpy>"))
+
+
 def _end_job_on_uncaught_exception(exiting_on_error):
-    """At exit, after an exception that ended the program (Python sets ``sys.last_value``
-    before it prints the traceback, whatever ``sys.excepthook`` does), tells the library
-    (mtxcomm_exiting_on_error): the exit then skips the MPI_Finalize that would wait for every
-    other rank, and the launcher ends the job, instead of this failed rank waiting as long as
-    another one stays busy or hangs. Registered once, by whichever API loads the library."""
+    """At exit, after an exception that ended the program (_ended_the_program), tells the
+    library (mtxcomm_exiting_on_error): the exit then skips the MPI_Finalize that would wait for
+    every other rank, and the launcher ends the job, instead of this failed rank waiting as
+    long as another one stays busy or hangs. Registered once, by whichever API loads the
+    library."""
     if _exit_check:
         return
     import atexit
     import sys
 
     def check():
-        ended = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-        if ended is not None and not hasattr(sys, "ps1"):  # (an interactive session goes on)
+        if _ended_the_program(sys):
             exiting_on_error()
 
     _exit_check.append(check)

@@ -153,13 +153,15 @@ def _patch_keras(keras):
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
-        _keras_loops.enter()
+        if rank == 0:
+            for c in user_callbacks:
+                if isinstance(c, quiet_callbacks):
+                    _mark_rank_0_only(c)
         try:
             return original_fit(*bound.args, **bound.kwargs)
         except tf_module().errors.DeadlineExceededError as e:
             raise _stall_hint(e) from e
         finally:
-            _keras_loops.leave()
             iterators.release_held(self)
 
     model_cls.fit = fit
@@ -200,13 +202,11 @@ def _patch_keras(keras):
                 if rank != 0:
                     bound.arguments["verbose"] = 0
                 _make_data_parallel(self, keras, hvd)
-                _keras_loops.enter()
                 try:
                     return original(*bound.args, **bound.kwargs)
                 except tf_module().errors.DeadlineExceededError as e:
                     raise _stall_hint(e) from e
                 finally:
-                    _keras_loops.leave()
                     if name == "evaluate":
                         # (Only evaluate's own: fit's is still in use when fit validates.)
                         iterators.release_held(self, ("test_function",))
@@ -229,49 +229,59 @@ def _stall_hint(error):
                        "dataset that depends on the process, or is not seeded alike)?")
 
 
-class _KerasLoops:
-    """How many fit, evaluate and predict calls are in progress, on any thread: their callbacks
-    run inside them, some on Keras' callback threads."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._running = 0
-
-    def enter(self):
-        with self._lock:
-            self._running += 1
-
-    def leave(self):
-        with self._lock:
-            self._running -= 1
-
-    def running(self):
-        return self._running > 0
+# Inside a callback that only rank 0 runs (its ModelCheckpoint, BackupAndRestore, ...): a save
+# there is no collective. Per thread: Keras may run callbacks on threads of its own.
+class _RankZeroOnly(threading.local):
+    depth = 0
 
 
-_keras_loops = _KerasLoops()
+_rank_0_only = _RankZeroOnly()
+_CALLBACK_HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
+                   "on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end",
+                   "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
+                   "on_predict_begin", "on_predict_end", "on_predict_batch_begin",
+                   "on_predict_batch_end")
+
+
+def _mark_rank_0_only(callback):
+    """Runs the hooks of a callback that the other ranks dropped (fit's quiet callbacks) with
+    _rank_0_only raised, once per callback object. The wrappers keep Keras' marks of a default
+    hook (functools.wraps copies them), so Keras still knows which hooks the callback has."""
+    if getattr(callback, "_mtx_rank_0_only", False):
+        return
+    for name in _CALLBACK_HOOKS:
+        method = getattr(callback, name, None)
+        if method is None:
+            continue
+
+        @functools.wraps(method)
+        def hook(*args, _method=method, **kwargs):
+            _rank_0_only.depth += 1
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                _rank_0_only.depth -= 1
+        setattr(callback, name, hook)
+    callback._mtx_rank_0_only = True
 
 
 def _save_on_rank_0(keras, model_cls, rank, mtx):
-    """Model.save, save_weights and keras.saving.save_model write on rank 0 only, each file
-    through a temporary name in its directory and a rename, so that it is never seen half
-    written; Model.export and tf.saved_model.save too (SavedModel directories, written in place).
+    """Model.save, save_weights, export, keras.saving.save_model and tf.saved_model.save write
+    on rank 0 only; rank 0 writes each local file through a temporary name in its directory and
+    a rename, so that it is never seen half written (SavedModel directories are written in
+    place).
 
-    A save (not tf.saved_model.save) the script makes outside fit, evaluate and predict is made
-    by every rank at the same point of the script: there it is a collective (a broadcast of rank 0's outcome), so every
-    rank returns from it once rank 0's file is in place, and a load right after reads it; if
-    rank 0's save failed, every rank raises. A save inside them (a callback's) may be rank 0's
-    alone (ModelCheckpoint runs there only): a rank that skipped the save of a local path there
-    and then loads that path first waits until rank 0's rename has replaced what the path held
-    at the skip (at most _SAVE_WAIT_SECONDS, then it loads what is there, with a warning)."""
+    Every rank runs the same script, so every rank makes the same saves at the same points:
+    each is a collective (a broadcast of rank 0's outcome), every rank returns from it once
+    rank 0's file is in place (a load right after reads it), and if rank 0's save failed every
+    rank raises. Not inside a callback that only rank 0 runs (ModelCheckpoint, BackupAndRestore:
+    _mark_rank_0_only), nor inside another save (Model.export calls tf.saved_model.save)."""
     import os
-    import sys
-    import time
 
     saving = threading.local()  # the outermost save is the collective (saves may nest)
 
     def collective():
-        return not _keras_loops.running() and not getattr(saving, "depth", 0)
+        return not _rank_0_only.depth and not getattr(saving, "depth", 0)
 
     def together(ok, path):
         """Every rank: rank 0's outcome (True: its file is in place)."""
@@ -282,7 +292,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
                                "rank 0's output); this rank skipped the save" % (path,))
 
     def saved_together(write, path_at):
-        """write (rank 0's save, or the others' skip), made a collective outside Keras' loops."""
+        """write (rank 0's save, or the others' skip), made a collective."""
         @functools.wraps(write)
         def save(*args, **kwargs):
             if not collective():
@@ -302,95 +312,53 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
     def local(path):
         return isinstance(path, (str, os.PathLike)) and "://" not in os.fspath(path)
 
-    def state(path):
-        try:
-            st = os.stat(path)
-            return (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            return None
-
-    if rank == 0:
-        def atomic(original, at):
-            @functools.wraps(original)
-            def write(*args, **kwargs):
-                args = list(args)
-                path = args[at] if len(args) > at else kwargs.get("filepath")
-                if not local(path) or (kwargs.get("overwrite") is False and
-                                       os.path.exists(path)):
-                    return original(*args, **kwargs)  # (Keras asks before overwriting)
-                path = os.fspath(path)
-                head, tail = os.path.split(path)
-                # The suffix stays last: Keras checks it (.keras, .h5, .weights.h5).
-                cut = tail.find(".")
-                tmp = os.path.join(head, ".%s.mtxcomm-%d%s" % (
-                    tail[:cut] if cut > 0 else tail, os.getpid(), tail[cut:] if cut > 0 else ""))
-                if len(args) > at:
-                    args[at] = tmp
-                else:
-                    kwargs["filepath"] = tmp
-                try:
-                    result = original(*args, **kwargs)
-                    os.replace(tmp, path)
-                finally:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                return result
-            return write
-
-        model_cls.save = saved_together(atomic(model_cls.save, 1), 1)
-        model_cls.save_weights = saved_together(atomic(model_cls.save_weights, 1), 1)
-        model_cls.export = saved_together(model_cls.export, 1)
-        for module in (keras.saving, keras.models):
-            module.save_model = saved_together(atomic(module.save_model, 1), 1)
-        return
-
-    skipped = {}
+    def atomic(original, at):
+        @functools.wraps(original)
+        def write(*args, **kwargs):
+            args = list(args)
+            path = args[at] if len(args) > at else kwargs.get("filepath")
+            if not local(path) or (kwargs.get("overwrite") is False and os.path.exists(path)):
+                return original(*args, **kwargs)  # (Keras asks before overwriting)
+            path = os.fspath(path)
+            head, tail = os.path.split(path)
+            # The suffix stays last: Keras checks it (.keras, .h5, .weights.h5).
+            cut = tail.find(".")
+            tmp = os.path.join(head, ".%s.mtxcomm-%d%s" % (
+                tail[:cut] if cut > 0 else tail, os.getpid(), tail[cut:] if cut > 0 else ""))
+            if len(args) > at:
+                args[at] = tmp
+            else:
+                kwargs["filepath"] = tmp
+            try:
+                result = original(*args, **kwargs)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return result
+        return write
 
     def skip(*args, **kwargs):
-        path = args[1] if len(args) > 1 else kwargs.get("filepath")
-        if local(path):
-            key = os.path.abspath(os.fspath(path))
-            if _keras_loops.running():
-                skipped[key] = state(path)
-            else:  # (a collective: rank 0's file is in place when this save returns)
-                skipped.pop(key, None)
         return None
 
-    def awaiting(original, at):
-        @functools.wraps(original)
-        def load(*args, **kwargs):
-            path = args[at] if len(args) > at else kwargs.get("filepath")
-            key = os.path.abspath(os.fspath(path)) if local(path) else None
-            if key in skipped:
-                before = skipped.pop(key)
-                deadline = time.monotonic() + _SAVE_WAIT_SECONDS
-                while state(key) in (before, None) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                if state(key) in (before, None):
-                    print("[mtxcomm rank %d] WARN transparent: %s was saved on rank 0 only and "
-                          "did not change within %.0f s; loading what is there"
-                          % (rank, key, _SAVE_WAIT_SECONDS), file=sys.stderr, flush=True)
-            return original(*args, **kwargs)
-        return load
-
-    model_cls.save = saved_together(skip, 1)
-    model_cls.save_weights = saved_together(skip, 1)
-    # SavedModel directories (Model.export, tf.saved_model.save): rank 0's only; ranks writing
-    # one directory together broke each other's variables files.
-    model_cls.export = saved_together(skip, 1)
-    # tf.saved_model.save: no collective (Model.export calls it on rank 0, and an import of
-    # tensorflow.saved_model rebinds tf.saved_model to a new module made from the defining
-    # module's function: that one is replaced too, so the skip survives it).
+    # An import of tensorflow.saved_model (Model.export makes one) rebinds tf.saved_model to a
+    # new module that takes save from its defining module: both are replaced.
     from tensorflow.python.saved_model import save as saved_model_module
-    saved_model_module.save = skip
-    tf_module().saved_model.save = skip
-    model_cls.load_weights = awaiting(model_cls.load_weights, 1)
+    if rank == 0:
+        write, file_write = (lambda f: f), (lambda f: atomic(f, 1))
+    else:
+        # SavedModel directories too: ranks writing one directory together broke each other's
+        # variables files.
+        write = file_write = lambda f: skip
+    model_cls.save = saved_together(file_write(model_cls.save), 1)
+    model_cls.save_weights = saved_together(file_write(model_cls.save_weights), 1)
+    model_cls.export = saved_together(write(model_cls.export), 1)
+    saved_model_module.save = saved_together(write(saved_model_module.save), 1)
+    tf_module().saved_model.save = saved_model_module.save
     for module in (keras.saving, keras.models):
-        module.save_model = saved_together(skip, 1)
-        module.load_model = awaiting(module.load_model, 0)
+        module.save_model = saved_together(file_write(module.save_model), 1)
 
 
-_SAVE_WAIT_SECONDS = 30.0
 _gc_frozen = False
 
 

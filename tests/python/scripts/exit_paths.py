@@ -1,6 +1,8 @@
 """How a rank's program ends, under mpirun with the array API (sys.argv[1]):
   reported   an exception caught and reported through sys.excepthook (as event loops and
-             logging helpers do), then a normal end: the job must exit 0, MPI finalized
+             logging helpers do), and one shown by the code module (which, as pytest for a
+             failed or xfailed test, records it in sys.last_value), then a normal end: the job
+             must exit 0, MPI finalized
   exit3      rank 0 fails a stall (MTXCOMM_STALL_TIMEOUT set by the caller), catches it, calls
              mtxcomm.exiting_on_error() and sys.exit(3) while rank 1 stays busy for 10 minutes:
              the job must end soon
@@ -23,6 +25,9 @@ if mode == "reported":
         raise ValueError("handled, only reported")
     except ValueError:
         sys.excepthook(*sys.exc_info())
+    import code
+    code.InteractiveInterpreter().runsource("1 / 0")
+    assert sys.last_value is not None
     total = mtxcomm.allreduce(np.ones(2))
     report("END %d %s" % (r, total.tolist()))
 elif r != 0:

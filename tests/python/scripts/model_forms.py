@@ -29,8 +29,9 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
                  dict of theirs), with AUC and accuracy, validation and evaluate
   save_reload    save_weights and save to paths that hold an earlier save, the other ranks
                  reaching the save 1 s after rank 0, then load_weights and load_model at once,
-                 on a thread of its own after model.export and tf.saved_model.save: the loaded
-                 models are the latest, and reloading takes under 10 s"""
+                 on a thread of its own after model.export, tf.saved_model.save and load, and a
+                 LambdaCallback that saves and loads at each epoch's end: the loaded models are
+                 the latest, and reloading takes under 10 s"""
 
 import json
 import os
@@ -319,10 +320,28 @@ elif form == "save_reload":
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     model.save_weights("w.weights.h5")
     model.save("m.keras")
-    # A SavedModel, then tf.saved_model.save (Model.export rebinds tf.saved_model on rank 0).
+    # A SavedModel, then tf.saved_model.save (Model.export rebinds tf.saved_model on rank 0)
+    # loaded at once; a callback that every rank runs saves and loads at each epoch's end.
     import tensorflow as tf
+    late = os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0"
     model.export("exported_sr", verbose=False)
+    if late:
+        time.sleep(1.0)
     tf.saved_model.save(model, "saved_sr")
+    tf.saved_model.load("saved_sr")
+
+    def save_and_load(epoch, logs):
+        if late:
+            time.sleep(1.0)
+        start = time.monotonic()
+        model.save("cb.keras")
+        keras.models.load_model("cb.keras")
+        if time.monotonic() - start > 10:
+            raise SystemExit("a callback's save and load took %.1f s"
+                             % (time.monotonic() - start))
+
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=save_and_load)])
 
     def second(out):
         """Another epoch, then saves over the first ones and loads at once (on a thread of its
