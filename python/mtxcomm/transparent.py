@@ -153,15 +153,14 @@ def _patch_keras(keras):
         arguments["callbacks"] = callbacks
         _shard_input(self, arguments, tf_module())
         _freeze_garbage_collector()
-        if rank == 0:
-            for c in user_callbacks:
-                if isinstance(c, quiet_callbacks):
-                    _mark_rank_0_only(c)
+        alone = [c for c in user_callbacks if isinstance(c, quiet_callbacks)] if rank == 0 else []
+        _rank_0_only.enter(alone)
         try:
             return original_fit(*bound.args, **bound.kwargs)
         except tf_module().errors.DeadlineExceededError as e:
             raise _stall_hint(e) from e
         finally:
+            _rank_0_only.leave(alone)
             iterators.release_held(self)
 
     model_cls.fit = fit
@@ -218,51 +217,59 @@ def _patch_keras(keras):
 
 
 def _stall_hint(error):
-    """A stall of the transparent mode's own collectives (the ranks' batches, metrics, stops),
-    with what usually causes it."""
+    """A stall verdict in fit, evaluate or predict (whose collectives are all the transparent
+    mode's: the gradients', the ranks' batches, metrics, stops; which of them the verdict
+    names depends on timing), with what usually causes it."""
     message = getattr(error, "message", str(error))
-    if "mtxcomm.transparent." not in message:
+    if "MTXCOMM_STALL_TIMEOUT" not in message:
         return error
     return type(error)(error.node_def, error.op, message + ". Under --transparent every rank "
                        "runs the script on the same input and takes its share of each batch: "
                        "did the ranks' inputs give different numbers of batches (a generator or "
-                       "dataset that depends on the process, or is not seeded alike)?")
+                       "dataset that depends on the process, or is not seeded alike), or did "
+                       "code that only some ranks run collect (fit's ModelCheckpoint, "
+                       "BackupAndRestore, TensorBoard and CSVLogger run on rank 0 alone)?")
 
 
-# Inside a callback that only rank 0 runs (its ModelCheckpoint, BackupAndRestore, ...): a save
-# there is no collective. Per thread: Keras may run callbacks on threads of its own.
-class _RankZeroOnly(threading.local):
-    depth = 0
+class _RankZeroOnly:
+    """The callbacks that fit runs on rank 0 alone (its ModelCheckpoint, BackupAndRestore, ...;
+    the other ranks dropped them) while it runs them. A save made inside one of their methods
+    is no collective: found at the save by looking up the calling frames for one of these
+    objects as ``self`` (the callback objects themselves are left as they are: copies and
+    pickles of them stay plain, and the same object given to evaluate, which every rank runs,
+    is not one of them there)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._active = {}  # id -> [callback, count]
+
+    def enter(self, callbacks):
+        with self._lock:
+            for c in callbacks:
+                self._active.setdefault(id(c), [c, 0])[1] += 1
+
+    def leave(self, callbacks):
+        with self._lock:
+            for c in callbacks:
+                entry = self._active[id(c)]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._active[id(c)]
+
+    def inside(self):
+        if not self._active:
+            return False
+        frame = sys._getframe(1)
+        while frame is not None:
+            obj = frame.f_locals.get("self")
+            entry = self._active.get(id(obj)) if obj is not None else None
+            if entry is not None and entry[0] is obj:
+                return True
+            frame = frame.f_back
+        return False
 
 
 _rank_0_only = _RankZeroOnly()
-_CALLBACK_HOOKS = ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
-                   "on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end",
-                   "on_test_begin", "on_test_end", "on_test_batch_begin", "on_test_batch_end",
-                   "on_predict_begin", "on_predict_end", "on_predict_batch_begin",
-                   "on_predict_batch_end")
-
-
-def _mark_rank_0_only(callback):
-    """Runs the hooks of a callback that the other ranks dropped (fit's quiet callbacks) with
-    _rank_0_only raised, once per callback object. The wrappers keep Keras' marks of a default
-    hook (functools.wraps copies them), so Keras still knows which hooks the callback has."""
-    if getattr(callback, "_mtx_rank_0_only", False):
-        return
-    for name in _CALLBACK_HOOKS:
-        method = getattr(callback, name, None)
-        if method is None:
-            continue
-
-        @functools.wraps(method)
-        def hook(*args, _method=method, **kwargs):
-            _rank_0_only.depth += 1
-            try:
-                return _method(*args, **kwargs)
-            finally:
-                _rank_0_only.depth -= 1
-        setattr(callback, name, hook)
-    callback._mtx_rank_0_only = True
 
 
 def _save_on_rank_0(keras, model_cls, rank, mtx):
@@ -274,14 +281,15 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
     Every rank runs the same script, so every rank makes the same saves at the same points:
     each is a collective (a broadcast of rank 0's outcome), every rank returns from it once
     rank 0's file is in place (a load right after reads it), and if rank 0's save failed every
-    rank raises. Not inside a callback that only rank 0 runs (ModelCheckpoint, BackupAndRestore:
-    _mark_rank_0_only), nor inside another save (Model.export calls tf.saved_model.save)."""
+    rank raises. Not inside a callback that only rank 0 runs (its ModelCheckpoint,
+    BackupAndRestore: _RankZeroOnly), nor inside another save (Model.export calls
+    tf.saved_model.save)."""
     import os
 
     saving = threading.local()  # the outermost save is the collective (saves may nest)
 
     def collective():
-        return not _rank_0_only.depth and not getattr(saving, "depth", 0)
+        return not getattr(saving, "depth", 0) and not _rank_0_only.inside()
 
     def together(ok, path):
         """Every rank: rank 0's outcome (True: its file is in place)."""

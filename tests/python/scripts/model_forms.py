@@ -30,8 +30,9 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   save_reload    save_weights and save to paths that hold an earlier save, the other ranks
                  reaching the save 1 s after rank 0, then load_weights and load_model at once,
                  on a thread of its own after model.export, tf.saved_model.save and load, and a
-                 LambdaCallback that saves and loads at each epoch's end: the loaded models are
-                 the latest, and reloading takes under 10 s"""
+                 LambdaCallback that saves and loads at each epoch's end, a ModelCheckpoint
+                 given to fit and then to evaluate: the loaded models are the latest, and
+                 reloading takes under 10 s"""
 
 import json
 import os
@@ -342,6 +343,20 @@ elif form == "save_reload":
 
     model.fit(x, y, batch_size=16, epochs=2, verbose=0,
               callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=save_and_load)])
+
+    # A checkpoint object that fit runs on rank 0 alone, then evaluate on every rank: its save
+    # there is a collective on every rank; the object pickles as a plain one.
+    import pickle
+
+    class Checkpoint(keras.callbacks.ModelCheckpoint):
+        def on_test_end(self, logs=None):
+            self.model.save_weights("eval.weights.h5")
+
+    checkpoint = Checkpoint("ck.keras")
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[checkpoint])
+    model.evaluate(x, y, verbose=0, callbacks=[checkpoint])
+    model.save("after.keras")
+    pickle.dumps(checkpoint)
 
     def second(out):
         """Another epoch, then saves over the first ones and loads at once (on a thread of its
