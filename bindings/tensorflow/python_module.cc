@@ -32,10 +32,6 @@ PYBIND11_MODULE(_mtxcomm_tf, m) {
         eng::shutdown();
       },
       "Stops the engine on every rank and frees the communicator. Idempotent.");
-  m.def(
-      "exiting_on_error", [] { mtxcomm_exiting_on_error(); },
-      "This process is ending on an error: its exit skips the MPI_Finalize that would wait "
-      "for every other rank (mtxcomm_exiting_on_error).");
   m.def("is_initialized", &eng::isInitialized);
   m.def("rank", &eng::rank);
   m.def("size", &eng::size);

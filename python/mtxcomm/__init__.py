@@ -60,7 +60,7 @@ def _ended_the_program(sys):
     return code.co_filename.endswith(("runpy.py", "<frozen runpy>"))
 
 
-def _end_job_on_uncaught_exception(exiting_on_error):
+def _end_job_on_uncaught_exception():
     """At exit, after an exception that ended the program (_ended_the_program), tells the
     library (mtxcomm_exiting_on_error): the exit then skips the MPI_Finalize that would wait for
     every other rank, and the launcher ends the job, instead of this failed rank waiting as

@@ -32,7 +32,7 @@ import numpy as np
 import mtxcomm as _mtxcomm
 from mtxcomm import _core
 
-_mtxcomm._end_job_on_uncaught_exception(_core.exiting_on_error)
+_mtxcomm._end_job_on_uncaught_exception()
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

@@ -901,22 +901,7 @@ def _make_data_parallel(model, keras, hvd):
 
 def _python_logs(logs):
     """Keras' pythonify_logs: nested dicts flattened, scalar values as Python floats."""
-    try:
-        from keras.src.utils.python_utils import pythonify_logs
-    except ImportError:  # (another Keras layout: the same conversion here)
-        import numpy as np
-
-        def pythonify_logs(logs):
-            out = {}
-            for k, v in sorted((logs or {}).items()):
-                if isinstance(v, dict):
-                    out.update(pythonify_logs(v))
-                    continue
-                try:
-                    out[k] = float(np.asarray(v))
-                except (TypeError, ValueError):
-                    out[k] = v
-            return out
+    from keras.src.utils.python_utils import pythonify_logs
     return pythonify_logs(logs)
 
 

@@ -29,7 +29,7 @@ from mtxcomm.tensorflow import _library
 
 _ops = _library.ops
 _engine = _library.engine
-_mtxcomm._end_job_on_uncaught_exception(_engine.exiting_on_error)
+_mtxcomm._end_job_on_uncaught_exception()
 
 # Reduction ops, as the C API's mtxcomm_op_t.
 Sum = 0
