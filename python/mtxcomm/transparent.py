@@ -118,6 +118,8 @@ def _patch_keras(keras):
     rank = mtx.rank()
     _synchronise_batch_norm(keras, hvd)
     _weigh_batch_means(keras, hvd)
+    _share_additional_losses(keras, hvd)
+    _record_state_assignments(keras, hvd)
     _draw_apart(keras, hvd)
     model_cls = keras.Model
     quiet_callbacks = tuple(c for c in (
@@ -134,6 +136,8 @@ def _patch_keras(keras):
     def fit(self, *args, **kwargs):
         bound = fit_signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
+        _same_data_everywhere("fit", arguments, ("x", "y", "sample_weight", "validation_data"),
+                              mtx)
         _make_data_parallel(self, keras, hvd)
         user_callbacks = list(arguments.get("callbacks") or [])
         writes = any(isinstance(c, quiet_callbacks) for c in user_callbacks)
@@ -200,6 +204,9 @@ def _patch_keras(keras):
                 bound = sig.bind(self, *args, **kwargs)
                 if rank != 0:
                     bound.arguments["verbose"] = 0
+                if not bound.arguments.get("kwargs", {}).get("_use_cached_eval_dataset"):
+                    # (Not fit's own validation: fit compared those arrays.)
+                    _same_data_everywhere(name, bound.arguments, ("x", "y", "sample_weight"), mtx)
                 _make_data_parallel(self, keras, hvd)
                 try:
                     return original(*bound.args, **bound.kwargs)
@@ -214,6 +221,76 @@ def _patch_keras(keras):
         setattr(model_cls, name, distributed())
 
     _save_on_rank_0(keras, model_cls, rank, mtx)
+
+
+# The bytes of an array that _same_data_everywhere digests whole; of a larger one, rows spread
+# evenly over it up to about this many bytes (a digest at several hundred MB/s).
+_DIGEST_BYTES = 16 << 20
+
+
+def _digest(value):
+    """16 bytes naming an argument's structure, and the contents of its NumPy arrays (and of
+    what converts to one: tensors, pandas frames); other leaves (datasets, generators) by type
+    only."""
+    import hashlib
+    import numpy as np
+    tf = tf_module()
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        leaves = tf.nest.flatten(value)
+        h.update(repr(tf.nest.map_structure(lambda _: 0, value)).encode())  # keys, nesting
+    except Exception:
+        leaves = [value]
+    for leaf in leaves:
+        h.update(type(leaf).__name__.encode())
+        if leaf is None or isinstance(leaf, (tf.data.Dataset, str, bytes)):
+            h.update(repr(leaf).encode() if isinstance(leaf, (str, bytes)) else b"")
+            continue
+        if not isinstance(leaf, np.ndarray):
+            if not (hasattr(leaf, "__array__") and hasattr(leaf, "shape")):
+                continue  # a generator, a PyDataset, a Python number: by type
+            try:
+                leaf = np.asarray(leaf)
+            except Exception:
+                continue
+        h.update(("%s%s" % (leaf.dtype.str, leaf.shape)).encode())
+        if leaf.ndim and leaf.nbytes > _DIGEST_BYTES:
+            rows = max(1, int(len(leaf) * _DIGEST_BYTES // leaf.nbytes))
+            leaf = leaf[np.linspace(0, len(leaf) - 1, rows).astype(np.int64)]
+        if leaf.dtype.hasobject:
+            h.update(repr(leaf.tolist()).encode())
+        else:
+            h.update(np.ascontiguousarray(leaf).view(np.uint8).reshape(-1).data)
+    return h.digest()
+
+
+def _same_data_everywhere(call, arguments, names, mtx):
+    """Raises on every rank when the ranks were given different data for call (fit, evaluate,
+    predict): each rank takes its own rows of every batch of the data it holds, so ranks that
+    hold different arrays (drawn from an unseeded generator, or before mtxrun could seed one)
+    would train on a mix of them and report a mix, silently. Compares digests of the NumPy
+    arrays (_digest): one allgather of 16 bytes per argument."""
+    import numpy as np
+    tf = tf_module()
+    mine = b"".join(_digest(arguments.get(a)) for a in names)
+    every = mtx.allgather(tf.constant(np.frombuffer(mine, np.uint8)[None, :]),
+                          name="mtxcomm.transparent.same_data/" + call).numpy()
+    differ = [r for r in range(len(every)) if bytes(every[r]) != bytes(every[0])]
+    if not differ:
+        return
+    first = next(i for i in range(len(names))
+                 if any(bytes(every[r][16 * i:16 * i + 16]) != bytes(every[0][16 * i:16 * i + 16])
+                        for r in differ))
+    raise ValueError(
+        "mtxrun --transparent: the %s given to %s differ between the ranks: rank(s) %s hold "
+        "other values than rank 0 (or other shapes or types). Every rank runs the whole script "
+        "and takes its own rows of every batch of the data it holds, so every rank must build "
+        "the same data: a split or shuffle drawn from a generator without a seed "
+        "(np.random.default_rng(), random.shuffle before keras is imported) or data drawn or "
+        "read differently in each process gives each rank other rows. Seed it "
+        "(np.random.default_rng(0)), or draw it after importing keras (mtxrun --transparent "
+        "seeds Python's, NumPy's and TensorFlow's global generators alike on every rank)."
+        % (names[first], call, ",".join(map(str, differ))))
 
 
 def _stall_hint(error):
@@ -670,6 +747,84 @@ def _weigh_batch_means(keras, hvd):
     mean_cls.update_state = update_state
 
 
+def _own_state(model, keras):
+    """ids of the model's floating non-trainable weights that a train step's assignments are
+    combined over the ranks for (combined_state in _make_data_parallel): all but
+    BatchNormalization's moving statistics, which the layer already computes from the global
+    batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
+    bn_cls = getattr(keras.layers, "BatchNormalization", None)
+    synchronised = set()
+    weights = []
+    try:
+        layers = list(model._flatten_layers(include_self=True))
+    except Exception:
+        layers = [model]
+    for layer in layers:
+        if bn_cls is not None and isinstance(layer, bn_cls):
+            synchronised.update(id(v) for v in layer.non_trainable_weights)
+    for v in model.non_trainable_weights:
+        if id(v) not in synchronised and tf_module().as_dtype(_variable_dtype(v)).is_floating:
+            weights.append(id(v))
+    return set(weights)
+
+
+def _variable_dtype(v):
+    """A Keras variable's own dtype (its dtype property is the autocast one inside a
+    mixed-precision layer)."""
+    return getattr(v, "_dtype", None) or v.dtype
+
+
+def _variable_value(v):
+    """A Keras variable's value in its own dtype (not autocast)."""
+    tf = tf_module()
+    inner = getattr(v, "_value", None)
+    return tf.identity(inner if inner is not None else v.value)
+
+
+def _record_state_assignments(keras, hvd):
+    """In a transparent train step, the first assignment to each of the model's own
+    non-trainable weights (_own_state) records the weight and its value before it, for
+    combined_state; other assignments (the optimizer's, the metrics') are left alone."""
+    variable_cls = getattr(keras, "Variable", None)
+    original = getattr(variable_cls, "assign", None)
+    if original is None or getattr(original, "_mtx_recorded", False):
+        return
+
+    def assign(self, value):
+        before = getattr(hvd._step_state, "state_before", None)
+        if before is not None and id(self) not in before and \
+                id(self) in (hvd._step_state.state_candidates or ()):
+            before[id(self)] = (self, _variable_value(self))
+        return original(self, value)
+
+    assign._mtx_recorded = True
+    variable_cls.assign = assign
+
+
+def _share_additional_losses(keras, hvd):
+    """In a transparent train or test step whose compiled loss is summed over the rows
+    (reduction "sum"), each of the model's additional losses (weight regularizers, activity
+    regularizers, add_loss) counts with this rank's share of the batch's rows as its weight.
+    Those losses are the batch's own value (a weight penalty) or a mean over its rows (Keras
+    divides an activity regularizer by the batch's size), as in the 1-process run, where each
+    counts once; the ranks' summed gradients (and losses) would otherwise count them once per
+    rank. With a loss that is a mean over the rows, the whole loss is already weighted so."""
+    model_cls = getattr(keras, "Model", None)
+    original = getattr(model_cls, "_aggregate_additional_loss", None)
+    if original is None or getattr(original, "_mtx_shared", False):
+        return
+
+    def _aggregate_additional_loss(self, loss):
+        value = original(self, loss)
+        share = getattr(hvd._step_state, "row_share", None)
+        if share is None or not getattr(hvd._step_state, "summed_loss", False):
+            return value
+        return value * tf_module().cast(share, value.dtype)
+
+    _aggregate_additional_loss._mtx_shared = True
+    model_cls._aggregate_additional_loss = _aggregate_additional_loss
+
+
 # An odd prime, coprime with TensorFlow's stateless seed modulus (2**31 - 2): the folded seeds
 # of ranks 0, 1, 2, ... are distinct for any job size.
 _RANK_SEED_STRIDE = 1000003
@@ -763,9 +918,9 @@ def _make_data_parallel(model, keras, hvd):
             mine = index[start:end]
             local = tf.nest.map_structure(
                 lambda a: None if a is None else tf.gather(a, mine), model._mtx_arrays)
-            x, y, sw = local
-            return (x, y, sw) if sw is not None else ((x, y) if y is not None else (x,)), \
-                count, batch
+            # As Keras packs a batch (keras.utils.pack_x_y_sample_weight): x alone is handed
+            # to the train step as itself, not as a tuple of one.
+            return keras.utils.pack_x_y_sample_weight(*local), count, batch
         batch = _rows(data)
         start, end, count = _share(batch, n, r)
         return _take(data, start, end), count, batch
@@ -806,18 +961,54 @@ def _make_data_parallel(model, keras, hvd):
         local, count, batch = local_batch(data)
         rows.assign_add(tf.cast(count, tf.float64))
         if _loss_is_summed(model, keras):
-            # The batch's gradient is the sum of the ranks': n times their average.
-            hvd._step_state.grad_scale = tf.constant(float(n), tf.float32)
+            # The batch's gradient is the sum of the ranks': n times their average (a rank
+            # with no rows of this batch trained on one row weighted 0: none of its gradient).
+            hvd._step_state.grad_scale = \
+                tf.cast(count > 0, tf.float32) * tf.constant(float(n), tf.float32)
         else:
             # A mean over the rows: this rank's gradient weighted by its share of them.
             hvd._step_state.grad_scale = \
                 tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
+        hvd._step_state.state_candidates = _own_state(model, keras)
+        hvd._step_state.state_before = {}
         try:
-            return sharing(data, count, batch, lambda: original_step(local))
+            return sharing(data, count, batch,
+                           lambda: combined_state(original_step(local), count, batch))
         finally:
             hvd._step_state.grad_scale = None
             hvd._step_state.row_weight = None
+            hvd._step_state.state_before = None
+            hvd._step_state.state_candidates = None
+
+    traced_states = [0]
+
+    def combined_state(logs, count, batch):
+        """After the step: the model's non-trainable weights that the step assigned (a moving
+        statistic of a custom layer, kept as Keras keeps BatchNormalization's), each set to its
+        value before the step plus the rows-weighted sum of the ranks' changes to it, the same
+        on every rank: what tf.distribute does for a variable of aggregation "mean", weighted
+        by the rows, so that a change that is linear in the batch (a moving mean of its rows)
+        is the 1-process run's, and a change every rank made alike (a counter) is that change.
+        Without it each rank would keep its own share's statistics: the ranks' models drift
+        apart, evaluate and predict mix them, and rank 0 saves its own."""
+        assigned = list((hvd._step_state.state_before or {}).values())
+        hvd._step_state.state_before = None  # (the assignments below are not the step's)
+        if not assigned:
+            return logs
+        share = tf.cast(count, tf.float64) / tf.cast(batch, tf.float64)
+        changes = [(_variable_value(v) - before) * tf.cast(share, before.dtype)
+                   for v, before in assigned]
+        # Each traced step names its own (steps_per_execution > 1 traces several into one
+        # graph); the ranks trace alike.
+        k = traced_states[0]
+        traced_states[0] += 1
+        summed = hvd.grouped_allreduce(changes, op=hvd.Sum,
+                                       name="mtxcomm.transparent.state/%d" % k)
+        with tf.control_dependencies(tf.nest.flatten(logs)):
+            for (v, before), change in zip(assigned, summed):
+                v.assign(before + change)
+        return logs
 
     def test_step(data):
         batch = _rows(data)
@@ -1086,10 +1277,12 @@ def _RowWeightedLogs(rows, keras, hvd):
 
 
 def _SameWeights(keras, hvd):
-    """After epochs 1, 2, 4, 8, ..., checks that every rank holds the same trainable weights (a
-    sum and a sum of squares per variable, their maximum and minimum over the ranks): the
-    optimizer applies the same averaged gradients on every rank, so they can differ only when
-    the model changes its weights some other way (a train_step that assigns them itself). Then
+    """After epochs 1, 2, 4, 8, ..., checks that every rank holds the same weights, trainable
+    and not (a sum and a sum of squares per variable, their maximum and minimum over the ranks):
+    the optimizer applies the same averaged gradients on every rank and the train step's
+    assignments to non-trainable weights are combined (combined_state), so they can differ only
+    when the model changes its weights some other way (a train_step that assigns trainable
+    weights itself). Then
     every rank raises, naming the first variable that differs, instead of training ranks that
     have drifted apart and predicting with a mix of them. Variables registered as local
     (register_local_var) are not compared."""
@@ -1105,6 +1298,11 @@ def _SameWeights(keras, hvd):
             if optimizer is not None and getattr(optimizer, "_mtx_local", None):
                 local = hvd._local_vars_flags(optimizer, variables)
                 variables = [v for v, is_local in zip(variables, local) if not is_local]
+            # The non-trainable weights too (moving statistics, frozen layers): the train step
+            # combines what it assigns to them (combined_state), and nothing else changes them.
+            variables += [v for v in self.model.non_trainable_weights
+                          if tf.as_dtype(_variable_dtype(v)).is_floating or
+                          tf.as_dtype(_variable_dtype(v)).is_integer]
             if not variables:
                 return
             sums = []
@@ -1124,10 +1322,13 @@ def _SameWeights(keras, hvd):
                 "mtxrun --transparent: after epoch %d the ranks hold different values of %s "
                 "(and maybe others): the model changed its weights other than through the "
                 "optimizer it was compiled with, whose gradients mtxcomm averages over the "
-                "ranks: a train_step that assigns them itself, or one that applies gradients "
-                "with a second optimizer (a GAN's). Average such gradients in the train_step "
-                "with mtxcomm.tensorflow.allreduce, wrap the second optimizer in "
-                "mtxcomm.tensorflow.keras.DistributedOptimizer, or apply them with the "
-                "compiled optimizer." % (epoch + 1, getattr(first, "path", None) or first.name))
+                "ranks, or than through Variable.assign in the train step (whose changes to "
+                "non-trainable weights mtxcomm combines over the ranks): a train_step that "
+                "assigns trainable weights itself, one that applies gradients with a second "
+                "optimizer (a GAN's), or a TensorFlow op writing a weight directly. Average "
+                "such gradients in the train_step with mtxcomm.tensorflow.allreduce, wrap the "
+                "second optimizer in mtxcomm.tensorflow.keras.DistributedOptimizer, or apply "
+                "them with the compiled optimizer." %
+                (epoch + 1, getattr(first, "path", None) or first.name))
 
     return SameWeights()

@@ -301,7 +301,8 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
                                       ("ratio_metrics", 3), ("custom_step", 2),
                                       ("checkpoints", 2), ("loss_forms", 3),
                                       ("stop_on_rank0", 2), ("guide_steps", 2),
-                                      ("save_reload", 2)])
+                                      ("save_reload", 2), ("state_forms", 2),
+                                      ("state_forms", 3)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
@@ -309,7 +310,8 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # and custom loss trackers over unevenly split batches, checkpoints loaded after fit and
     # steps_per_execution, a summed loss and a metric whose result is its state variable,
     # keras.io's custom steps (nested metric logs), saves reloaded at once by ranks that reach
-    # them late: every rank's weights, moving statistics, History and predictions equal the
+    # them late, a summed loss with regularizers, a layer's own moving statistics and a train
+    # step given x alone: every rank's weights, moving statistics, History and predictions equal the
     # 1-process run's (scripts/model_forms.py).
     import json
 
@@ -514,3 +516,29 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
     for i in range(len(orders)):
         for j in range(i):
             assert orders[i] != orders[j], f"epochs {j} and {i} (of 2 fits x 3) saw one order"
+
+
+@pytest.mark.parametrize("mode,argument,call", [("fit_x", "x", "fit"), ("fit_y", "y", "fit"),
+                                                ("fit_val", "validation_data", "fit"),
+                                                ("evaluate", "x", "evaluate"),
+                                                ("predict", "x", "predict")])
+def test_transparent_ranks_given_different_arrays_fail_naming_them(tmp, mode, argument, call):
+    # A script that draws its data or split from an unseeded generator gives each rank other
+    # arrays: each rank takes its own rows of its own data, and training (or predict) mixed them
+    # silently. Every rank must fail at the call, naming the argument and the ranks
+    # (scripts/different_data.py); the same arrays everywhere run to the end.
+    script = os.path.join(SCRIPTS, "different_data.py")
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, mode], cwd=str(tmp),
+              timeout=JOB_TIMEOUT)
+    assert job.returncode != 0, job.describe()
+    message = "the %s given to %s differ between the ranks: rank(s) 1 hold" % (argument, call)
+    assert message in job.stderr, job.describe()
+    assert "DONE" not in job.stdout, job.describe()
+
+
+def test_transparent_ranks_given_the_same_arrays_run_on(tmp):
+    script = os.path.join(SCRIPTS, "different_data.py")
+    job = Job(mtxrun() + ["-np", "2", "--transparent", "--all-ranks-output", "python", script,
+                          "same"], cwd=str(tmp), timeout=JOB_TIMEOUT)
+    job.check_ok()
+    assert sorted(re.findall(r"DONE (\d)", job.stdout)) == ["0", "1"], job.describe()

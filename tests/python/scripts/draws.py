@@ -24,14 +24,13 @@ class Probe(keras.layers.Layer):
         self.gen = keras.random.SeedGenerator(11)
 
     def build(self, shape):
-        self.step = self.add_weight(shape=(), initializer="zeros", dtype="int32",
-                                    trainable=False, name="step")
-        self.masks = self.add_weight(shape=(STEPS, 16), initializer="zeros", trainable=False,
-                                     name="masks")
-        self.drawn = self.add_weight(shape=(STEPS, 3), initializer="zeros", trainable=False,
-                                     name="drawn")
-        self.fixed = self.add_weight(shape=(STEPS, 3), initializer="zeros", trainable=False,
-                                     name="fixed")
+        import tensorflow as tf
+        # Each rank's own records: plain tf.Variables, not the layer's weights (the transparent
+        # mode combines over the ranks what a train step assigns to a model's weights).
+        self.step = tf.Variable(0, dtype=tf.int32, trainable=False)
+        self.masks = tf.Variable(tf.zeros((STEPS, 16)), trainable=False)
+        self.drawn = tf.Variable(tf.zeros((STEPS, 3)), trainable=False)
+        self.fixed = tf.Variable(tf.zeros((STEPS, 3)), trainable=False)
 
     def call(self, x, training=False):
         if training:

@@ -27,6 +27,11 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
   guide_steps    keras.io's custom train_step and test_step, which return
                  {m.name: m.result() for m in self.metrics} (the compiled metrics' result is a
                  dict of theirs), with AUC and accuracy, validation and evaluate
+  state_forms    a loss with reduction "sum" with weight and activity regularizers; a layer
+                 that keeps a moving mean of its inputs and a float count of its calls in
+                 non-trainable weights assigned in call; a train_step that slices x, fit on
+                 NumPy x alone (Keras hands the step x itself); 65 rows in batches of 16 (the
+                 last batch has a single row)
   save_reload    save_weights and save to paths that hold an earlier save, the other ranks
                  reaching the save 1 s after rank 0, then load_weights and load_model at once,
                  on a thread of its own after model.export, tf.saved_model.save and load, and a
@@ -255,6 +260,48 @@ elif form == "loss_forms":
                   loss=keras.losses.MeanSquaredError(reduction="sum"), metrics=[RowCount()])
     history = model.fit(x, y, batch_size=15, epochs=2, verbose=0)
     for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
+        history.history["evaluate_" + k] = [v]
+    predicted = [model.predict(x[:9], verbose=0).tolist()]
+elif form == "state_forms":
+    x = (rng.normal(size=(65, 6)) + np.arange(65)[:, None] / 30.0).astype("float32")
+    y = (x @ rng.normal(size=(6, 1))).astype("float32")
+
+    class MovingCenter(keras.layers.Layer):
+        def build(self, shape):
+            self.mean = self.add_weight(shape=(shape[-1],), initializer="zeros",
+                                        trainable=False, name="mean")
+            self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False,
+                                         name="calls")
+
+        def call(self, inputs, training=False):
+            out = inputs - self.mean
+            if training:
+                self.mean.assign(0.9 * self.mean + 0.1 * keras.ops.mean(inputs, axis=0))
+                self.calls.assign_add(1.0)
+            return out
+
+    class Packed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.center = MovingCenter()
+            self.hidden = keras.layers.Dense(
+                4, activation="tanh", kernel_regularizer=keras.regularizers.L2(0.05),
+                activity_regularizer=keras.regularizers.L2(0.01))
+            self.out = keras.layers.Dense(1)
+
+        def call(self, inputs, training=False):
+            return self.out(self.hidden(self.center(inputs, training=training)))
+
+        def train_step(self, data):
+            return super().train_step((data[:, :6], data[:, 6:]))  # data: x itself
+
+    model = Packed()
+    model(x[:1])
+    model.compile(optimizer=keras.optimizers.SGD(0.002),
+                  loss=keras.losses.MeanSquaredError(reduction="sum"))
+    history = model.fit(np.concatenate([x, y], 1), batch_size=16, epochs=2, shuffle=False,
+                        verbose=0)
+    for k, v in model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
     predicted = [model.predict(x[:9], verbose=0).tolist()]
 elif form == "stop_on_rank0":
