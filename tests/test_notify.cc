@@ -11,10 +11,32 @@
 #include <vector>
 
 #include "harness.h"
+#include "lib/base/clock.h"
+#include "lib/base/spin.h"
 #include "mtxcomm/mtxcomm.h"
 
 namespace mtxcomm {
 namespace {
+
+// The shm waits spin a time, not a count of pauses (whose latency varies 10-140 cycles across
+// x86 models): pausesFor is linear in the time asked, and a spin of that many pauses lasts at
+// least about that long (the calibration keeps its fastest timing; a preempted or slower later
+// spin only lasts longer, so only the lower bound is checked, at half the time asked).
+TEST(Spin, PausesForATimeLastAtLeastAboutThatTime) {
+  const int small = pausesFor(20.0), large = pausesFor(400.0);
+  ASSERT_GE(small, 1);
+  EXPECT_GE(large, 19 * small);
+  EXPECT_LE(large, 21 * small);
+  EXPECT_EQ(pausesFor(1e-9), 1);
+  std::atomic<unsigned> word{0};
+  const auto start = Clock::now();
+  for (int k = 0; k < large; ++k) {
+    if (word.load(std::memory_order_relaxed) != 0) break;
+    cpuPause();
+  }
+  const double micros = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  EXPECT_GE(micros, 200.0) << large << " pauses";
+}
 
 using Clock = std::chrono::steady_clock;
 using testing::makeInprocComms;

@@ -8,20 +8,22 @@
 #include <chrono>
 #include <thread>
 
+#include "lib/base/spin.h"
+
 namespace mtxcomm {
 
 class Backoff {
  public:
-  // spins: busy polls before the first yield; yields: sched_yield polls before sleeping.
-  explicit Backoff(int spins = 2000, int yields = 200) : spins_(spins), yields_(yields) {}
+  // spins: busy polls before the first yield (by default about 22 us of them, the shm waits'
+  // spin); yields: sched_yield polls before sleeping.
+  explicit Backoff(int spins = pausesFor(22.0), int yields = 200)
+      : spins_(spins), yields_(yields) {}
 
   // Call once per unsuccessful poll.
   void pause() {
     if (iter_ < spins_) {
       ++iter_;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpuPause();
       return;
     }
     if (iter_ < spins_ + yields_) {

@@ -22,6 +22,7 @@
 #include "lib/base/error.h"
 #include "lib/base/liveness.h"
 #include "lib/base/membarrier.h"
+#include "lib/base/spin.h"
 
 namespace mtxcomm {
 
@@ -33,6 +34,13 @@ constexpr uint64_t kLayoutRevision = 1;
 constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
 constexpr size_t kAlign = 64;
 constexpr int kOversubscribedYields = 20000;  // see waitFor
+// The spin of a wait before it sleeps (waitUntil), in time: a count of pauses lasts from 20 to
+// 110 us across x86 models (lib/base/spin.h). 22 us, the time 2000 pauses took on the guest
+// where it was tuned: a rank's TensorFlow thread shares its core with the waiting engine
+// thread, and the MLP's step at np=2 took 2% longer with a 60 us spin and 4% with 110 us
+// (bench/RESULTS.md), while a wait that ends within the spin needs no futex wake.
+constexpr double kSpinMicros = 22.0;
+constexpr double kOversubscribedSpinMicros = 0.5;
 
 size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -285,6 +293,7 @@ ShmGroup::ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotByte
       timeoutSeconds_(timeout) {
   const unsigned cores = std::thread::hardware_concurrency();
   oversubscribed_ = cores > 0 && static_cast<unsigned>(size) > cores;
+  spinPauses_ = pausesFor(oversubscribed_ ? kOversubscribedSpinMicros : kSpinMicros);
 }
 
 ShmGroup::~ShmGroup() {
@@ -872,23 +881,21 @@ template <class Word>
 void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* what) {
   Control& c = control(p);
   if (word(p) < target) {
-    // Spin ~60 us (2000 pauses), then sleep on the peer's progress word (a futex) until it
-    // advances a counter: a waiter never holds a core that the peer — or a framework thread of
-    // this rank — needs. Yield-polling there kept the core until the scheduler's next tick: a
+    // Spin kSpinMicros, then sleep on the peer's progress word (a futex) until it advances a
+    // counter: a waiter never holds a core that the peer — or a framework thread of this rank —
+    // needs. Yield-polling there kept the core until the scheduler's next tick: a
     // 4 MiB allreduce beside TensorFlow's compute thread on the same core took 20 ms (16 chunk
     // hand-offs of a time slice each), 1.9 ms with the futex. When the group's own ranks
-    // outnumber the cores, the peer needs this very core: spin 50 pauses, then yield it (up to
+    // outnumber the cores, the peer needs this very core: spin kOversubscribedSpinMicros, then
+    // yield it (up to
     // kOversubscribedYields times: a hand-off costs no system call on either side), then sleep
     // (small allreduces at 4 ranks on 2 cores: 9 us with yields, 29 us with the futex alone).
     // The spin reads nothing but the word: most waits end there, and the checks below (the
     // peer's call, the clock, this process's pid) would each cost more than the wait itself
     // (a cross-core line, a vDSO call, a system call).
-    const int spins = oversubscribed_ ? 50 : 2000;
-    for (int k = 0; k < spins; ++k) {
+    for (int k = 0; k < spinPauses_; ++k) {
       if (word(p) >= target) return;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpuPause();
     }
     checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
     const auto start = Clock::now();

@@ -294,6 +294,7 @@ class ShmGroup {
   std::vector<uint64_t> verified_;  // per peer: the last deferred call checked against it
   CancelTokenPtr cancel_;
   bool oversubscribed_;
+  int spinPauses_ = 1;       // the spin of waitUntil, in pauses (pausesFor)
   bool asymmetric_ = false;  // publications need no fence: sleepers issue membarrier(2)
 };
 
