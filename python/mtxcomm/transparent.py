@@ -882,11 +882,23 @@ def _synchronise_batch_norm(keras, hvd):
     layer_cls._moments = _moments
 
 
+def _model_optimizers(model, keras):
+    """The compiled optimizer (an uncompiled model has none) and every other Keras optimizer
+    the model holds as an attribute, each once: a GAN's, which keras.io's
+    compile(d_optimizer, g_optimizer) keeps so and its train_step applies."""
+    found = []
+    for candidate in [getattr(model, "optimizer", None)] + list(vars(model).values()):
+        if isinstance(candidate, keras.optimizers.Optimizer) and \
+                not any(candidate is f for f in found):
+            found.append(candidate)
+    return found
+
+
 def _make_data_parallel(model, keras, hvd):
     tf = tf_module()
 
-    if getattr(model, "optimizer", None) is not None:  # (an uncompiled model has none)
-        hvd.DistributedOptimizer(model.optimizer)
+    for optimizer in _model_optimizers(model, keras):
+        hvd.DistributedOptimizer(optimizer)
     if getattr(model, "_mtx_sharded", False):
         return
     if getattr(model, "jit_compile", False):
@@ -1324,11 +1336,12 @@ def _SameWeights(keras, hvd):
                 "optimizer it was compiled with, whose gradients mtxcomm averages over the "
                 "ranks, or than through Variable.assign in the train step (whose changes to "
                 "non-trainable weights mtxcomm combines over the ranks): a train_step that "
-                "assigns trainable weights itself, one that applies gradients with a second "
-                "optimizer (a GAN's), or a TensorFlow op writing a weight directly. Average "
-                "such gradients in the train_step with mtxcomm.tensorflow.allreduce, wrap the "
-                "second optimizer in mtxcomm.tensorflow.keras.DistributedOptimizer, or apply "
-                "them with the compiled optimizer." %
+                "assigns trainable weights itself, one that applies gradients with an "
+                "optimizer that is neither the compiled one nor an attribute of the model, or "
+                "a TensorFlow op writing a weight directly. Average such gradients in the "
+                "train_step with mtxcomm.tensorflow.allreduce, wrap that optimizer in "
+                "mtxcomm.tensorflow.keras.DistributedOptimizer, or keep it as an attribute of "
+                "the model (self.d_optimizer = ...), whose optimizers mtxcomm wraps." %
                 (epoch + 1, getattr(first, "path", None) or first.name))
 
     return SameWeights()

@@ -302,7 +302,7 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
                                       ("checkpoints", 2), ("loss_forms", 3),
                                       ("stop_on_rank0", 2), ("guide_steps", 2),
                                       ("save_reload", 2), ("state_forms", 2),
-                                      ("state_forms", 3)])
+                                      ("state_forms", 3), ("two_optimizers", 2)])
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
@@ -310,8 +310,8 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # and custom loss trackers over unevenly split batches, checkpoints loaded after fit and
     # steps_per_execution, a summed loss and a metric whose result is its state variable,
     # keras.io's custom steps (nested metric logs), saves reloaded at once by ranks that reach
-    # them late, a summed loss with regularizers, a layer's own moving statistics and a train
-    # step given x alone: every rank's weights, moving statistics, History and predictions equal the
+    # them late, a summed loss with regularizers, a layer's own moving statistics, a train
+    # step given x alone, a GAN's two optimizers: every rank's weights, moving statistics, History and predictions equal the
     # 1-process run's (scripts/model_forms.py).
     import json
 

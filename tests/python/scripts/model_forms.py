@@ -32,6 +32,10 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
                  non-trainable weights assigned in call; a train_step that slices x, fit on
                  NumPy x alone (Keras hands the step x itself); 65 rows in batches of 16 (the
                  last batch has a single row)
+  two_optimizers keras.io's GAN form: compile(d_optimizer, g_optimizer) keeps two optimizers
+                 as attributes (the compiled one is unused) and train_step applies each to
+                 its sub-model (the latent vectors come from the rows, so that the runs agree
+                 draw for draw); 256 rows from tf.data in batches of 64
   save_reload    save_weights and save to paths that hold an earlier save, the other ranks
                  reaching the save 1 s after rank 0, then load_weights and load_model at once,
                  on a thread of its own after model.export, tf.saved_model.save and load, and a
@@ -304,6 +308,54 @@ elif form == "state_forms":
     for k, v in model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
     predicted = [model.predict(x[:9], verbose=0).tolist()]
+elif form == "two_optimizers":
+    import tensorflow as tf
+
+    x = (rng.normal(size=(256, 4)) * 0.5 + 2).astype("float32")
+
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.gen = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, "relu"),
+                                         keras.layers.Dense(4)])
+            self.disc = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "relu"),
+                                          keras.layers.Dense(1)])
+            self.d_tracker = keras.metrics.Mean(name="d_loss")
+            self.g_tracker = keras.metrics.Mean(name="g_loss")
+
+        def compile(self, d_optimizer, g_optimizer):
+            super().compile()
+            self.d_optimizer, self.g_optimizer = d_optimizer, g_optimizer
+            self.bce = keras.losses.BinaryCrossentropy(from_logits=True)
+
+        @property
+        def metrics(self):
+            return [self.d_tracker, self.g_tracker]
+
+        def call(self, z):
+            return self.gen(z)
+
+        def train_step(self, real):
+            z = real[:, :3] * 0.3
+            with tf.GradientTape() as tape:
+                p_real, p_fake = self.disc(real), self.disc(self.gen(z))
+                d_loss = self.bce(tf.ones_like(p_real), p_real) + \
+                    self.bce(tf.zeros_like(p_fake), p_fake)
+            grads = tape.gradient(d_loss, self.disc.trainable_weights)
+            self.d_optimizer.apply_gradients(zip(grads, self.disc.trainable_weights))
+            with tf.GradientTape() as tape:
+                p_fake = self.disc(self.gen(z))
+                g_loss = self.bce(tf.ones_like(p_fake), p_fake)
+            grads = tape.gradient(g_loss, self.gen.trainable_weights)
+            self.g_optimizer.apply_gradients(zip(grads, self.gen.trainable_weights))
+            self.d_tracker.update_state(d_loss)
+            self.g_tracker.update_state(g_loss)
+            return {m.name: m.result() for m in self.metrics}
+
+    model = GAN()
+    model.compile(keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.005))
+    history = model.fit(tf.data.Dataset.from_tensor_slices(x).batch(64), epochs=3, verbose=0)
+    predicted = [model.predict(x[:9, :3], verbose=0).tolist()]
 elif form == "stop_on_rank0":
     x = rng.normal(size=(64, 6)).astype("float32")
     y = (x @ rng.normal(size=(6, 1))).astype("float32")
