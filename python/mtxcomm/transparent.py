@@ -753,19 +753,14 @@ def _own_state(model, keras):
     BatchNormalization's moving statistics, which the layer already computes from the global
     batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
     bn_cls = getattr(keras.layers, "BatchNormalization", None)
-    synchronised = set()
-    weights = []
     try:
         layers = list(model._flatten_layers(include_self=True))
     except Exception:
         layers = [model]
-    for layer in layers:
-        if bn_cls is not None and isinstance(layer, bn_cls):
-            synchronised.update(id(v) for v in layer.non_trainable_weights)
-    for v in model.non_trainable_weights:
-        if id(v) not in synchronised and tf_module().as_dtype(_variable_dtype(v)).is_floating:
-            weights.append(id(v))
-    return set(weights)
+    synchronised = {id(v) for layer in layers if bn_cls is not None and isinstance(layer, bn_cls)
+                    for v in layer.non_trainable_weights}
+    return {id(v) for v in model.non_trainable_weights
+            if id(v) not in synchronised and tf_module().as_dtype(_variable_dtype(v)).is_floating}
 
 
 def _variable_dtype(v):
@@ -1017,9 +1012,8 @@ def _make_data_parallel(model, keras, hvd):
         traced_states[0] += 1
         summed = hvd.grouped_allreduce(changes, op=hvd.Sum,
                                        name="mtxcomm.transparent.state/%d" % k)
-        with tf.control_dependencies(tf.nest.flatten(logs)):
-            for (v, before), change in zip(assigned, summed):
-                v.assign(before + change)
+        for (v, before), change in zip(assigned, summed):
+            v.assign(before + change)
         return logs
 
     def test_step(data):
@@ -1313,8 +1307,7 @@ def _SameWeights(keras, hvd):
             # The non-trainable weights too (moving statistics, frozen layers): the train step
             # combines what it assigns to them (combined_state), and nothing else changes them.
             variables += [v for v in self.model.non_trainable_weights
-                          if tf.as_dtype(_variable_dtype(v)).is_floating or
-                          tf.as_dtype(_variable_dtype(v)).is_integer]
+                          if tf.as_dtype(_variable_dtype(v)) not in (tf.bool, tf.string)]
             if not variables:
                 return
             sums = []
