@@ -748,8 +748,8 @@ def _weigh_batch_means(keras, hvd):
 
 
 def _own_state(model, keras):
-    """ids of the model's floating non-trainable weights that a train step's assignments are
-    combined over the ranks for (combined_state in _make_data_parallel): all but
+    """ids of the model's numeric non-trainable weights whose assignments in a step are
+    combined over the ranks (combined_state in _make_data_parallel): all but
     BatchNormalization's moving statistics, which the layer already computes from the global
     batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
     bn_cls = getattr(keras.layers, "BatchNormalization", None)
@@ -760,7 +760,13 @@ def _own_state(model, keras):
     synchronised = {id(v) for layer in layers if bn_cls is not None and isinstance(layer, bn_cls)
                     for v in layer.non_trainable_weights}
     return {id(v) for v in model.non_trainable_weights
-            if id(v) not in synchronised and tf_module().as_dtype(_variable_dtype(v)).is_floating}
+            if id(v) not in synchronised and _is_numeric(v)}
+
+
+def _is_numeric(v):
+    """Whether a variable holds numbers (floating or integer, not bool or string)."""
+    dtype = tf_module().as_dtype(_variable_dtype(v))
+    return dtype.is_floating or dtype.is_integer
 
 
 def _variable_dtype(v):
@@ -776,10 +782,25 @@ def _variable_value(v):
     return tf.identity(inner if inner is not None else v.value)
 
 
+def _value_in(v, graph):
+    """v's value read in graph, the step's (None: the step runs eagerly). An assignment inside a
+    cond branch, a loop body or a nested tf.function is traced in a graph of its own, whose
+    tensors the step cannot use after it; read in the step's graph, the value comes before
+    that construct (built after its body: automatic control dependencies order the read
+    first)."""
+    tf = tf_module()
+    if graph is None:
+        with tf.init_scope():  # (a nested tf.function of an eager step: the value before it)
+            return _variable_value(v)
+    with graph.as_default():
+        return _variable_value(v)
+
+
 def _record_state_assignments(keras, hvd):
-    """In a transparent train step, the first assignment to each of the model's own
-    non-trainable weights (_own_state) records the weight and its value before it, for
-    combined_state; other assignments (the optimizer's, the metrics') are left alone."""
+    """In a transparent train, test or predict step, the first assignment to each of the
+    model's own non-trainable weights (_own_state) records the weight and its value before
+    it, for combined_state; other assignments (the optimizer's, the metrics') are left
+    alone."""
     variable_cls = getattr(keras, "Variable", None)
     original = getattr(variable_cls, "assign", None)
     if original is None or getattr(original, "_mtx_recorded", False):
@@ -789,7 +810,7 @@ def _record_state_assignments(keras, hvd):
         before = getattr(hvd._step_state, "state_before", None)
         if before is not None and id(self) not in before and \
                 id(self) in (hvd._step_state.state_candidates or ()):
-            before[id(self)] = (self, _variable_value(self))
+            before[id(self)] = (self, _value_in(self, hvd._step_state.state_graph))
         return original(self, value)
 
     assign._mtx_recorded = True
@@ -879,17 +900,33 @@ def _synchronise_batch_norm(keras, hvd):
 
 def _model_optimizers(model, keras):
     """The compiled optimizer (an uncompiled model has none) and every other Keras optimizer
-    the model holds as an attribute, each once: a GAN's, which keras.io's
-    compile(d_optimizer, g_optimizer) keeps so and its train_step applies."""
+    the model or one of its sub-models holds, each once: as an attribute (a GAN's, which
+    keras.io's compile(d_optimizer, g_optimizer) keeps so and its train_step applies), in a
+    list, tuple or dict attribute, or as a sub-model's compiled optimizer."""
     found = []
-    for candidate in [getattr(model, "optimizer", None)] + list(vars(model).values()):
-        if isinstance(candidate, keras.optimizers.Optimizer) and \
-                not any(candidate is f for f in found):
-            found.append(candidate)
+
+    def visit(value, depth=0):
+        if isinstance(value, keras.optimizers.Optimizer):
+            if not any(value is f for f in found):
+                found.append(value)
+        elif depth < 2 and isinstance(value, (list, tuple, dict)):
+            for item in (value.values() if isinstance(value, dict) else value):
+                visit(item, depth + 1)
+
+    try:
+        models = [m for m in model._flatten_layers(include_self=True)
+                  if isinstance(m, keras.Model)]
+    except Exception:
+        models = [model]
+    for m in models:
+        visit(getattr(m, "optimizer", None))
+        for value in vars(m).values():
+            visit(value)
     return found
 
 
 def _make_data_parallel(model, keras, hvd):
+    import numpy as np
     tf = tf_module()
 
     for optimizer in _model_optimizers(model, keras):
@@ -977,56 +1014,76 @@ def _make_data_parallel(model, keras, hvd):
             hvd._step_state.grad_scale = \
                 tf.cast(count * n, tf.float32) / tf.cast(batch, tf.float32)
         hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
-        hvd._step_state.state_candidates = _own_state(model, keras)
-        hvd._step_state.state_before = {}
         try:
             return sharing(data, count, batch,
-                           lambda: combined_state(original_step(local), count, batch))
+                           lambda: combining_state(count, batch, lambda: original_step(local)))
         finally:
             hvd._step_state.grad_scale = None
             hvd._step_state.row_weight = None
+
+    def combining_state(count, batch, step):
+        """step(), then combined_state over the non-trainable weights it assigned."""
+        hvd._step_state.state_candidates = _own_state(model, keras)
+        hvd._step_state.state_graph = \
+            None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        hvd._step_state.state_before = {}
+        try:
+            return combined_state(step(), count, batch)
+        finally:
             hvd._step_state.state_before = None
             hvd._step_state.state_candidates = None
+            hvd._step_state.state_graph = None
 
     traced_states = [0]
 
-    def combined_state(logs, count, batch):
-        """After the step: the model's non-trainable weights that the step assigned (a moving
-        statistic of a custom layer, kept as Keras keeps BatchNormalization's), each set to its
-        value before the step plus the rows-weighted sum of the ranks' changes to it, the same
-        on every rank: what tf.distribute does for a variable of aggregation "mean", weighted
-        by the rows, so that a change that is linear in the batch (a moving mean of its rows)
-        is the 1-process run's, and a change every rank made alike (a counter) is that change.
-        Without it each rank would keep its own share's statistics: the ranks' models drift
-        apart, evaluate and predict mix them, and rank 0 saves its own."""
+    def combined_state(out, count, batch):
+        """After a step (train, test or predict): the model's non-trainable weights that the
+        step assigned (a moving statistic of a custom layer, kept as Keras keeps
+        BatchNormalization's, a counter), each set to its value before the step plus the sum
+        of the ranks' changes to it, the same on every rank, as tf.distribute combines a
+        variable by its aggregation: "sum" the changes summed, "only_first_replica" rank 0's,
+        any other ("none", "mean") weighted by each rank's share of the batch's rows, so that
+        a change linear in the batch (a moving mean of its rows) is the 1-process run's and a
+        change every rank made alike (a counter) is that change. In float64 (an integer
+        weight's rounded back). Without it each rank would keep its own share's statistics:
+        the ranks' models drift apart, evaluate and predict mix them, rank 0 saves its own."""
         assigned = list((hvd._step_state.state_before or {}).values())
         hvd._step_state.state_before = None  # (the assignments below are not the step's)
         if not assigned:
-            return logs
+            return out
+        weights = {"sum": tf.constant(1.0, tf.float64),
+                   "only_first_replica": tf.constant(1.0 if r == 0 else 0.0, tf.float64)}
         share = tf.cast(count, tf.float64) / tf.cast(batch, tf.float64)
-        changes = [(_variable_value(v) - before) * tf.cast(share, before.dtype)
+        changes = [tf.reshape((tf.cast(_variable_value(v), tf.float64) -
+                               tf.cast(before, tf.float64)) *
+                              weights.get(getattr(v, "aggregation", "none"), share), [-1])
                    for v, before in assigned]
-        # Each traced step names its own (steps_per_execution > 1 traces several into one
-        # graph); the ranks trace alike.
+        # One tensor, whatever the number of weights. Each traced step names its own
+        # (steps_per_execution > 1 traces several into one graph); the ranks trace alike.
         k = traced_states[0]
         traced_states[0] += 1
-        summed = hvd.grouped_allreduce(changes, op=hvd.Sum,
-                                       name="mtxcomm.transparent.state/%d" % k)
-        for (v, before), change in zip(assigned, summed):
-            v.assign(before + change)
-        return logs
+        summed = hvd.allreduce(tf.concat(changes, 0), op=hvd.Sum,
+                               name="mtxcomm.transparent.state/%d" % k)
+        sizes = [int(np.prod(before.shape)) for _, before in assigned]
+        for (v, before), change in zip(assigned, tf.split(summed, sizes)):
+            value = tf.cast(before, tf.float64) + tf.reshape(change, tf.shape(before))
+            if before.dtype.is_integer:
+                value = tf.round(value)
+            v.assign(tf.cast(value, before.dtype))
+        return out
 
     def test_step(data):
         batch = _rows(data)
         start, end, count = _share(batch, n, r)
-        return sharing(data, count, batch, lambda: original_test(_take(data, start, end)))
+        return sharing(data, count, batch, lambda: combining_state(
+            count, batch, lambda: original_test(_take(data, start, end))))
 
     traced_predicts = [0]
 
     def predict_step(data):
         batch = _rows(data)
         start, end, count = _share(batch, n, r)
-        out = original_predict(_take(data, start, end))
+        out = combining_state(count, batch, lambda: original_predict(_take(data, start, end)))
         # Every rank gets the whole batch's outputs, in rank order: the input's order. Each
         # traced step names its allgathers apart (steps_per_execution > 1 traces several steps
         # into one graph, whose collectives are in flight together); the ranks trace alike.
@@ -1306,15 +1363,14 @@ def _SameWeights(keras, hvd):
                 variables = [v for v, is_local in zip(variables, local) if not is_local]
             # The non-trainable weights too (moving statistics, frozen layers): the train step
             # combines what it assigns to them (combined_state), and nothing else changes them.
-            variables += [v for v in self.model.non_trainable_weights
-                          if tf.as_dtype(_variable_dtype(v)) not in (tf.bool, tf.string)]
+            variables += [v for v in self.model.non_trainable_weights if _is_numeric(v)]
             if not variables:
                 return
             sums = []
-            for v in variables:
-                x = tf.cast(tf.convert_to_tensor(v), tf.float64)
-                sums += [tf.reduce_sum(x), tf.reduce_sum(x * x)]
-            mine = tf.stack(sums)
+            for v in variables:  # (NumPy: an eager op per variable costs far more)
+                x = np.asarray(v, dtype=np.float64)
+                sums += [x.sum(), (x * x).sum()]
+            mine = tf.constant(sums, tf.float64)
             # One allreduce: the maximum of the values and of their negations (the minimum).
             both = hvd.allreduce(tf.concat([mine, -mine], 0), op=hvd.Max,
                                  name="mtxcomm.transparent.same_weights").numpy()
@@ -1332,9 +1388,9 @@ def _SameWeights(keras, hvd):
                 "assigns trainable weights itself, one that applies gradients with an "
                 "optimizer that is neither the compiled one nor an attribute of the model, or "
                 "a TensorFlow op writing a weight directly. Average such gradients in the "
-                "train_step with mtxcomm.tensorflow.allreduce, wrap that optimizer in "
-                "mtxcomm.tensorflow.keras.DistributedOptimizer, or keep it as an attribute of "
-                "the model (self.d_optimizer = ...), whose optimizers mtxcomm wraps." %
+                "train_step with mtxcomm.tensorflow.allreduce, or wrap that optimizer in "
+                "mtxcomm.tensorflow.keras.DistributedOptimizer (mtxcomm wraps those the model "
+                "or a sub-model holds: an attribute, a list or dict of them, a compiled one)." %
                 (epoch + 1, getattr(first, "path", None) or first.name))
 
     return SameWeights()

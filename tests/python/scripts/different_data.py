@@ -7,7 +7,8 @@ argument that differs, instead of training on (or predicting from) a mix of the 
   fit_val      validation_data differs
   evaluate     the arrays of a later evaluate differ (fit's are the same)
   predict      the x of a later predict differs
-  same         every rank's arrays are the same: runs to the end, prints DONE"""
+  same         every rank's arrays are the same: runs to the end and writes done.RANK in the
+               working directory"""
 
 import os
 import sys
@@ -35,4 +36,5 @@ model.fit(shifted(x, "fit_x"), shifted(y, "fit_y"), batch_size=16, epochs=1, ver
           validation_data=(shifted(x[:16], "fit_val"), y[:16]))
 model.evaluate(shifted(x, "evaluate"), y, verbose=0)
 model.predict(shifted(x, "predict"), verbose=0)
-print("DONE", rank, flush=True)
+with open("done.%d" % rank, "w") as f:  # (not stdout: the ranks' lines interleave there)
+    f.write("done")
