@@ -1051,8 +1051,9 @@ def _make_data_parallel(model, keras, hvd):
         hvd._step_state.state_before = None  # (the assignments below are not the step's)
         if not assigned:
             return out
-        weights = {"sum": tf.constant(1.0, tf.float64),
-                   "only_first_replica": tf.constant(1.0 if r == 0 else 0.0, tf.float64)}
+        # (A rank with no rows of this batch ran on one row weighted 0: none of its change.)
+        rows = tf.cast(count > 0, tf.float64)
+        weights = {"sum": rows, "only_first_replica": rows * (1.0 if r == 0 else 0.0)}
         share = tf.cast(count, tf.float64) / tf.cast(batch, tf.float64)
         changes = [tf.reshape((tf.cast(_variable_value(v), tf.float64) -
                                tf.cast(before, tf.float64)) *

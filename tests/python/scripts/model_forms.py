@@ -28,8 +28,10 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
                  {m.name: m.result() for m in self.metrics} (the compiled metrics' result is a
                  dict of theirs), with AUC and accuracy, validation and evaluate
   state_forms    a loss with reduction "sum" with weight and activity regularizers; a layer
-                 that keeps a moving mean of its inputs and a float count of its calls in
-                 non-trainable weights assigned in call; a train_step that slices x, fit on
+                 that keeps a moving mean of its inputs, a float count of its calls (assigned
+                 inside a cond), an integer count of steps and a count of rows (aggregation
+                 "sum") in non-trainable weights assigned in call; a train_step that slices x,
+                 fit on
                  NumPy x alone (Keras hands the step x itself); 65 rows in batches of 16 (the
                  last batch has a single row)
   two_optimizers keras.io's GAN form: compile(d_optimizer, g_optimizer) keeps two optimizers
@@ -276,12 +278,19 @@ elif form == "state_forms":
                                         trainable=False, name="mean")
             self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False,
                                          name="calls")
+            self.steps = self.add_weight(shape=(), initializer="zeros", dtype="int64",
+                                         trainable=False, name="steps")
+            self.rows = self.add_weight(shape=(), initializer="zeros", trainable=False,
+                                        aggregation="sum", name="rows")
 
         def call(self, inputs, training=False):
             out = inputs - self.mean
             if training:
                 self.mean.assign(0.9 * self.mean + 0.1 * keras.ops.mean(inputs, axis=0))
-                self.calls.assign_add(1.0)
+                keras.ops.cond(self.calls >= 0.0, lambda: self.calls.assign_add(1.0),
+                               lambda: keras.ops.convert_to_tensor(self.calls))
+                self.steps.assign_add(1)
+                self.rows.assign_add(keras.ops.cast(keras.ops.shape(inputs)[0], "float32"))
             return out
 
     class Packed(keras.Model):
