@@ -1060,9 +1060,11 @@ def _make_data_parallel(model, keras, hvd):
                               weights.get(getattr(v, "aggregation", "none"), share), [-1])
                    for v, before in assigned]
         # One tensor, whatever the number of weights. Each traced step names its own
-        # (steps_per_execution > 1 traces several into one graph); the ranks trace alike.
+        # (steps_per_execution > 1 traces several into one graph); the ranks trace alike. An
+        # eager step (run_eagerly) reuses one name: a new one per step would never be cached.
         k = traced_states[0]
-        traced_states[0] += 1
+        if not tf.executing_eagerly():
+            traced_states[0] += 1
         summed = hvd.allreduce(tf.concat(changes, 0), op=hvd.Sum,
                                name="mtxcomm.transparent.state/%d" % k)
         sizes = [int(np.prod(before.shape)) for _, before in assigned]
@@ -1088,8 +1090,10 @@ def _make_data_parallel(model, keras, hvd):
         # Every rank gets the whole batch's outputs, in rank order: the input's order. Each
         # traced step names its allgathers apart (steps_per_execution > 1 traces several steps
         # into one graph, whose collectives are in flight together); the ranks trace alike.
+        # Eagerly (run_eagerly) one name serves every step: a new one would never be cached.
         k = traced_predicts[0]
-        traced_predicts[0] += 1
+        if not tf.executing_eagerly():
+            traced_predicts[0] += 1
         flat = tf.nest.flatten(out)
         gathered = [hvd.allgather(t[:count], name="mtxcomm.transparent.predict/%d/%d" % (k, i))
                     for i, t in enumerate(flat)]
