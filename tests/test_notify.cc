@@ -30,15 +30,11 @@ TEST(Spin, PausesForATimeLastAtLeastAboutThatTime) {
   EXPECT_EQ(pausesFor(1e-9), 1);
   std::atomic<unsigned> word{0};
   const auto start = Clock::now();
-  for (int k = 0; k < large; ++k) {
-    if (word.load(std::memory_order_relaxed) != 0) break;
-    cpuPause();
-  }
+  spinUntil(large, [&] { return word.load(std::memory_order_relaxed) != 0; });
   const double micros = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   EXPECT_GE(micros, 200.0) << large << " pauses";
 }
 
-using Clock = std::chrono::steady_clock;
 using testing::makeInprocComms;
 
 double since(Clock::time_point t) {

@@ -14,9 +14,9 @@ namespace mtxcomm {
 
 class Backoff {
  public:
-  // spins: busy polls before the first yield (by default about 22 us of them, the shm waits'
-  // spin); yields: sched_yield polls before sleeping.
-  explicit Backoff(int spins = pausesFor(22.0), int yields = 200)
+  // spins: busy polls before the first yield (by default kSpinMicros of them); yields:
+  // sched_yield polls before sleeping.
+  explicit Backoff(int spins = pausesFor(kSpinMicros), int yields = 200)
       : spins_(spins), yields_(yields) {}
 
   // Call once per unsuccessful poll.

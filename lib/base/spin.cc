@@ -17,10 +17,7 @@ double nanosPerPause() {
   double best = 0;
   for (int t = 0; t < kTimings; ++t) {
     const auto start = Clock::now();
-    for (int k = 0; k < kPauses; ++k) {
-      if (word.load(std::memory_order_relaxed) != 0) break;
-      cpuPause();
-    }
+    spinUntil(kPauses, [&] { return word.load(std::memory_order_relaxed) != 0; });
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
     if (t == 0 || ns < best) best = ns;
   }

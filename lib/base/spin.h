@@ -18,6 +18,21 @@ inline void cpuPause() {
 #endif
 }
 
+// The spin of a wait before it sleeps or yields (the shm waits, Backoff): 22 us, what 2000
+// pauses took on the guest where it was tuned (bench/RESULTS.md: a longer spin takes the core
+// from the framework's thread that shares it).
+constexpr double kSpinMicros = 22.0;
+
+// Polls done() between pauses, at most `pauses` times; whether it became true.
+template <class Done>
+bool spinUntil(int pauses, const Done& done) {
+  for (int k = 0; k < pauses; ++k) {
+    if (done()) return true;
+    cpuPause();
+  }
+  return false;
+}
+
 // How many cpuPause() calls (each beside one load of a shared word) last about `micros`
 // microseconds on this CPU, at least 1. Measured once per process, at the first call: the
 // fastest of several timings of a short run of pauses (under 0.5 ms in all), so that a

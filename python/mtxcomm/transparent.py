@@ -747,17 +747,23 @@ def _weigh_batch_means(keras, hvd):
     mean_cls.update_state = update_state
 
 
+def _layers(model):
+    """The model and every layer inside it (Keras' own walk; the model alone where a Keras
+    without it)."""
+    try:
+        return list(model._flatten_layers(include_self=True))
+    except Exception:
+        return [model]
+
+
 def _own_state(model, keras):
     """ids of the model's numeric non-trainable weights whose assignments in a step are
     combined over the ranks (combined_state in _make_data_parallel): all but
     BatchNormalization's moving statistics, which the layer already computes from the global
     batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
     bn_cls = getattr(keras.layers, "BatchNormalization", None)
-    try:
-        layers = list(model._flatten_layers(include_self=True))
-    except Exception:
-        layers = [model]
-    synchronised = {id(v) for layer in layers if bn_cls is not None and isinstance(layer, bn_cls)
+    synchronised = {id(v) for layer in _layers(model)
+                    if bn_cls is not None and isinstance(layer, bn_cls)
                     for v in layer.non_trainable_weights}
     return {id(v) for v in model.non_trainable_weights
             if id(v) not in synchronised and _is_numeric(v)}
@@ -913,12 +919,7 @@ def _model_optimizers(model, keras):
             for item in (value.values() if isinstance(value, dict) else value):
                 visit(item, depth + 1)
 
-    try:
-        models = [m for m in model._flatten_layers(include_self=True)
-                  if isinstance(m, keras.Model)]
-    except Exception:
-        models = [model]
-    for m in models:
+    for m in [m for m in _layers(model) if isinstance(m, keras.Model)]:
         visit(getattr(m, "optimizer", None))
         for value in vars(m).values():
             visit(value)

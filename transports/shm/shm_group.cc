@@ -34,12 +34,10 @@ constexpr uint64_t kLayoutRevision = 1;
 constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
 constexpr size_t kAlign = 64;
 constexpr int kOversubscribedYields = 20000;  // see waitFor
-// The spin of a wait before it sleeps (waitUntil), in time: a count of pauses lasts from 20 to
-// 110 us across x86 models (lib/base/spin.h). 22 us, the time 2000 pauses took on the guest
-// where it was tuned: a rank's TensorFlow thread shares its core with the waiting engine
-// thread, and the MLP's step at np=2 took 2% longer with a 60 us spin and 4% with 110 us
-// (bench/RESULTS.md), while a wait that ends within the spin needs no futex wake.
-constexpr double kSpinMicros = 22.0;
+// The spin of a wait before it sleeps (waitUntil) is kSpinMicros (lib/base/spin.h), a time: a
+// rank's TensorFlow thread shares its core with the waiting engine thread, and the MLP's step at
+// np=2 took 2% longer with a 60 us spin and 4% with 110 us (bench/RESULTS.md), while a wait
+// that ends within the spin needs no futex wake. With more ranks than cores, this:
 constexpr double kOversubscribedSpinMicros = 0.5;
 
 size_t roundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -893,10 +891,7 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
     // The spin reads nothing but the word: most waits end there, and the checks below (the
     // peer's call, the clock, this process's pid) would each cost more than the wait itself
     // (a cross-core line, a vDSO call, a system call).
-    for (int k = 0; k < spinPauses_; ++k) {
-      if (word(p) >= target) return;
-      cpuPause();
-    }
+    if (spinUntil(spinPauses_, [&] { return word(p) >= target; })) return;
     checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
