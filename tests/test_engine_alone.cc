@@ -3,7 +3,7 @@
 // the array API submit) completes inside enqueue on the submitting thread while the engine's
 // thread sleeps; a large one, one that may not, and one submitted from inside a completion go to
 // the engine's thread. Every test waits for its requests' done before their buffers go. The
-// engine's multi-rank behaviour is tested in tests/python/test_engine_jobs.py.
+// engine at two ranks: test_engine_pair.cc; its jobs: tests/python/test_engine_jobs.py.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -14,48 +14,13 @@
 #include <vector>
 
 #include "bindings/common/engine.h"
+#include "common/engine_outcome.h"
 
 namespace mtxcomm::binding {
 namespace {
 
-// One submitted request's outcome: where and when its done ran, and what it wrote.
-struct Outcome {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  std::thread::id thread;
-  std::vector<float> out;
-
-  bool wait() {
-    std::unique_lock<std::mutex> lk(mu);
-    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return done; });
-  }
-};
-
-Entry request(Kind kind, const std::string& name, const std::vector<float>& in, Outcome* o,
-              bool mayRunInline, int root = 0) {
-  Entry e;
-  e.request.kind = kind;
-  e.request.name = name;
-  e.request.op = MTXCOMM_SUM;
-  e.request.root = root;
-  e.request.tensors.push_back({MTXCOMM_FLOAT32, {static_cast<int64_t>(in.size())}});
-  e.inputs.push_back(in.data());
-  e.mayRunInline = mayRunInline;
-  e.allocate = [o](size_t, const std::vector<int64_t>& shape, std::string*) -> void* {
-    o->out.assign(static_cast<size_t>(shape.empty() ? 1 : shape[0]), -1.0f);
-    return o->out.data();
-  };
-  e.done = [o](const Status& st) {
-    std::lock_guard<std::mutex> lk(o->mu);
-    o->status = st;
-    o->thread = std::this_thread::get_id();
-    o->done = true;
-    o->cv.notify_all();
-  };
-  return e;
-}
+using testing::Outcome;
+using testing::request;
 
 class EngineAlone : public ::testing::Test {
  protected:

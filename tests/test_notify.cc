@@ -214,5 +214,65 @@ TEST(Notify, SetIdleChecksItsCommunicator) {
   EXPECT_EQ(mtxcomm_comm_set_idle(nullptr, 1), MTXCOMM_INVALID_ARGUMENT);
 }
 
+// A rank counts the peers that entered a cycle (mtxcomm_comm_enter_cycle, or implied by
+// mtxcomm_comm_notify) without waking anyone; with spin it waits for a peer that comes within
+// the spin, and one that does not come leaves it after the spin, never asleep.
+TEST(Notify, PeersInCycleCountsThePeersThatEnteredIt) {
+  std::atomic<int> step{0};
+  std::vector<int> seen[2];  // what each rank counted, in order
+  double missMicros = -1;
+  twoRanks([&](mtxcomm_comm_t comm, int rank) {
+    auto count = [comm](uint64_t cycle, int spin) {
+      int n = -1;
+      EXPECT_EQ(mtxcomm_comm_peers_in_cycle(comm, cycle, spin, &n), MTXCOMM_SUCCESS);
+      return n;
+    };
+    if (rank == 1) {
+      while (step < 1) std::this_thread::yield();
+      ASSERT_EQ(mtxcomm_comm_enter_cycle(comm, 1), MTXCOMM_SUCCESS);
+      step = 2;
+      while (step < 3) std::this_thread::yield();
+      ASSERT_EQ(mtxcomm_comm_notify(comm, 2), MTXCOMM_SUCCESS);
+      step = 4;
+      while (step < 5) cpuPause();
+      ASSERT_EQ(mtxcomm_comm_enter_cycle(comm, 3), MTXCOMM_SUCCESS);  // within rank 0's spin
+      seen[1].push_back(count(1, 0));                                 // rank 0 entered nothing
+      return;
+    }
+    seen[0].push_back(count(1, 0));
+    step = 1;
+    while (step < 2) std::this_thread::yield();
+    seen[0].push_back(count(1, 0));
+    seen[0].push_back(count(2, 0));
+    step = 3;
+    while (step < 4) std::this_thread::yield();
+    seen[0].push_back(count(2, 0));
+    // Nobody enters cycle 9: the spin ends with 0, after about 22 us and well before a sleep.
+    const auto t0 = Clock::now();
+    seen[0].push_back(count(9, 1));
+    missMicros = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    step = 5;
+    // The peer may come later than the spin on a busy machine: then spin again.
+    int n = 0;
+    for (int k = 0; k < 100000 && n == 0; ++k) n = count(3, 1);
+    seen[0].push_back(n);
+  });
+  // Rank 0: none; rank 1 in cycle 1; not in 2; in 2 (its notify); nobody in 9; in 3 (entered
+  // during the spin). Rank 1: rank 0 entered nothing.
+  EXPECT_EQ(seen[0], (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(seen[1], (std::vector<int>{0}));
+  EXPECT_GE(missMicros, 10.0);
+  EXPECT_LT(missMicros, 100000.0);
+}
+
+TEST(Notify, CycleCallsCheckTheirArguments) {
+  int n = -1;
+  EXPECT_EQ(mtxcomm_comm_enter_cycle(nullptr, 1), MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_EQ(mtxcomm_comm_peers_in_cycle(nullptr, 1, 0, &n), MTXCOMM_INVALID_ARGUMENT);
+  twoRanks([&](mtxcomm_comm_t comm, int) {
+    EXPECT_EQ(mtxcomm_comm_peers_in_cycle(comm, 1, 0, nullptr), MTXCOMM_INVALID_ARGUMENT);
+  });
+}
+
 }  // namespace
 }  // namespace mtxcomm

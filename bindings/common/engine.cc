@@ -102,6 +102,7 @@ class Engine {
     std::lock_guard<std::mutex> lk(mu_);
     return (executor_ ? executor_->collectives() : 0) + collectivesBefore_;
   }
+  std::atomic<uint64_t> inlineCycles{0};  // cycles a submitting thread ran (runInline)
 
   std::atomic<int> rank{-1}, size{-1}, localRank{-1}, localSize{-1}, cpuShare{-1};
 
@@ -112,10 +113,13 @@ class Engine {
   // One cycle, with cycleMu_ held: of the requests submitted since the last (or of `taken`, the
   // ones a submitter took). false: the engine stops.
   bool cycle(std::vector<Entry>* taken = nullptr);
-  // A world of one rank has no peer to wait for: a small request runs its cycle on the
-  // submitting thread (Entry::mayRunInline), which saves the hand-over to the engine's thread
-  // and the completion from another thread. false: the engine's thread must run it.
-  bool runAlone();
+  // A small request runs its cycle on the submitting thread (Entry::mayRunInline) when no peer
+  // will keep it waiting there: in a world of one rank, or when every peer has entered the next
+  // cycle (at once, or within the collectives' spin after this rank asked them to). That saves
+  // the hand-over to the engine's thread and the completion from another thread, on both sides
+  // of a pair of ranks that submit within the spin of each other. false: the engine's thread
+  // must run it.
+  bool runInline();
   // A peer asked for a cycle and this rank has nothing pending: such a cycle can make nothing
   // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME (at most
   // 1 ms) for this rank's own submission and bring it to the same cycle. A rank that arrives late
@@ -157,8 +161,8 @@ class Engine {
   std::unique_ptr<Timeline> timeline_;
   std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
   uint64_t cycles_ = 0;                             // cycles run (the same on every rank)
-  // Serialises cycles: the engine's thread, or a submitter in a world of one rank (runAlone).
-  // What a cycle uses is guarded by it; progress_ is also read by the engine's idle wait.
+  // Serialises cycles: the engine's thread, or a submitter (runInline). What a cycle uses is
+  // guarded by it (the engine's idle wait too takes it to look); progress_ is read without.
   std::mutex cycleMu_;
   std::atomic<bool> progress_{false};  // polling mode: the last cycle carried something
   double cycleSeconds_ = 0.001;
@@ -276,7 +280,7 @@ void Engine::enqueue(Entry e) {
     }
   }
   if (wake) {
-    if (mayRunInline && size.load() == 1 && runAlone()) return;
+    if (mayRunInline && runInline()) return;
     // After unlocking: a woken engine thread takes mu_ first thing, and on a rank with one core
     // it would run, find mu_ held, and sleep again (two more context switches per call).
     cv_.notify_all();
@@ -286,29 +290,56 @@ void Engine::enqueue(Entry e) {
   if (!refuse.ok()) e.done(refuse);
 }
 
-bool Engine::runAlone() {
+bool Engine::runInline() {
   if (tInCycle || !cycleMu_.try_lock()) return false;
   std::unique_lock<std::mutex> held(cycleMu_, std::adopt_lock);
-  std::vector<Entry> taken;
-  {
+  // What may stop it: the engine stopped (the request was failed with the rest), the engine's
+  // thread took the request (nothing left), a shutdown, too many bytes for this thread.
+  auto eligible = [this](std::vector<Entry>* take) {
     std::lock_guard<std::mutex> lk(mu_);
-    // Stopped: the request was failed with the rest. Empty: the engine's thread took it.
-    if (stopped_ || submitted_.empty()) return true;
+    if (stopped_ || submitted_.empty()) return 1;
     size_t bytes = 0;
     for (const Entry& e : submitted_) bytes += requestBytes(e.request);
-    if (bytes > kInlineBytes || shutdownRequested_) return false;
-    taken.swap(submitted_);
+    if (bytes > kInlineBytes || shutdownRequested_) return 0;
+    if (take) take->swap(submitted_);
+    return 2;
+  };
+  if (int go = eligible(nullptr); go < 2) return go == 1;
+  if (size.load() > 1) {
+    // Only a rank with nothing waiting for peers (what the cycle makes ready is then this
+    // submission's alone, never a large request of earlier cycles) and whose peers announce
+    // their cycles through the segment.
+    if (!notifies_ || peerTrouble_ || !local_.empty()) return false;
+    const uint64_t next = cycles_ + 1;
+    int in = 0;
+    mtxcomm_comm_peers_in_cycle(comm_, next, 0, &in);
+    if (in < size.load() - 1) {
+      // Ask the peers now (their engines, or their submitters spinning here, see it) and give
+      // them the collectives' spin to come; past it the engine's thread waits instead of this one.
+      mtxcomm_comm_notify(comm_, next);
+      mtxcomm_comm_peers_in_cycle(comm_, next, 1, &in);
+      if (in < size.load() - 1) return false;
+    }
   }
+  std::vector<Entry> taken;
+  if (int go = eligible(&taken); go < 2) return go == 1;
+  inlineCycles.fetch_add(1, std::memory_order_relaxed);
   tInCycle = true;
   cycle(&taken);
   tInCycle = false;
+  // The engine's thread takes over what this cycle left: requests submitted meanwhile, ones
+  // waiting for peers (it must leave its idle wait for them), or the engine's end.
+  const bool left = !local_.empty();
   held.unlock();
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    wake = !submitted_.empty() || stopped_;  // submitted meanwhile, or the engine must end
+    wake = !submitted_.empty() || stopped_ || left;
   }
-  if (wake) cv_.notify_all();
+  if (wake) {
+    cv_.notify_all();
+    if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
+  }
   return true;
 }
 
@@ -359,33 +390,39 @@ void Engine::waitForWork() {
     }
     return;
   }
-  // Idle (nothing of this rank's own waits for a peer: local_ is the engine thread's own at
-  // size > 1): a peer's request need not wake this rank at once, its own submission will
-  // (mtxcomm_comm_set_idle). Set before the state is taken: a notify either sees it or is seen.
-  const bool idle = size.load() > 1 && local_.empty();
-  if (idle != idle_) {
-    mtxcomm_comm_set_idle(comm_, idle ? 1 : 0);
-    idle_ = idle;
-  }
   for (;;) {
     mtxcomm_notify_state_t seen{};
-    mtxcomm_comm_notify_state(comm_, &seen);  // before looking at the queue: no lost wakeup
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!submitted_.empty() || shutdownRequested_) return;
-    }
-    if (seen.cycle > cycles_) return;
-    const auto now = Clock::now();
-    const Clock::time_point due = std::min(nextStallCheck_, nextStallWarning_);
-    if (now >= due) return;
     double wait = 3600.0;
-    if (due != Clock::time_point::max()) {
-      wait = std::min(wait, std::chrono::duration<double>(due - now).count());
+    {
+      // A submitter may run a cycle meanwhile (runInline): the state is read under its lock,
+      // and one that leaves work for this thread wakes it after unlocking.
+      std::lock_guard<std::mutex> held(cycleMu_);
+      // Idle (nothing of this rank's own waits for a peer): a peer's request need not wake this
+      // rank at once, its own submission will (mtxcomm_comm_set_idle). Set before the state is
+      // taken: a notify either sees it or is seen.
+      const bool idle = size.load() > 1 && local_.empty();
+      if (idle != idle_) {
+        mtxcomm_comm_set_idle(comm_, idle ? 1 : 0);
+        idle_ = idle;
+      }
+      mtxcomm_comm_notify_state(comm_, &seen);  // before looking at the queue: no lost wakeup
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!submitted_.empty() || shutdownRequested_) return;
+      }
+      if (seen.cycle > cycles_ || peerTrouble_) return;
+      const auto now = Clock::now();
+      const Clock::time_point due = std::min(nextStallCheck_, nextStallWarning_);
+      if (now >= due) return;
+      if (due != Clock::time_point::max()) {
+        wait = std::min(wait, std::chrono::duration<double>(due - now).count());
+      }
     }
     mtxcomm_notify_state_t now_{};
     if (mtxcomm_comm_wait_notify(comm_, &seen, std::max(0.0, wait), &now_) != MTXCOMM_SUCCESS) {
       // A peer died or aborted while this rank slept (or the wait itself failed): nobody will
       // notify this rank, so the next cycle runs its exchange, whose error names the peer.
+      std::lock_guard<std::mutex> held(cycleMu_);
       peerTrouble_ = true;
       return;
     }
@@ -470,6 +507,7 @@ bool Engine::cycle(std::vector<Entry>* taken) {
       // Woken by a timer with nothing to say: run the cycle only if a peer asked for it.
       mtxcomm_notify_state_t st{};
       mtxcomm_comm_notify_state(comm_, &st);
+      if (st.cycle > cycles_) mtxcomm_comm_enter_cycle(comm_, cycles_ + 1);  // runInline looks
       if (st.cycle <= cycles_) {
         warnStalled();
         if (rank.load() == 0 && nextStallCheck_ <= Clock::now()) {
@@ -653,5 +691,6 @@ int localSize() { return engine().localSize.load(); }
 int cpuShare() { return engine().cpuShare.load(); }
 void enqueue(Entry entry) { engine().enqueue(std::move(entry)); }
 uint64_t collectiveCount() { return engine().collectives(); }
+uint64_t inlineCycleCount() { return engine().inlineCycles.load(); }
 
 }  // namespace mtxcomm::binding

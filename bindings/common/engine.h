@@ -23,8 +23,11 @@
 // (at most 1 ms) for its own submission before it joins (a cycle without it makes nothing ready),
 // so ranks that arrive a little apart agree in one cycle instead of two. Without a segment (ranks
 // on several nodes, MTXCOMM_SHM=off) an idle engine cycles every MTXCOMM_CYCLE_TIME. A world of
-// one rank never wakes while idle, and a small request there runs its cycle on the submitting
-// thread (Entry::mayRunInline).
+// one rank never wakes while idle. A small request runs its cycle on the submitting thread
+// (Entry::mayRunInline) where no peer keeps it waiting there: in a world of one rank, or where
+// every peer has entered the next cycle, at once or within the collectives' spin (about 22 us)
+// after this rank asked them (mtxcomm_comm_peers_in_cycle); otherwise the engine's thread runs
+// it.
 //
 // Stalls end: a name some ranks submitted and others did not fails on the ranks that submitted
 // it after MTXCOMM_STALL_TIMEOUT, naming it and the missing ranks (rank 0 decides, through its
@@ -65,13 +68,16 @@ struct Entry {
   std::function<void(const Status&)> done;
   // Set by enqueue: when it was submitted (the timeline's NEGOTIATE starts here).
   std::chrono::steady_clock::time_point submitted;
-  // In a world of one rank, the submitting thread may run the cycle itself when the engine's
-  // thread is not running one and the requests waiting carry at most 128 KiB: allocate and done
-  // then run inside enqueue. For callers that wait for the result anyway or whose framework lets
-  // a kernel complete inside its call (TensorFlow's asynchronous kernels, the array API); not
-  // for callers that overlap the collective with their own work (the torch backend). With
-  // peers the engine's thread runs every cycle: a submitter that ran the exchange itself would
-  // wait for the last rank's arrival, and at np=2 that measured slower (bench/RESULTS.md).
+  // The submitting thread may run the cycle itself when the engine's thread is not running one,
+  // the requests waiting carry at most 128 KiB, and no peer would keep it waiting: the world
+  // has one rank, or this rank has nothing else waiting for peers and every peer has entered
+  // the next cycle, already or within the collectives' spin (about 22 us) after this thread
+  // asked them to. allocate and done then run inside enqueue. Past the spin the engine's thread
+  // waits instead. For callers that wait for the result anyway or whose framework lets a kernel
+  // complete inside its call (TensorFlow's asynchronous kernels, the array API); not for callers
+  // that overlap the collective with their own work (the torch backend, a training step's
+  // gradients: TensorFlow's attr overlap), whose requests fuse on the engine's thread while
+  // they compute on (bench/RESULTS.md: inline gradients slowed a training step by 4%).
   bool mayRunInline = false;
 };
 // A join (Kind::kJoin, no input tensors) gets one int32 scalar output through allocate(0, {}):
@@ -98,6 +104,9 @@ void enqueue(Entry entry);
 // Library collectives the engine has executed for submitted requests (not counting its own
 // negotiation), for tests and profiling.
 uint64_t collectiveCount();
+// Cycles that a submitting thread ran itself (Entry::mayRunInline) since the process started,
+// for tests and profiling.
+uint64_t inlineCycleCount();
 
 }  // namespace mtxcomm::binding
 

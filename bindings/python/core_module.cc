@@ -376,6 +376,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("local_size", &eng::localSize);
   m.def("collective_count", &eng::collectiveCount,
         "Library collectives the engine ran for submitted requests (negotiation not counted).");
+  m.def("inline_cycle_count", &eng::inlineCycleCount,
+        "Engine cycles a submitting thread ran itself (no hand-over to the engine's thread).");
   m.def("run", &run, py::arg("kind"), py::arg("x"), py::arg("dtype"), py::arg("shape"),
         py::arg("op"), py::arg("root"), py::arg("splits"), py::arg("out"), py::arg("out_shape"),
         "One collective through the engine; see core_module.cc.");

@@ -41,6 +41,8 @@ PYBIND11_MODULE(_mtxcomm_tf, m) {
         "This rank's share of its node's cores (threads its work should use); -1 before init.");
   m.def("collective_count", &eng::collectiveCount,
         "Library collectives run for submitted tensors (negotiation not counted).");
+  m.def("inline_cycle_count", &eng::inlineCycleCount,
+        "Engine cycles a submitting thread ran itself (no hand-over to the engine's thread).");
   m.def(
       "build_feature",
       [](const std::string& feature) {

@@ -20,6 +20,10 @@
 //   MtxcommJoin() -> int32 scalar: this rank has no more work; returns, once every rank has
 //     joined, the last rank to join (bindings/common/engine.h).
 //   MtxcommProcessInfo(info) -> int32 scalar: rank, local_rank, size or local_size when it runs.
+// Every collective op has the attr overlap (default false): false, a small request whose peers
+// are all there (or come within the collectives' spin) runs on the calling thread and completes
+// inside ComputeAsync (Entry::mayRunInline); true, it always runs on the engine's thread (the
+// gradients' allreduces of a training step, which overlap the backward pass and fuse).
 // Errors come back as TF statuses: ranks that disagree on a tensor's kind, op, root, dtype or
 // shape get FailedPrecondition naming the tensor and the ranks (as Horovod); a request wrong in
 // itself (a root out of range, alltoall splits that do not add up) InvalidArgument; a dead or
@@ -113,6 +117,7 @@ REGISTER_OP("MtxcommAllreduce")
     .Attr("T: " MTXCOMM_TF_TYPES)
     .Attr("reduce_op: int")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensor: T")
     .Output("output: T")
     .SetIsStateful()
@@ -123,6 +128,7 @@ REGISTER_OP("MtxcommGroupedAllreduce")
     .Attr("T: list(" MTXCOMM_TF_TYPES ")")
     .Attr("reduce_op: int")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetIsStateful()
@@ -133,6 +139,7 @@ REGISTER_OP("MtxcommBroadcast")
     .Attr("T: " MTXCOMM_TF_TYPES)
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensor: T")
     .Output("output: T")
     .SetIsStateful()
@@ -142,6 +149,7 @@ REGISTER_OP("MtxcommBroadcast")
 REGISTER_OP("MtxcommAllgather")
     .Attr("T: " MTXCOMM_TF_TYPES)
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensor: T")
     .Output("output: T")
     .SetIsStateful()
@@ -152,6 +160,7 @@ REGISTER_OP("MtxcommReducescatter")
     .Attr("T: " MTXCOMM_TF_TYPES)
     .Attr("reduce_op: int")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensor: T")
     .Output("output: T")
     .SetIsStateful()
@@ -161,6 +170,7 @@ REGISTER_OP("MtxcommReducescatter")
 REGISTER_OP("MtxcommGroupedAllgather")
     .Attr("T: list(" MTXCOMM_TF_TYPES ")")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetIsStateful()
@@ -171,6 +181,7 @@ REGISTER_OP("MtxcommGroupedReducescatter")
     .Attr("T: list(" MTXCOMM_TF_TYPES ")")
     .Attr("reduce_op: int")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensors: T")
     .Output("outputs: T")
     .SetIsStateful()
@@ -181,6 +192,7 @@ REGISTER_OP("MtxcommAlltoall")
     .Attr("T: " MTXCOMM_TF_TYPES)
     .Attr("Tsplits: {int32, int64} = DT_INT32")
     .Attr("tensor_name: string = ''")
+    .Attr("overlap: bool = false")
     .Input("tensor: T")
     .Input("splits: Tsplits")
     .Output("output: T")
@@ -230,6 +242,7 @@ class MtxcommOp : public tf::AsyncOpKernel {
       op_ = static_cast<mtxcomm_op_t>(op);
     }
     if (kind == Kind::kBroadcast) OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
+    if (c->HasAttr("overlap")) OP_REQUIRES_OK(c, c->GetAttr("overlap", &overlap_));
   }
 
   void ComputeAsync(tf::OpKernelContext* ctx, DoneCallback done) override {
@@ -285,7 +298,10 @@ class MtxcommOp : public tf::AsyncOpKernel {
       if (!st.ok()) ctx->SetStatus(toTf(st));
       done();
     };
-    e.mayRunInline = true;  // an asynchronous kernel may complete inside ComputeAsync
+    // An asynchronous kernel may complete inside ComputeAsync; one meant to overlap the step's
+    // remaining work (a gradient's allreduce during the backward pass) always goes to the
+    // engine's thread, where those ready together fuse and the framework's thread computes on.
+    e.mayRunInline = !overlap_;
     enqueue(std::move(e));
   }
 
@@ -294,6 +310,7 @@ class MtxcommOp : public tf::AsyncOpKernel {
   std::string name_;
   mtxcomm_op_t op_ = MTXCOMM_SUM;
   int root_ = 0;
+  bool overlap_ = false;
 };
 
 template <Kind K>

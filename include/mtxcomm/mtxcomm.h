@@ -295,6 +295,16 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wait_notify(mtxcomm_comm_t comm,
                                                       mtxcomm_notify_state_t* now);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm);
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_set_idle(mtxcomm_comm_t comm, int idle);
+/* mtxcomm_comm_enter_cycle(comm, cycle): this rank is entering cycle `cycle` (its first
+ * collective follows); no peer is woken. mtxcomm_comm_notify implies it. The thread that uses
+ * comm. mtxcomm_comm_peers_in_cycle: how many other ranks have entered cycle `cycle` or a later
+ * one, in *count; spin != 0 first waits for all of them up to the collectives' spin (about
+ * 22 us, never sleeping). With *count == size - 1 a thread that starts that cycle's collective
+ * now waits for no peer's arrival: an engine may run a small cycle on the submitting thread
+ * instead of handing it to its own. Any thread. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_enter_cycle(mtxcomm_comm_t comm, uint64_t cycle);
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_peers_in_cycle(mtxcomm_comm_t comm, uint64_t cycle,
+                                                         int spin, int* count);
 
 /* ---- Collectives (host buffers: blocking, stream NULL; device buffers: stream-ordered) ---- */
 

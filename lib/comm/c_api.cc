@@ -463,6 +463,16 @@ mtxcomm_result_t mtxcomm_comm_wakeup(mtxcomm_comm_t comm) {
   return anyThread(comm, [&](Comm& c) { notifier(c).wakeup(); });
 }
 
+mtxcomm_result_t mtxcomm_comm_enter_cycle(mtxcomm_comm_t comm, uint64_t cycle) {
+  return guarded(comm, [&](Comm& c) { notifier(c).enterCycle(cycle); });
+}
+
+mtxcomm_result_t mtxcomm_comm_peers_in_cycle(mtxcomm_comm_t comm, uint64_t cycle, int spin,
+                                             int* count) {
+  if (!count) return MTXCOMM_INVALID_ARGUMENT;
+  return anyThread(comm, [&](Comm& c) { *count = notifier(c).peersInCycle(cycle, spin != 0); });
+}
+
 mtxcomm_result_t mtxcomm_comm_set_idle(mtxcomm_comm_t comm, int idle) {
   return guarded(comm, [&](Comm& c) { notifier(c).setIdle(idle != 0); });
 }

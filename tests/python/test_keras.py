@@ -260,6 +260,71 @@ def test_distributed_gradient_tape_in_function(hvd):
         np.testing.assert_allclose(g, (SIZE + 1) * np.array([1.0, -1.0]), rtol=1e-6)
 
 
+def collective_overlaps(fn, *args):
+    """{op type: [overlap attr, ...]} of the collectives in fn's traced graph (and the graphs
+    of the functions it calls)."""
+    found = {}
+    graph = fn.get_concrete_function(*args).graph
+    graphs = [graph] + [f.graph for f in graph._functions.values() if hasattr(f, "graph")]
+    for g in graphs:
+        for op in g.get_operations():
+            if op.type.startswith("Mtxcomm") and op.type != "MtxcommProcessInfo":
+                found.setdefault(op.type, []).append(op.get_attr("overlap"))
+    return found
+
+
+def test_gradient_collectives_of_a_traced_step_overlap_the_backward_pass(hvd, hvdk):
+    """A traced step's gradient allreduces (DistributedGradientTape, DistributedOptimizer, also
+    an Embedding's IndexedSlices allgathers and the gradient of a collective) carry overlap=True:
+    they always run on the engine's thread and fuse. A collective the step itself waits for
+    (a plain allreduce, a broadcast) carries overlap=False: a small one may run on the calling
+    thread when its peers are there."""
+    r = hvd.rank()
+    v = tf.Variable([1.0, -1.0])
+    emb = keras.layers.Embedding(10, 3)
+    emb.build((None,))
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.1))
+    opt.build([v, emb.embeddings])
+
+    @tf.function
+    def tape_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((r + 1.0) * v * v) + tf.reduce_sum(emb(tf.constant([1, 2])))
+        return hvd.DistributedGradientTape(tape).gradient(loss, [v, emb.embeddings])
+
+    @tf.function
+    def optimizer_step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((r + 1.0) * v * v)
+        opt.apply_gradients(zip(tape.gradient(loss, [v]), [v]))
+        return v
+
+    @tf.function
+    def through_a_collective(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(hvd.allreduce(x * x, op=hvd.Sum, name="overlap_fwd"))
+        return tape.gradient(y, x)
+
+    @tf.function
+    def plain(x):
+        return hvd.allreduce(x, name="overlap_plain"), hvd.broadcast(x, 0, name="overlap_bc")
+
+    x = tf.constant([1.0, 2.0])
+    tape_ops = collective_overlaps(tape_step)
+    assert tape_ops.get("MtxcommAllreduce") == [True], tape_ops
+    assert tape_ops.get("MtxcommAllgather") == [True, True], tape_ops
+    assert collective_overlaps(optimizer_step).get("MtxcommAllreduce") == [True]
+    fwd_bwd = collective_overlaps(through_a_collective, x)
+    assert sorted(fwd_bwd.get("MtxcommAllreduce", [])) == [False, True], fwd_bwd
+    assert collective_overlaps(plain, x) == {"MtxcommAllreduce": [False],
+                                             "MtxcommBroadcast": [False]}
+    # The traced steps still compute the right values.
+    grads = tape_step()
+    np.testing.assert_allclose(grads[0].numpy(), (SIZE + 1) * np.array([1.0, -1.0]), rtol=1e-6)
+    np.testing.assert_allclose(through_a_collective(x).numpy(), 2 * SIZE * x.numpy(), rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # mixed precision: LossScaleOptimizer around or inside DistributedOptimizer
 

@@ -172,8 +172,9 @@ struct alignas(128) ShmGroup::Control {
                                               // waiter
   std::atomic<uint32_t> notifyWaiters;        // threads asleep on wakeSeq (0: no system call)
   std::atomic<uint64_t> notifyCycle;          // the highest cycle a peer asked this rank to join
-  std::atomic<uint32_t> notifyIdle;  // nothing of its own waits for a peer: a notify may wake it
-                                     // late (ShmGroup::setIdle)
+  std::atomic<uint32_t> notifyIdle;    // nothing of its own waits for a peer: a notify may wake it
+                                       // late (ShmGroup::setIdle)
+  std::atomic<uint64_t> enteredCycle;  // the highest cycle this rank entered (enterCycle)
   // The calls this rank entered (ShmGroup::enterCall): the latest one's sequence number, and
   // the last kHistory signatures (call s at s % kHistory), each with whether this rank
   // rejected it; written before the release store of callSeq.
@@ -511,6 +512,7 @@ void ShmGroup::publishedFenced(Control& c) {
 
 void ShmGroup::notify(uint64_t cycle) {
   owed_.clear();
+  enterCycle(cycle);  // first: a peer that sees the request also sees this rank in the cycle
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     Control& c = control(q);
@@ -593,6 +595,26 @@ ShmGroup::NotifyState ShmGroup::waitNotify(const NotifyState& seen, Clock::time_
 }
 
 void ShmGroup::wakeup() { wake(control(rank_)); }
+
+void ShmGroup::enterCycle(uint64_t cycle) {
+  std::atomic<uint64_t>& entered = control(rank_).enteredCycle;
+  if (entered.load(std::memory_order_relaxed) < cycle) {
+    entered.store(cycle, std::memory_order_release);
+  }
+}
+
+int ShmGroup::peersInCycle(uint64_t cycle, bool spin) const {
+  auto count = [&] {
+    int n = 0;
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_ && control(q).enteredCycle.load(std::memory_order_acquire) >= cycle) ++n;
+    }
+    return n;
+  };
+  int n = count();
+  if (spin && n < size_ - 1) spinUntil(spinPauses_, [&] { return (n = count()) == size_ - 1; });
+  return n;
+}
 
 void ShmGroup::abort(const std::string& reason, mtxcomm_result_t code) {
   Control& c = control(rank_);

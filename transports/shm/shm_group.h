@@ -192,6 +192,13 @@ class ShmGroup {
   NotifyState notifyState() const;
   NotifyState waitNotify(const NotifyState& seen, Clock::time_point deadline);
   void wakeup();
+  // enterCycle(cycle): this rank is entering cycle `cycle` (notify implies it); no peer is
+  // woken. peersInCycle(cycle): how many other ranks have entered cycle `cycle` or a later one,
+  // each of them in (or about to start) that cycle's first collective; with spin, after waiting
+  // for all of them up to the waits' spin (kSpinMicros, never sleeping). The thread that uses
+  // the group, and any thread.
+  void enterCycle(uint64_t cycle);
+  int peersInCycle(uint64_t cycle, bool spin) const;
 
   // Marks this rank aborted with a reason and the error it failed with, for the peers' waits.
   // A peer whose wait finds this rank aborted with MTXCOMM_INVALID_USAGE (a disagreement only

@@ -21,14 +21,60 @@ root out of range), ``AbortedError`` when a peer died or shut down,
 """
 
 import atexit
+import contextlib
+import functools
+import threading
 
 import tensorflow as tf
 
 import mtxcomm as _mtxcomm
 from mtxcomm.tensorflow import _library
 
-_ops = _library.ops
 _engine = _library.engine
+_OVERLAP = threading.local()
+# The op wrappers whose ops take the attr overlap (bindings/tensorflow/tf_ops.cc).
+_OVERLAP_OPS = frozenset(("mtxcomm_allreduce", "mtxcomm_grouped_allreduce", "mtxcomm_broadcast",
+                          "mtxcomm_allgather", "mtxcomm_grouped_allgather",
+                          "mtxcomm_reducescatter", "mtxcomm_grouped_reducescatter",
+                          "mtxcomm_alltoall"))
+
+
+@contextlib.contextmanager
+def _overlapping():
+    """Collectives traced inside (a step's gradient allreduces, the gradients of collectives)
+    overlap the rest of the step: they get overlap=True and always run on the engine's thread,
+    where those ready together fuse while the framework's thread computes on. Outside it a
+    small collective whose peers are all there runs on the calling thread (no hand-over). Eager
+    calls are left as they are (the caller waits for each)."""
+    before = getattr(_OVERLAP, "on", False)
+    _OVERLAP.on = before or not tf.executing_eagerly()
+    try:
+        yield
+    finally:
+        _OVERLAP.on = before
+
+
+class _Ops:
+    """The op library's wrappers, with overlap=True on the collectives made in _overlapping()."""
+
+    def __getattr__(self, name):
+        fn = getattr(_library.ops, name)
+        if name in _OVERLAP_OPS and getattr(_OVERLAP, "on", False):
+            return functools.partial(fn, overlap=True)
+        return fn
+
+
+_ops = _Ops()
+
+
+def _in_backward(grad_fn):
+    """A registered gradient function: its collectives overlap the backward pass."""
+    @functools.wraps(grad_fn)
+    def wrapped(*args, **kwargs):
+        with _overlapping():
+            return grad_fn(*args, **kwargs)
+    return wrapped
+
 _mtxcomm._end_job_on_uncaught_exception()
 
 # Reduction ops, as the C API's mtxcomm_op_t.
@@ -192,6 +238,11 @@ def join():
 def _collective_count():
     """Library collectives this rank's engine has run for submitted tensors (tests)."""
     return int(_engine.collective_count())
+
+
+def _inline_cycle_count():
+    """Engine cycles this rank's submitting threads ran themselves (tests, profiling)."""
+    return int(_engine.inline_cycle_count())
 
 
 # ---- compression (Horovod's Compression.none / Compression.fp16) ---------------------------
@@ -591,6 +642,7 @@ def _allreduce_average(t):
 
 
 @tf.RegisterGradient("MtxcommAllreduce")
+@_in_backward
 def _allreduce_grad(op, grad):
     """d/dx_r of the distributed loss sum_q L_q(y): the upstream gradients of every rank are
     summed (Sum) or averaged (Average); Min/Max route them to the ranks holding the extremum,
@@ -607,6 +659,7 @@ def _allreduce_grad(op, grad):
 
 
 @tf.RegisterGradient("MtxcommGroupedAllreduce")
+@_in_backward
 def _grouped_allreduce_grad(op, *grads):
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (Sum, Average):
@@ -617,6 +670,7 @@ def _grouped_allreduce_grad(op, *grads):
 
 
 @tf.RegisterGradient("MtxcommBroadcast")
+@_in_backward
 def _broadcast_grad(op, grad):
     """Only the root's input reaches the output: it gets the average of every rank's
     gradient, the other ranks zero."""
@@ -634,12 +688,14 @@ def _own_rows(grad, x):
 
 
 @tf.RegisterGradient("MtxcommAllgather")
+@_in_backward
 def _allgather_grad(op, grad):
     """Average the gradients of the gathered tensor over ranks, then keep this rank's rows."""
     return _own_rows(_allreduce_average(grad), op.inputs[0])
 
 
 @tf.RegisterGradient("MtxcommGroupedAllgather")
+@_in_backward
 def _grouped_allgather_grad(op, *grads):
     out = []
     for g, x, y in zip(grads, op.inputs, op.outputs):
@@ -657,6 +713,7 @@ def _reducescatter_input_grad(grad, reduce_op):
 
 
 @tf.RegisterGradient("MtxcommReducescatter")
+@_in_backward
 def _reducescatter_grad(op, grad):
     """Each rank's input reached every rank's output rows: gather them back (times size() for
     Sum)."""
@@ -664,6 +721,7 @@ def _reducescatter_grad(op, grad):
 
 
 @tf.RegisterGradient("MtxcommGroupedReducescatter")
+@_in_backward
 def _grouped_reducescatter_grad(op, *grads):
     reduce_op = op.get_attr("reduce_op")
     out = []
@@ -674,6 +732,7 @@ def _grouped_reducescatter_grad(op, *grads):
 
 
 @tf.RegisterGradient("MtxcommAlltoall")
+@_in_backward
 def _alltoall_grad(op, grad, _received_splits_grad):
     """The rows go back where they came from: an alltoall of the gradient with the received
     splits."""
@@ -719,7 +778,8 @@ def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
                 if scale is not None:
                     g = tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices,
                                          g.dense_shape)
-                out[i] = allreduce(g, op=op)
+                with _overlapping():
+                    out[i] = allreduce(g, op=op)
                 continue
         if scale is not None:
             g = g * tf.cast(scale, g.dtype)
@@ -733,9 +793,10 @@ def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
             # In a graph (tf.function, Keras' train_step) one op per gradient, not chained: each
             # starts as soon as its gradient exists, so the allreduce of a late layer overlaps
             # the backward pass of the earlier ones; the engine fuses those ready together.
-            reduced = [allreduce(g, op=op, compression=compression,
-                                 name=None if name is None else "%s/%d" % (name, k))
-                       for k, g in enumerate(dense)]
+            with _overlapping():
+                reduced = [allreduce(g, op=op, compression=compression,
+                                     name=None if name is None else "%s/%d" % (name, k))
+                           for k, g in enumerate(dense)]
         for i, r in zip(dense_idx, reduced):
             out[i] = r
     return out
