@@ -7,8 +7,10 @@
 // several threads per rank, small and large, inline or not, all get the right sums. The child
 // reports its failures through its exit status and stderr.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,8 +77,18 @@ std::unique_ptr<Call> outcome(size_t count) {
 struct Shared {
   std::atomic<int> step{0};
   std::atomic<uint64_t> count{0};
+  // Waits until the other rank's step reaches k; after 60 s (that rank failed) the waiting
+  // rank fails too, never spinning on.
   void waitFor(int k) const {
-    while (step.load() < k) std::this_thread::yield();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (step.load() < k) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "rank %d: the other rank never reached step %d\n", rank(), k);
+        std::fflush(nullptr);
+        _exit(2);
+      }
+      std::this_thread::yield();
+    }
   }
 };
 
@@ -96,6 +108,7 @@ void twoRanks(const std::function<void(Errors*, Shared*)>& body) {
   std::fflush(nullptr);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
+  if (child == 0) prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
   setenv("MTXCOMM_RANK", child == 0 ? "1" : "0", 1);
   Errors errors;
   Status st = init();
