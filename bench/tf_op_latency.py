@@ -1,7 +1,9 @@
 """Latency of one mtxcomm allreduce inside a tf.function against a tf.function holding one
 multiplication (TensorFlow's own per-call cost), 1 KiB float32. The two alternate in blocks of
 100 calls (21 blocks, the order swapped each block), so that a slow moment of the machine
-weighs on both: the overhead is the median over blocks of (allreduce - x * 2) in the block.
+weighs on both: the overhead is the median over blocks of (allreduce - x * 2) in the block. Also
+prints, per rank, the share of the allreduces whose cycle ran on TensorFlow's own thread (the
+engine's Entry::mayRunInline) rather than being handed to the engine's thread.
 Run: mtxrun -np 2 python bench/tf_op_latency.py"""
 
 import os
@@ -41,9 +43,12 @@ for fn in (multiply, allreduce):
     for _ in range(20):
         fn(x)
 times = {multiply: [], allreduce: []}
+inline_before = hvd._inline_cycle_count()
 for b in range(BLOCKS):
     for fn in ((multiply, allreduce) if b % 2 == 0 else (allreduce, multiply)):
         times[fn].append(block(fn))
+# The share of the allreduces whose cycle ran on TensorFlow's thread (no hand-over), per rank.
+inline = hvd.allgather(tf.constant([hvd._inline_cycle_count() - inline_before], tf.int64))
 if hvd.rank() == 0:
     over = [a - m for a, m in zip(times[allreduce], times[multiply])]
     print("%-28s median %.0f us per call (np=%d)" % ("tf.function(x * 2)",
@@ -54,3 +59,5 @@ if hvd.rank() == 0:
                                                       hvd.size()))
     print("overhead (allreduce - x * 2, per block) median %.1f us (p25 %.1f, p75 %.1f)" %
           (statistics.median(over), *statistics.quantiles(over, n=4)[0:3:2]))
+    print("allreduces completed on TensorFlow's thread, per rank: %s" %
+          " ".join("%.0f%%" % (100.0 * n / (BLOCKS * CALLS)) for n in inline.numpy()))
