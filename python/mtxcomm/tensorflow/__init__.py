@@ -75,6 +75,7 @@ def _in_backward(grad_fn):
             return grad_fn(*args, **kwargs)
     return wrapped
 
+
 _mtxcomm._end_job_on_uncaught_exception()
 
 # Reduction ops, as the C API's mtxcomm_op_t.
