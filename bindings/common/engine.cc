@@ -310,16 +310,14 @@ bool Engine::runInline() {
     // submission's alone, never a large request of earlier cycles) and whose peers announce
     // their cycles through the segment.
     if (!notifies_ || peerTrouble_ || !local_.empty()) return false;
+    // Ask the peers (their engines, or their submitters spinning here, see it) and give them
+    // the collectives' spin to come, none when they are all there; past it the engine's thread
+    // waits instead of this one.
     const uint64_t next = cycles_ + 1;
     int in = 0;
-    mtxcomm_comm_peers_in_cycle(comm_, next, 0, &in);
-    if (in < size.load() - 1) {
-      // Ask the peers now (their engines, or their submitters spinning here, see it) and give
-      // them the collectives' spin to come; past it the engine's thread waits instead of this one.
-      mtxcomm_comm_notify(comm_, next);
-      mtxcomm_comm_peers_in_cycle(comm_, next, 1, &in);
-      if (in < size.load() - 1) return false;
-    }
+    mtxcomm_comm_notify(comm_, next);
+    mtxcomm_comm_peers_in_cycle(comm_, next, 1, &in);
+    if (in < size.load() - 1) return false;
   }
   std::vector<Entry> taken;
   if (int go = eligible(&taken); go < 2) return go == 1;
