@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: builds (if needed) and runs ctest — unit tests, the threaded correctness
-# matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test —
+# matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test —,
+# the trust and shm suites again under each forced shm chunking (tests/run_chunkings.sh),
 # then sets up the Python environment (if needed) and runs the TensorFlow binding's pytest
 # suite under mpirun (tests/python/run_suite.sh), and the sanitizer and fuzzing builds
 # (scripts/test_sanitizers.sh: ASan+UBSan, TSan, libFuzzer). Arguments go to ctest.
@@ -9,7 +10,8 @@ case "${1:-}" in
   -h | --help)
     cat <<'USAGE'
 usage: scripts/test.sh [CTEST_ARGS...]
-Builds mtxcomm into build/, runs ctest (with CTEST_ARGS, e.g. -R Trust), then the sanitizer
+Builds mtxcomm into build/, runs ctest (with CTEST_ARGS, e.g. -R Trust), the trust and shm
+suites under each shm chunking (tests/run_chunkings.sh), then the sanitizer
 and fuzzing builds (scripts/test_sanitizers.sh), then sets up .venv and runs the Python suite
 (tests/python/run_suite.sh). About 25-30 minutes on 2 cores. To run one part only:
   (cd build && ctest -R NAME)     scripts/test_sanitizers.sh     tests/python/run_suite.sh
@@ -23,6 +25,8 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 (cd build && ctest --output-on-failure -j 2 --timeout 900 "$@")
+# The trust and shm suites once more under each shm chunking a CPU model can pick (its L2).
+tests/run_chunkings.sh
 scripts/test_sanitizers.sh
 scripts/setup_python.sh
 tests/python/run_suite.sh

@@ -19,12 +19,45 @@
 namespace mtxcomm {
 namespace testing {
 
+// The shared-memory chunkings a machine can pick (lib/comm/config.h: defaultShmSlotBytes and
+// shmReductionChunkBytes from its L2): 256 KiB slots (an L2 of 256 KiB or less, or unknown),
+// 512 KiB slots (512 KiB, AMD Zen 3), 1 MiB slots in whole chunks (1 MiB, AMD Zen 4) and 1 MiB
+// slots whose reductions go in 512 KiB chunks (2 MiB, Intel Sapphire Rapids). A test whose
+// outcome depends on the chunking runs each, whatever this CPU picks.
+struct ShmChunking {
+  const char* name;
+  size_t slotBytes, chunkBytes;
+};
+inline const std::vector<ShmChunking>& shmChunkings() {
+  static const std::vector<ShmChunking> kAll = {{"256K slots", 256 << 10, 256 << 10},
+                                                {"512K slots", 512 << 10, 512 << 10},
+                                                {"1M slots", 1 << 20, 1 << 20},
+                                                {"1M slots, 512K chunks", 1 << 20, 512 << 10}};
+  return kAll;
+}
+inline Config withChunking(Config config, const ShmChunking& chunking) {
+  config.shmSlotBytes = chunking.slotBytes;
+  config.shmReductionChunkBytes = chunking.chunkBytes;
+  return config;
+}
+
+// config, with the chunking MTXCOMM_SHM_SLOT_BYTES and MTXCOMM_SHM_CHUNK_BYTES force where the
+// test leaves it to the machine: scripts/test.sh runs the trust and shm suites once more under
+// each chunking that way (tests/run_chunkings.sh).
+inline Config withChunkingFromEnvironment(Config config) {
+  const Config env = Config::fromEnvironment();
+  if (!config.shmSlotBytes) config.shmSlotBytes = env.shmSlotBytes;
+  if (!config.shmReductionChunkBytes) config.shmReductionChunkBytes = env.shmReductionChunkBytes;
+  return config;
+}
+
 // Makes n communicators over one in-process world; config applies to all.
 inline std::vector<mtxcomm_comm_t> makeInprocComms(int n, const Config& config = Config()) {
   auto transports = makeInprocTransports(n);
+  const Config forced = withChunkingFromEnvironment(config);
   std::vector<mtxcomm_comm_t> comms;
   for (auto& t : transports)
-    comms.push_back(wrapComm(std::make_unique<Comm>(std::move(t), config, 0)));
+    comms.push_back(wrapComm(std::make_unique<Comm>(std::move(t), forced, 0)));
   return comms;
 }
 

@@ -146,6 +146,17 @@ TEST(Config, TheShmSlotFollowsTheL2CacheWithinItsBounds) {
   }
   unsetenv("MTXCOMM_SHM_SLOT_BYTES");
   EXPECT_EQ(Config::fromEnvironment().shmSlotBytes, 0u);
+  // The reductions' chunk: auto, or a size that forces one chunking whatever the L2.
+  EXPECT_EQ(Config::fromEnvironment().shmReductionChunkBytes, 0u);
+  setenv("MTXCOMM_SHM_CHUNK_BYTES", "512K", 1);
+  EXPECT_EQ(Config::fromEnvironment().shmReductionChunkBytes, 512 * K);
+  setenv("MTXCOMM_SHM_CHUNK_BYTES", "auto", 1);
+  EXPECT_EQ(Config::fromEnvironment().shmReductionChunkBytes, 0u);
+  for (const char* bad : {"1K", "65M", "half"}) {
+    setenv("MTXCOMM_SHM_CHUNK_BYTES", bad, 1);
+    EXPECT_THROW(Config::fromEnvironment(), Error) << bad;
+  }
+  unsetenv("MTXCOMM_SHM_CHUNK_BYTES");
 }
 
 TEST(Config, BindingsReadNormalisedValuesThroughTheCApi) {

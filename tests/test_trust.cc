@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -541,14 +542,25 @@ constexpr mtxcomm_result_t kByNextCall = static_cast<mtxcomm_result_t>(-1);
 
 // Runs one call per rank over shm (n ranks, MTXCOMM_TIMEOUT 30 s) and expects codes[rank] on
 // each rank within 3 s, the message naming parts; where a rank learns it at its next call, the
-// next call's message names them.
+// next call's message names them. Under the given chunking; without one, a call of more bytes
+// than the smallest slot (whose chunks then depend on the machine's L2) runs under each
+// chunking a machine can pick.
 void expectPromptError(int n,
                        const std::function<mtxcomm_result_t(mtxcomm_comm_t, int, float*)>& call,
                        const std::vector<mtxcomm_result_t>& codes,
                        const std::vector<std::string>& parts, size_t count = 256,
-                       const std::function<mtxcomm_result_t(mtxcomm_comm_t, float*)>& next = {}) {
+                       const std::function<mtxcomm_result_t(mtxcomm_comm_t, float*)>& next = {},
+                       const std::optional<testing::ShmChunking>& chunking = {}) {
+  if (!chunking && count * sizeof(float) > testing::shmChunkings().front().slotBytes) {
+    for (const testing::ShmChunking& c : testing::shmChunkings()) {
+      SCOPED_TRACE(c.name);
+      expectPromptError(n, call, codes, parts, count, next, c);
+    }
+    return;
+  }
   Config cfg;
   cfg.timeoutSeconds = 30;
+  if (chunking) cfg = testing::withChunking(cfg, *chunking);
   testing::runRanks(
       n,
       [&](mtxcomm_comm_t comm, int rank) {
@@ -572,17 +584,147 @@ void expectPromptError(int n,
       cfg);
 }
 
-// Both ranks write their own broadcast and wait for nobody: each learns it at its next call.
-TEST_F(Trust, BroadcastWhereEachRankNamesItselfRootIsAnError) {
-  for (const size_t count : {size_t{256}, size_t{1} << 18}) {
-    expectPromptError(
-        2,
-        [count](mtxcomm_comm_t c, int rank, float* b) {
-          return mtxcomm_broadcast(b, b, count, MTXCOMM_FLOAT32, rank, c, nullptr);
+// The chunking the environment forces (tests/run_chunkings.sh) reaches every rank of a test
+// that leaves it to the machine, and a test's own chunking wins over it.
+TEST_F(Trust, ForcedChunkingReachesEveryRank) {
+  setenv("MTXCOMM_SHM_SLOT_BYTES", "1M", 1);
+  setenv("MTXCOMM_SHM_CHUNK_BYTES", "512K", 1);
+  for (const bool own : {false, true}) {
+    const Config cfg =
+        own ? testing::withChunking(Config(), testing::shmChunkings().front()) : Config();
+    testing::runRanks(
+        3,
+        [own](mtxcomm_comm_t c, int) {
+          ShmGroup* g = unwrapComm(c)->notifier();
+          ASSERT_NE(g, nullptr);
+          EXPECT_EQ(g->slotBytes(), own ? size_t{256} << 10 : size_t{1} << 20);
+          EXPECT_EQ(g->reductionChunkBytes(), own ? size_t{256} << 10 : size_t{512} << 10);
         },
-        {kByNextCall, kByNextCall}, {"root 0", "root 1", "found when this rank entered call"},
-        count);
+        cfg);
   }
+  unsetenv("MTXCOMM_SHM_SLOT_BYTES");
+  unsetenv("MTXCOMM_SHM_CHUNK_BYTES");
+}
+
+// Both ranks write their own broadcast and wait for nobody. A broadcast of one chunk (at most
+// the slot) returns at once on both, and each learns it at its next call; one of several
+// chunks may find it in the call, when a root waits to reuse a set of slots and meets the
+// other's call there (or at the next call, when it finds the peer not yet arrived). Under every
+// chunking a machine can pick (1 MiB is one chunk in 1 MiB slots, several in smaller ones).
+TEST_F(Trust, BroadcastWhereEachRankNamesItselfRootIsAnError) {
+  for (const testing::ShmChunking& chunking : testing::shmChunkings()) {
+    SCOPED_TRACE(chunking.name);
+    for (const size_t count : {size_t{256}, size_t{1} << 18}) {
+      std::vector<std::string> parts = {"root 0", "root 1"};
+      if (count * sizeof(float) <= chunking.slotBytes) {
+        parts.push_back("found when this rank entered call");
+      }
+      expectPromptError(
+          2,
+          [count](mtxcomm_comm_t c, int rank, float* b) {
+            return mtxcomm_broadcast(b, b, count, MTXCOMM_FLOAT32, rank, c, nullptr);
+          },
+          {kByNextCall, kByNextCall}, parts, count, {}, chunking);
+    }
+  }
+}
+
+// Runs body(comm, rank) on n ranks over shm, as threads, each destroying its communicator
+// itself when body returns (the harness destroys them one by one afterwards), and returns what
+// each destroy returned; messages[rank] is mtxcomm_get_last_error then.
+std::vector<mtxcomm_result_t> runAndDestroy(int n, const Config& cfg,
+                                            const std::function<void(mtxcomm_comm_t, int)>& body,
+                                            std::vector<std::string>* messages) {
+  auto comms = testing::makeInprocComms(n, cfg);
+  std::vector<mtxcomm_result_t> codes(n, MTXCOMM_SUCCESS);
+  messages->assign(n, "");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      unwrapComm(comms[r])->setup();
+      body(comms[r], r);
+      codes[r] = mtxcomm_comm_destroy(comms[r]);
+      (*messages)[r] = mtxcomm_get_last_error(comms[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return codes;
+}
+
+// A disagreement no later call finds is not lost: destroy runs the checks still pending and
+// returns MTXCOMM_INVALID_USAGE on every rank, with the message the next call would have given
+// (every rank names itself root of a one-chunk broadcast, which returns at once on both: the
+// line boxes, the small slots, one slot; under every chunking).
+TEST_F(Trust, DestroyAfterADisagreeingBroadcastReturnsTheErrorOnEveryRank) {
+  for (const testing::ShmChunking& chunking : testing::shmChunkings()) {
+    SCOPED_TRACE(chunking.name);
+    for (const size_t count : {size_t{16}, size_t{256}, chunking.slotBytes / sizeof(float)}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      Config cfg = testing::withChunking(Config(), chunking);
+      cfg.timeoutSeconds = 30;
+      std::vector<mtxcomm_result_t> calls(2, MTXCOMM_INTERNAL_ERROR);
+      std::vector<std::string> messages;
+      const auto start = Clock::now();
+      const auto destroys = runAndDestroy(
+          2, cfg,
+          [&](mtxcomm_comm_t c, int rank) {
+            std::vector<float> buf(count, static_cast<float>(rank + 1));
+            calls[rank] =
+                mtxcomm_broadcast(buf.data(), buf.data(), count, MTXCOMM_FLOAT32, rank, c, nullptr);
+            // Each kept its own data: the call moved nothing between them.
+            EXPECT_EQ(buf[count - 1], static_cast<float>(rank + 1));
+          },
+          &messages);
+      EXPECT_LT(secondsSince(start), 3.0);
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(calls[r], MTXCOMM_SUCCESS) << "rank " << r;
+        EXPECT_EQ(destroys[r], MTXCOMM_INVALID_USAGE) << "rank " << r << ": " << messages[r];
+        for (const char* part : {"mtxcomm_comm_destroy", "the ranks disagree on the call", "root 0",
+                                 "root 1", "found when this rank destroyed the communicator"}) {
+          EXPECT_TRUE(contains(messages[r], part)) << "rank " << r << ": " << messages[r];
+        }
+      }
+    }
+  }
+}
+
+// Ranks that agree destroy with success, also when a peer enters the broadcast late (the
+// destroy waits for it) and over three ranks; a rank whose peer destroys without ever making
+// the call it waits to check fails its destroy naming that peer, at once.
+TEST_F(Trust, DestroyWaitsForLatePeersAndNamesOneThatNeverCame) {
+  Config cfg;
+  cfg.timeoutSeconds = 30;
+  for (const int n : {2, 3}) {
+    std::vector<std::string> messages;
+    const auto destroys = runAndDestroy(
+        n, cfg,
+        [n](mtxcomm_comm_t c, int rank) {
+          if (rank == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          std::vector<float> buf(64, static_cast<float>(rank));
+          EXPECT_EQ(mtxcomm_broadcast(buf.data(), buf.data(), 64, MTXCOMM_FLOAT32, 0, c, nullptr),
+                    MTXCOMM_SUCCESS);
+          EXPECT_EQ(buf[63], 0.0f);
+        },
+        &messages);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(destroys[r], MTXCOMM_SUCCESS) << messages[r];
+  }
+  std::vector<std::string> messages;
+  const auto start = Clock::now();
+  const auto destroys = runAndDestroy(
+      2, cfg,
+      [](mtxcomm_comm_t c, int rank) {
+        if (rank == 1) return;  // destroys without the broadcast
+        std::vector<float> buf(64, 1.0f);
+        EXPECT_EQ(mtxcomm_broadcast(buf.data(), buf.data(), 64, MTXCOMM_FLOAT32, 0, c, nullptr),
+                  MTXCOMM_SUCCESS);
+      },
+      &messages);
+  EXPECT_LT(secondsSince(start), 3.0);
+  EXPECT_EQ(destroys[1], MTXCOMM_SUCCESS) << messages[1];
+  EXPECT_EQ(destroys[0], MTXCOMM_REMOTE_ERROR) << messages[0];
+  EXPECT_TRUE(contains(messages[0], "rank 1 destroyed its communicator after call #"))
+      << messages[0];
+  EXPECT_TRUE(contains(messages[0], "destroy's check of an earlier call")) << messages[0];
 }
 
 // Three ranks, two of which agree on a root the third does not name (roots 0,1,1 and 0,0,2),

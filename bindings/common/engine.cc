@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 
 #include "bindings/common/executor.h"
 #include "bindings/common/negotiation.h"
@@ -92,7 +93,7 @@ Entry standIn(const Request& req) {
 class Engine {
  public:
   Status init();
-  void shutdown();
+  Status shutdown();
   bool running() {
     std::lock_guard<std::mutex> lk(mu_);
     return thread_.joinable() && !stopped_;
@@ -145,6 +146,9 @@ class Engine {
   // Names of this rank's requests submitted and not yet done (guarded by mu_).
   std::unordered_set<std::string> inFlight_;
   bool shutdownRequested_ = false;
+  // What destroying the communicator returned (a check an earlier call left pending that found
+  // the ranks disagreeing): shutdown returns it once.
+  Status destroyStatus_;
   bool stopped_ = false;
   Status failure_;  // guarded by mu_: set when the engine stopped for good
   std::thread thread_;
@@ -233,11 +237,11 @@ Status Engine::init() {
   return {};
 }
 
-void Engine::shutdown() {
+Status Engine::shutdown() {
   std::thread t;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!thread_.joinable()) return;
+    if (!thread_.joinable()) return {};
     shutdownRequested_ = true;
     cv_.notify_all();
     if (mtxcomm_comm_t c = wakeComm_.load()) mtxcomm_comm_wakeup(c);
@@ -245,6 +249,7 @@ void Engine::shutdown() {
   }
   t.join();
   rank = size = localRank = localSize = cpuShare = -1;
+  return std::exchange(destroyStatus_, Status{});
 }
 
 void Engine::enqueue(Entry e) {
@@ -354,7 +359,10 @@ void Engine::loop() {
   std::lock_guard<std::mutex> held(cycleMu_);  // no submitter runs a cycle any more (stopped)
   wakeComm_ = nullptr;
   if (timeline_) timeline_->flush();
-  mtxcomm_comm_destroy(comm_);
+  // The handle is gone after the call: its error is this thread's record.
+  if (const mtxcomm_result_t rc = mtxcomm_comm_destroy(comm_)) {
+    destroyStatus_ = {rc, mtxcomm_get_last_error(comm_)};
+  }
   comm_ = nullptr;
 }
 
@@ -680,7 +688,7 @@ Engine& engine() {
 }  // namespace
 
 Status init() { return engine().init(); }
-void shutdown() { engine().shutdown(); }
+Status shutdown() { return engine().shutdown(); }
 bool isInitialized() { return engine().running(); }
 int rank() { return engine().rank.load(); }
 int size() { return engine().size.load(); }

@@ -88,8 +88,10 @@ struct Entry {
 // Creates the world communicator (mtxcomm_comm_init_from_env) and starts the thread; collective
 // across ranks. A second call while running is a no-op.
 Status init();
-// Ends the engine on every rank (see above) and destroys the communicator. Idempotent.
-void shutdown();
+// Ends the engine on every rank (see above) and destroys the communicator. Idempotent. Returns
+// what the destroy returned: MTXCOMM_INVALID_USAGE where a check an earlier call left pending
+// (a broadcast returns before its peers have entered it) finds the ranks disagreeing there.
+Status shutdown();
 bool isInitialized();
 // Rank facts of the world communicator; -1 when not initialised.
 int rank();

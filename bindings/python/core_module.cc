@@ -361,10 +361,16 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "shutdown",
       [] {
-        py::gil_scoped_release release;
-        eng::shutdown();
+        eng::Status st;
+        {
+          py::gil_scoped_release release;
+          st = eng::shutdown();
+        }
+        return std::make_tuple(static_cast<int>(st.code), st.message);
       },
-      "Stops the engine on every rank and frees the communicator. Idempotent.");
+      "Stops the engine on every rank and frees the communicator. Idempotent. Returns (code, "
+      "message): the destroy's, which fails where a check an earlier call left pending finds "
+      "the ranks disagreeing.");
   m.def(
       "exiting_on_error", [] { mtxcomm_exiting_on_error(); },
       "This process is ending on an error: its exit skips the MPI_Finalize that would wait "

@@ -28,10 +28,16 @@ PYBIND11_MODULE(_mtxcomm_tf, m) {
   m.def(
       "shutdown",
       [] {
-        py::gil_scoped_release release;
-        eng::shutdown();
+        eng::Status st;
+        {
+          py::gil_scoped_release release;
+          st = eng::shutdown();
+        }
+        return std::make_tuple(static_cast<int>(st.code), st.message);
       },
-      "Stops the engine on every rank and frees the communicator. Idempotent.");
+      "Stops the engine on every rank and frees the communicator. Idempotent. Returns (code, "
+      "message): the destroy's, which fails where a check an earlier call left pending finds "
+      "the ranks disagreeing.");
   m.def("is_initialized", &eng::isInitialized);
   m.def("rank", &eng::rank);
   m.def("size", &eng::size);

@@ -72,7 +72,7 @@
  * with its root, which wait for nobody else and get it at their next call that is not a broadcast,
  * or within 64 broadcasts, and the non-roots of a reduce of at most 256 bytes, which write and
  * return and get it at their next call once the peers have entered theirs (within 64 calls),
- * before that call moves a byte. Over a point-to-point transport (across
+ * before that call moves a byte; where no call follows, mtxcomm_comm_destroy returns it. Over a point-to-point transport (across
  * nodes, or MTXCOMM_SHM=off) a call's message tags carry its signature, so ranks that disagree
  * exchange no data: a rank whose messages go to or come from a disagreeing rank fails with
  * MTXCOMM_TIMEOUT after MTXCOMM_TIMEOUT seconds (over TCP its peers then get MTXCOMM_REMOTE_ERROR
@@ -226,7 +226,15 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_comm_split(mtxcomm_comm_t comm, int color, 
  * MTXCOMM_INVALID_ARGUMENT. Over shared memory the peers are told: a peer still waiting on this
  * rank, or entering a later collective, fails at once with MTXCOMM_REMOTE_ERROR naming it.
  * From another thread while a collective runs on comm: that collective ends with an error
- * ("destroyed ... during this call"), then the communicator is freed. */
+ * ("destroyed ... during this call"), then the communicator is freed.
+ * A disagreement is never lost at the end: over shared memory, the checks of calls that
+ * returned before their peers had entered them (a broadcast's root, a small reduce's non-root)
+ * and that no later call ran are run here, waiting (up to MTXCOMM_TIMEOUT) for the peers to
+ * enter those calls. Where the ranks disagreed, destroy returns MTXCOMM_INVALID_USAGE with the
+ * message the next call would have given ("... found when this rank destroyed the
+ * communicator"); where a peer destroyed or died before making such a call,
+ * MTXCOMM_REMOTE_ERROR naming it. The communicator is freed either way, and
+ * mtxcomm_get_last_error (this handle, or NULL) gives the message. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_comm_destroy(mtxcomm_comm_t comm);
 
 /* Marks the communicator failed on this rank and tells the peers it can reach; collectives

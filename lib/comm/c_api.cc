@@ -262,8 +262,11 @@ mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
 
 // Removes a live handle from the registry and frees it once no call is running on it; a call
 // in flight (another thread) is cancelled with reason first. NULL and handles that are not live
-// are rejected (false).
-bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
+// are rejected (false). A destroy (not abortPeers) first runs the checks earlier calls left
+// pending (Comm::checkPendingAtDestroy); a disagreement found there is put in *pending (its
+// code; this thread's record has the message) and the communicator is freed all the same.
+bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers,
+            mtxcomm_result_t* pending = nullptr) {
   {
     std::lock_guard<std::mutex> g(g_handlesMu);
     if (!comm || !liveHandles().erase(comm)) return false;
@@ -294,6 +297,8 @@ bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers) {
     } catch (...) {
       // Best effort: the communicator is going away regardless.
     }
+  } else if (pending && comm->impl) {
+    *pending = capture([&] { comm->impl->checkPendingAtDestroy(); }, &t_lastInitError);
   }
   delete comm;
   return true;
@@ -307,7 +312,8 @@ mtxcomm_result_t retireEntry(mtxcomm_comm_t comm, const char* entry, const char*
   if (!comm) return MTXCOMM_SUCCESS;
   const std::string reason = mtxcomm::strCat("the communicator was ", done, " (", entry,
                                              ", another thread) during this call");
-  if (retire(comm, reason.c_str(), abortPeers)) return MTXCOMM_SUCCESS;
+  mtxcomm_result_t pending = MTXCOMM_SUCCESS;
+  if (retire(comm, reason.c_str(), abortPeers, &pending)) return pending;
   t_lastInitError = std::string(entry) + ": " + notLive(comm);
   return MTXCOMM_INVALID_ARGUMENT;
 }

@@ -567,6 +567,23 @@ void Comm::setup(const Topology* agreed) {
       "; reductions in chunks of ", shm_->reductionChunkBytes(), " bytes)");
 }
 
+void Comm::checkPendingAtDestroy() {
+  if (poisoned()) return;
+  if (local_) local_->checkPendingAtDestroy();
+  if (!shm_) return;
+  try {
+    shm_->setTimeout(config_.timeoutSeconds);
+    shm_->checkDeferredAtDestroy();
+  } catch (const Error& e) {
+    const std::string msg = strCat("rank ", rank(), " of ", size(),
+                                   ": mtxcomm_comm_destroy (transport shm): ", e.what());
+    poison(msg);
+    MTXCOMM_LOG(kError, rank(), msg);
+    abortWith(msg, e.code());
+    throw Error(e.code(), msg);
+  }
+}
+
 void Comm::abort() {
   poison(strCat("rank ", rank(), ": the communicator was aborted"));
   abortWith("the application aborted the communicator");

@@ -75,6 +75,12 @@ class Comm {
   // The node-local level of the hierarchical algorithms, once built (null before).
   const Comm* localLevel() const { return local_.get(); }
   void abort();
+  // Before destroy, with no call in flight: runs the checks of earlier calls still pending
+  // (ShmGroup::checkDeferredAtDestroy: a broadcast returns before its peers have entered it),
+  // here and on the node-local level. A disagreement throws MTXCOMM_INVALID_USAGE with the
+  // message the next call would have given, the peers are told as a failed call tells them,
+  // and the communicator is poisoned. Nothing on a poisoned communicator or without shm.
+  void checkPendingAtDestroy();
   // Thread-safe: makes the call another thread is blocked in (and every later one) end
   // promptly with MTXCOMM_INVALID_USAGE naming reason (lib/base/cancel.h). The C API's abort
   // and destroy use it on a communicator with a call in flight.

@@ -202,6 +202,15 @@ const std::vector<ConfigVar>& configVars() {
          "set fits in the L2 (2 MiB L2: 512K chunks in 1M slots)",
          {},
          true},
+        {"MTXCOMM_SHM_CHUNK_BYTES",
+         "bytes",
+         "auto",
+         "the chunk of the shared-memory reductions (allreduce, reduce_scatter), at most the "
+         "slot (4K..64M; a larger value is the slot). auto: half the slot where only half a "
+         "slot's working set fits in the L2 (see MTXCOMM_SHM_SLOT_BYTES), else the whole slot; "
+         "a slot set by hand is the chunk. For tuning and for forcing each path in tests",
+         {},
+         true},
         {"MTXCOMM_CYCLE_TIME",
          "seconds",
          "0.001",
@@ -407,6 +416,8 @@ Config Config::fromEnvironment() {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
       c.shmSlotBytes = v == "auto" ? 0 : parseBytes(name, v, 4096, size_t{64} << 20);
+    } else if (var.name == "MTXCOMM_SHM_CHUNK_BYTES") {
+      c.shmReductionChunkBytes = v == "auto" ? 0 : parseBytes(name, v, 4096, size_t{64} << 20);
     } else if (var.name == "MTXCOMM_CUDA_PATH") {
       c.cudaPath = v;
     } else if (var.name == "MTXCOMM_CUDA_IPC_BYTES") {
@@ -468,6 +479,9 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_SHM=", shm));
   out.push_back(strCat("MTXCOMM_SHM_SLOT_BYTES=",
                        shmSlotBytes ? std::to_string(shmSlotBytes) : std::string("auto")));
+  out.push_back(strCat("MTXCOMM_SHM_CHUNK_BYTES=", shmReductionChunkBytes
+                                                       ? std::to_string(shmReductionChunkBytes)
+                                                       : std::string("auto")));
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", exactText(cycleTimeSeconds)));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", exactText(stallWarningSeconds)));

@@ -47,8 +47,8 @@ struct Config {
   size_t ucxEagerLimit = size_t{4} << 20;  // MTXCOMM_UCX_EAGER_LIMIT
   std::string shm = "auto";                // MTXCOMM_SHM
   size_t shmSlotBytes = 0;                 // MTXCOMM_SHM_SLOT_BYTES (0: auto)
-  // The chunk of the shm reductions (0: shmReductionChunkBytes of the auto slot, or the slot the
-  // user set). Not an environment variable: for tests, which cannot choose the L2.
+  // MTXCOMM_SHM_CHUNK_BYTES: the chunk of the shm reductions (0: auto, shmReductionChunkBytes of
+  // the auto slot, or the slot the user set). Tests force each chunking with it.
   size_t shmReductionChunkBytes = 0;
   std::string cudaPath = "auto";              // MTXCOMM_CUDA_PATH
   size_t cudaIpcBytes = size_t{64} << 20;     // MTXCOMM_CUDA_IPC_BYTES

@@ -37,6 +37,30 @@ def exiting_on_error():
     _core.exiting_on_error()
 
 
+def _shutdown_or_exit(shutdown, at_exit):
+    """Runs a binding's engine shutdown, which returns (code, message): the destroy of the
+    communicator fails where a check an earlier call left pending finds the ranks disagreeing
+    (a broadcast returns before every peer has entered it). Raises that error; at exit, where
+    Python would only print it and exit with 0, writes it to standard error and ends the
+    process with status 1 (skipping an MPI_Finalize that would wait for the other ranks)."""
+    code, message = shutdown()
+    if not code:
+        return
+    if not at_exit:
+        from mtxcomm import _arrays
+        raise _arrays._error(code, message)
+    import os
+    import sys
+    sys.stderr.write("mtxcomm: error at exit: %s\n" % message)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or broken stream must not hide the exit status
+            pass
+    exiting_on_error()
+    os._exit(1)
+
+
 _exit_check = []
 
 

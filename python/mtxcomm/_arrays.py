@@ -400,11 +400,15 @@ def init():
 def shutdown():
     """Stops the engine on every rank and frees the communicator; calls still waiting, here or
     on other ranks, fail with an error naming this rank. Also ends ``mtxcomm.tensorflow``'s use
-    of the engine (it is the same one). Idempotent; also run at exit."""
-    _core.shutdown()
+    of the engine (it is the same one). Idempotent; also run at exit.
+
+    Raises ``mtxcomm.InvalidUsageError`` where the ranks disagreed on a call that returned
+    before its peers entered it (a broadcast) and no later call found it; at exit that error
+    is written to standard error and the process exits with status 1."""
+    _mtxcomm._shutdown_or_exit(_core.shutdown, at_exit=False)
 
 
-atexit.register(shutdown)
+atexit.register(lambda: _mtxcomm._shutdown_or_exit(_core.shutdown, at_exit=True))
 
 
 def is_initialized():

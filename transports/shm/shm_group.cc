@@ -367,7 +367,21 @@ void ShmGroup::enterCall(const CallSignature& call, const std::string& rejectedB
   // root hear of it at their next reduce) checks what it can, waiting for none.
   if (deferredCount_ == 0) return;
   const bool broadcast = static_cast<Collective>(call.kind & 0xff) == Collective::kBroadcast;
-  if (!broadcast || deferredOverdue()) checkDeferred(broadcast);
+  if (!broadcast || deferredOverdue()) {
+    checkDeferred(broadcast ? DeferredWait::kOverdue : DeferredWait::kNone);
+  }
+}
+
+void ShmGroup::checkDeferredAtDestroy() {
+  if (deferredCount_ == 0) return;
+  destroying_ = true;
+  checkDeferred(DeferredWait::kAll);
+  destroying_ = false;
+}
+
+std::string ShmGroup::foundWhere() const {
+  return destroying_ ? std::string(" (found when this rank destroyed the communicator")
+                     : strCat(" (found when this rank entered call #", call_.seq);
 }
 
 void ShmGroup::deferCheck(int checked) {
@@ -383,7 +397,7 @@ bool ShmGroup::deferredOverdue() const {
                                 call_.seq - deferred_[deferredFirst_].call.seq >= kMaxDeferred);
 }
 
-void ShmGroup::checkDeferred(bool makeRoom) {
+void ShmGroup::checkDeferred(DeferredWait wait) {
   while (deferredCount_ > 0) {
     auto at = [this](size_t i) -> const Deferred& {
       return deferred_[(deferredFirst_ + i) % kMaxDeferred];
@@ -409,9 +423,8 @@ void ShmGroup::checkDeferred(bool makeRoom) {
             if (at(j).call.seq > verified_[p]) checkPeerCall(p, at(j).call);
           }
           fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on a call up to call #", d.call.seq, " (",
-               describeCall(d.call), "): peer rank ", p,
-               "'s calls differ from this rank's (found when this rank entered call #", call_.seq,
-               ")");
+               describeCall(d.call), "): peer rank ", p, "'s calls differ from this rank's",
+               foundWhere(), ")");
         }
         verified_[p] = d.call.seq;
       }
@@ -424,9 +437,13 @@ void ShmGroup::checkDeferred(bool makeRoom) {
       deferredFirst_ = (deferredFirst_ + 1) % kMaxDeferred;
       --deferredCount_;
     }
-    if (!makeRoom || !deferredOverdue()) return;
-    // Overdue: wait for the peer that has not entered the oldest deferred call yet.
-    waitFor(lagging, Counter::kCall, at(0).call.seq, "a call's deferred check", -1);
+    if (deferredCount_ == 0 || wait == DeferredWait::kNone ||
+        (wait == DeferredWait::kOverdue && !deferredOverdue())) {
+      return;
+    }
+    // Wait for the peer that has not entered the oldest deferred call yet.
+    waitFor(lagging, Counter::kCall, at(0).call.seq,
+            destroying_ ? "destroy's check of an earlier call" : "a call's deferred check", -1);
   }
 }
 
@@ -995,10 +1012,10 @@ void ShmGroup::checkSameCall(int p, const CallSignature& mine, const CallSignatu
   } else if (theirs.seq > mine.seq) {
     checkPeerCall(p, mine);  // throws naming p's call of this number if it differs
   }
-  const std::string found = ours.seq == call_.seq
-                                ? std::string()
-                                : strCat(" (found when this rank entered call #", call_.seq,
-                                         ": a broadcast returns before every peer has entered it)");
+  const std::string found =
+      ours.seq == call_.seq && !destroying_
+          ? std::string()
+          : strCat(foundWhere(), ": a broadcast returns before every peer has entered it)");
   fail(MTXCOMM_INVALID_USAGE, "the ranks disagree on the call: this rank called ",
        describeCall(ours), " but peer rank ", p, " called ", describeCall(theirs),
        " (every rank must pass the same collective, count, datatype, op and root)", found);

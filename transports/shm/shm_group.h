@@ -162,6 +162,11 @@ class ShmGroup {
   // that later call (MTXCOMM_INVALID_USAGE naming both calls) before it moves a byte.
   void deferCheck(int checked);
   static constexpr size_t kMaxDeferred = 64;
+  // At destroy: runs the deferred checks still pending, waiting (up to the timeout) for each
+  // peer to enter the calls they cover, so that a disagreement the next call would have found
+  // is not lost when there is no next call. Throws as that call would have, the message saying
+  // it was found at destroy; MTXCOMM_REMOTE_ERROR when a peer left or died before those calls.
+  void checkDeferredAtDestroy();
   // Signatures each rank keeps of its last calls: more than the deferred checks plus the
   // furthest a peer can run ahead of this rank (the line boxes' 64 exchanges, the small ring's
   // kSmallSlots messages and two chunks), so a deferred check always finds the peer's entry.
@@ -231,9 +236,15 @@ class ShmGroup {
   bool checkPeerCall(int p, const CallSignature& call);
   // Runs the deferred checks (deferCheck) against the peers that have entered their calls:
   // one word per peer, the digest of its calls up to the newest deferred call it has entered,
-  // against this rank's (a difference is then named call by call); with makeRoom, waits for
-  // the peer behind the oldest until none is overdue (deferredOverdue).
-  void checkDeferred(bool makeRoom);
+  // against this rank's (a difference is then named call by call); then waits for the peer
+  // behind the oldest: kNone never, kOverdue until none is overdue (deferredOverdue), kAll
+  // until none is pending.
+  enum class DeferredWait { kNone, kOverdue, kAll };
+  void checkDeferred(DeferredWait wait);
+  // Where a disagreement of an earlier call was found, for its message: " (found when this
+  // rank entered call #N" or " (found when this rank destroyed the communicator".
+  std::string foundWhere() const;
+  bool destroying_ = false;  // checkDeferredAtDestroy is running
   // The oldest deferred check is kMaxDeferred calls old, or kMaxDeferred are pending.
   bool deferredOverdue() const;
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead

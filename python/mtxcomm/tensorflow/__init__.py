@@ -161,11 +161,13 @@ def _size_thread_pools():
 
 def shutdown():
     """Stops the engine on every rank: requests still waiting, here or on other ranks, fail
-    with an error naming the rank that shut down. Idempotent; also run at exit."""
-    _engine.shutdown()
+    with an error naming the rank that shut down. Idempotent; also run at exit. Raises where
+    the ranks disagreed on a call no later call checked (``mtxcomm.shutdown``); at exit that
+    error is written to standard error and the process exits with status 1."""
+    _mtxcomm._shutdown_or_exit(_engine.shutdown, at_exit=False)
 
 
-atexit.register(shutdown)
+atexit.register(lambda: _mtxcomm._shutdown_or_exit(_engine.shutdown, at_exit=True))
 
 
 def is_initialized():
