@@ -564,6 +564,43 @@ def test_ranks_that_disagree_get_an_error_naming_both_and_the_next_call_works(mc
     np.testing.assert_array_equal(after, np.full(3, SIZE, np.int32))
 
 
+@multi_rank
+def test_a_broadcast_where_every_rank_names_itself_root_fails_on_every_rank(mc):
+    # The C API's broadcast over shared memory returns before its peers enter it and finds
+    # such a disagreement at the next call or at destroy; through the array API the engine
+    # compares the roots before any byte moves, so the call itself fails, on every rank, and
+    # no rank's array is written.
+    x = np.full(5, RANK + 1, np.float32)
+    with pytest.raises(mc.InvalidUsageError, match="disagree on the root") as e:
+        mc.broadcast(x, root=RANK, out=x)
+    for r in range(SIZE):
+        assert "rank %d has broadcast(root %d)" % (r, r) in str(e.value), str(e.value)
+    np.testing.assert_array_equal(x, np.full(5, RANK + 1, np.float32))
+    np.testing.assert_array_equal(mc.broadcast(x, root=0), np.ones(5, np.float32))
+
+
+def test_an_error_at_shutdown_is_raised_and_fails_the_exit():
+    """What the engine's destroy returns (a check an earlier call left pending that finds the
+    ranks disagreeing) is raised by shutdown(); at exit, where Python would print an exception
+    and exit with 0, it is written to standard error and the exit status is 1."""
+    if RANK != 0 or SIZE != 1:
+        pytest.skip("runs once, in the np=1 session")
+    import mtxcomm
+    message = "rank 0 of 2: mtxcomm_comm_destroy (transport shm): the ranks disagree on the call"
+    with pytest.raises(mtxcomm.InvalidUsageError, match="disagree on the call"):
+        mtxcomm._shutdown_or_exit(lambda: (2, message), at_exit=False)
+    mtxcomm._shutdown_or_exit(lambda: (0, ""), at_exit=False)
+    code = ("import atexit, mtxcomm\n"
+            "atexit.register(mtxcomm._shutdown_or_exit, lambda: (2, %r), at_exit=True)\n"
+            "print('END OF PROGRAM')\n" % message)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE"))}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert "END OF PROGRAM" in out.stdout, out.stdout
+    assert "mtxcomm: error at exit: " + message in out.stderr, out.stderr
+
+
 def test_error_classes_map_the_codes():
     from mtxcomm import _arrays
     import builtins
