@@ -6,6 +6,12 @@ run (the ratio to MPI cancels most of the machine's noise).
 
   bench/ab_compare.py --a /tmp/base/build/bench/mtxcomm_bench --b build/bench/mtxcomm_bench \\
       --np 2 --runs 3 -- -m 4:64M
+
+A and B may also be one binary under two environments (--a-env, --b-env: NAME=VALUE...), e.g.
+the flight recorder off against its default:
+
+  bench/ab_compare.py --a build/bench/mtxcomm_bench --a-env MTXCOMM_FLIGHT_RECORDER=0 \\
+      --b build/bench/mtxcomm_bench --runs 7 -- -m 8:64K
 """
 import argparse
 import json
@@ -36,14 +42,23 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--collective", default="allreduce")
+    ap.add_argument("--a-env", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="environment variables of A's runs")
+    ap.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="environment variables of B's runs")
     ap.add_argument("extra", nargs="*", help="more mtxcomm_bench arguments (after --)")
     args = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    a_env = dict(env, **dict(kv.split("=", 1) for kv in args.a_env))
+    b_env = dict(env, **dict(kv.split("=", 1) for kv in args.b_env))
     a_runs, b_runs = [], []
     for _ in range(args.runs):
-        a_runs.append(run(args.a, args.np, args.collective, args.extra, env))
-        b_runs.append(run(args.b, args.np, args.collective, args.extra, env))
+        a_runs.append(run(args.a, args.np, args.collective, args.extra, a_env))
+        b_runs.append(run(args.b, args.np, args.collective, args.extra, b_env))
     print("# %s, np=%d, %d interleaved runs each; medians" % (args.collective, args.np, args.runs))
+    if args.a_env or args.b_env:
+        print("# A: %s; B: %s" % (" ".join(args.a_env) or "(as is)", " ".join(args.b_env) or
+                                 "(as is)"))
     print("%10s %12s %12s %8s %10s %10s" % ("size", "A (us)", "B (us)", "B/A", "A/MPI", "B/MPI"))
     logs = []
     for size in sorted(a_runs[0]):

@@ -2,9 +2,11 @@
 // (every MTXCOMM_* variable with its value, default and help). Does not start communication
 // unless --init is given (then it also prints the communicator that init_from_env builds) or
 // --topology (what this rank sees through hwloc and, with several ranks, the agreed node map).
+// --why-stuck DIR explains the flight records a job's ranks wrote (lib/comm/why_stuck.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "algos/registry.h"
 #include "gpu/device.h"
@@ -14,6 +16,7 @@
 #include "lib/comm/comm.h"
 #include "lib/comm/config.h"
 #include "lib/comm/init.h"
+#include "lib/comm/why_stuck.h"
 #include "mtxcomm/mtxcomm.h"
 #include "mtxcomm_build_info.h"
 
@@ -62,8 +65,23 @@ int main(int argc, char** argv) {
   app.add_flag("--topology", topology,
                "build the world communicator and print this rank's view of its node (hwloc) "
                "and, with several ranks (under mpirun), the node map they agreed on");
+  std::string whyStuck;
+  app.add_option("--why-stuck", whyStuck,
+                 "read the flight records the ranks wrote to DIR (MTXCOMM_FLIGHT_RECORDER_DIR) "
+                 "and say which rank the job waits for, the last call every rank completed, the "
+                 "first call where the ranks differ and who waits on whom")
+      ->type_name("DIR");
   CLI11_PARSE(app, argc, argv);
   if (topology) return printTopology();
+  if (!whyStuck.empty()) {
+    try {
+      std::fputs(mtxcomm::explainFlightRecords(whyStuck).c_str(), stdout);
+      return 0;
+    } catch (const mtxcomm::Error& e) {
+      std::fprintf(stderr, "mtxcomm_info --why-stuck: %s\n", e.what());
+      return 1;
+    }
+  }
 
   int version = 0;
   mtxcomm_get_version(&version);

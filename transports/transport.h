@@ -27,6 +27,7 @@
 #ifndef MTXCOMM_TRANSPORTS_TRANSPORT_H_
 #define MTXCOMM_TRANSPORTS_TRANSPORT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -88,15 +89,23 @@ class Transport {
   // The token waitAll checks (lib/base/cancel.h); set by the communicator before any call. A
   // transport over others (route) passes it on.
   virtual void setCancelToken(CancelTokenPtr token) { cancel_ = std::move(token); }
+  // The flight recorder's word for the peer the call in progress waits on (lib/comm/
+  // flight_recorder.h; null: none): the wait loops note it once they stop spinning.
+  void setWaitRecord(std::atomic<int>* record) { waitRecord_ = record; }
 
  protected:
   // Throws once the token is cancelled; for the wait loops.
   void checkCancelled() const {
     if (cancel_) cancel_->check();
   }
+  // A wait loop that has stopped spinning waits on peer.
+  void noteWaitingOn(int peer) const {
+    if (waitRecord_) waitRecord_->store(peer, std::memory_order_relaxed);
+  }
 
  private:
   CancelTokenPtr cancel_;
+  std::atomic<int>* waitRecord_ = nullptr;
 };
 
 }  // namespace mtxcomm

@@ -537,6 +537,16 @@ bool Engine::cycle(std::vector<Entry>* taken) {
         "\"cycle\": " + std::to_string(cycles_) + ", \"new\": " + std::to_string(fresh.size()));
   }
   const int me = rank.load();
+  if (!cancelled.empty()) {
+    // A stall error: every rank, the ones that never submitted the tensor too, leaves its
+    // flight record (docs/debugging.md).
+    char dir[4096] = "";
+    mtxcomm_comm_dump_flight_recorder(comm_, cancelled.front().message.c_str(), dir, sizeof(dir));
+    if (dir[0]) {
+      warn(me, std::string("flight recorder written to ") + dir + ": mtxcomm_info --why-stuck " +
+                   dir + " tells which rank the job waits for");
+    }
+  }
   for (const Cancelled& cx : cancelled) {
     if (std::find(cx.ranks.begin(), cx.ranks.end(), me) == cx.ranks.end()) continue;
     auto it = local_.find(cx.name);

@@ -85,6 +85,7 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
           out = scratch.data();
         }
         const auto start = std::chrono::steady_clock::now();
+        label(pc.op->agreed.requests[0].name);
         st = libraryStatus(mtxcomm_allreduce(pc.in, out, pc.count, dtype, op, comm_, nullptr),
                            "allreduce '" + pc.op->agreed.requests[0].name + "'");
         traceCall(*pc.op, "ALLREDUCE", start, std::chrono::steady_clock::now(), pc.bytes);
@@ -97,6 +98,7 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
           off += pieces[k].bytes;
         }
         const auto t1 = std::chrono::steady_clock::now();
+        label(pieces[p].op->agreed.requests[0].name + " +" + std::to_string(q - p - 1) + " fused");
         st = libraryStatus(mtxcomm_allreduce(fusion_.data(), fusion_.data(), bytes / esize, dtype,
                                              op, comm_, nullptr),
                            "allreduce of " + std::to_string(q - p) + " fused tensors (first '" +
@@ -169,6 +171,7 @@ void* orScratch(void* out, size_t bytes, std::vector<char>* scratch) {
 }  // namespace
 
 Status OpExecutor::broadcastOne(ReadyOp& op, size_t t, std::string* err) {
+  label(op.agreed.requests[rank_].name);
   const Request& req = op.agreed.requests[rank_];
   const TensorMeta& m = req.tensors[t];
   const size_t esize = mtxcomm_datatype_size(m.dtype);
@@ -180,6 +183,7 @@ Status OpExecutor::broadcastOne(ReadyOp& op, size_t t, std::string* err) {
 }
 
 Status OpExecutor::allgatherOne(ReadyOp& op, size_t t, std::string* err) {
+  label(op.agreed.requests[rank_].name);
   const int n = nranks_;
   const TensorMeta& m = op.agreed.requests[rank_].tensors[t];
   const size_t esize = mtxcomm_datatype_size(m.dtype);
@@ -218,6 +222,7 @@ Status OpExecutor::allgatherOne(ReadyOp& op, size_t t, std::string* err) {
 }
 
 Status OpExecutor::reduceScatterOne(ReadyOp& op, size_t t, std::string* err) {
+  label(op.agreed.requests[rank_].name);
   // Rank r gets rows [start_r, start_r + rows_r) of the reduced tensor; the first
   // (dim0 % size) ranks get one extra row.
   const int n = nranks_;
@@ -255,6 +260,7 @@ Status OpExecutor::reduceScatterOne(ReadyOp& op, size_t t, std::string* err) {
 }
 
 Status OpExecutor::alltoallOne(ReadyOp& op, std::string* err) {
+  label(op.agreed.requests[rank_].name);
   const int n = nranks_;
   const TensorMeta& m = op.agreed.requests[rank_].tensors[0];
   const size_t esize = mtxcomm_datatype_size(m.dtype);
@@ -287,6 +293,10 @@ Status OpExecutor::alltoallOne(ReadyOp& op, std::string* err) {
       mtxcomm_alltoallv(op.entry.inputs[0], sendCounts.data(), sendDispls.data(), out,
                         recvCounts.data(), recvDispls.data(), m.dtype, comm_, nullptr),
       describe(op));
+}
+
+void OpExecutor::label(const std::string& names) const {
+  mtxcomm_comm_set_call_label(comm_, names.c_str());
 }
 
 std::string OpExecutor::describe(const ReadyOp& op) const {

@@ -47,6 +47,8 @@ class OpExecutor {
   static bool usable(const Status& st);
   // "allgather 'name'", for errors.
   std::string describe(const ReadyOp& op) const;
+  // The flight recorder's label of the next collective: the tensor names it carries.
+  void label(const std::string& names) const;
   void* output(ReadyOp& op, size_t t, const std::vector<int64_t>& shape, std::string* err);
   // Tensor t of a (grouped) request; alltoall has one tensor and a second output, the rows
   // received from each rank (int32[size]).

@@ -72,21 +72,22 @@
  * with its root, which wait for nobody else and get it at their next call that is not a broadcast,
  * or within 64 broadcasts, and the non-roots of a reduce of at most 256 bytes, which write and
  * return and get it at their next call once the peers have entered theirs (within 64 calls),
- * before that call moves a byte; where no call follows, mtxcomm_comm_destroy returns it. Over a point-to-point transport (across
- * nodes, or MTXCOMM_SHM=off) a call's message tags carry its signature, so ranks that disagree
- * exchange no data: a rank whose messages go to or come from a disagreeing rank fails with
- * MTXCOMM_TIMEOUT after MTXCOMM_TIMEOUT seconds (over TCP its peers then get MTXCOMM_REMOTE_ERROR
- * at once), never with a wrong result (unless two 15-bit hashes collide); a rank that exchanged
- * nothing with one (a third rank of a broadcast whose root it agrees with, a rank passing count 0,
- * which moves nothing) may return MTXCOMM_SUCCESS with the right result for its own call. On any
- * error the receive buffer's contents are undefined (partly written). A peer that dies, or that
- * does not answer within MTXCOMM_TIMEOUT seconds (0.001 to 31536000), turns into
- * MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned: later collectives
- * return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it and build a new
- * one. A rank that fails tells its peers over shared memory and TCP (they fail at once, quoting the
- * root cause); over MPI across nodes they fail at their timeout. mtxcomm_get_last_error() returns
- * the detailed message of the last failed call (it names this rank, the peer, the collective and
- * the algorithm); it is not cleared by later successes. The library never calls abort() or exit().
+ * before that call moves a byte; where no call follows, mtxcomm_comm_destroy returns it. Over a
+ * point-to-point transport (across nodes, or MTXCOMM_SHM=off) a call's message tags carry its
+ * signature, so ranks that disagree exchange no data: a rank whose messages go to or come from a
+ * disagreeing rank fails with MTXCOMM_TIMEOUT after MTXCOMM_TIMEOUT seconds (over TCP its peers
+ * then get MTXCOMM_REMOTE_ERROR at once), never with a wrong result (unless two 15-bit hashes
+ * collide); a rank that exchanged nothing with one (a third rank of a broadcast whose root it
+ * agrees with, a rank passing count 0, which moves nothing) may return MTXCOMM_SUCCESS with the
+ * right result for its own call. On any error the receive buffer's contents are undefined (partly
+ * written). A peer that dies, or that does not answer within MTXCOMM_TIMEOUT seconds (0.001 to
+ * 31536000), turns into MTXCOMM_REMOTE_ERROR or MTXCOMM_TIMEOUT; the communicator is then poisoned:
+ * later collectives return MTXCOMM_INVALID_USAGE pointing at the first error; abort or destroy it
+ * and build a new one. A rank that fails tells its peers over shared memory and TCP (they fail at
+ * once, quoting the root cause); over MPI across nodes they fail at their timeout.
+ * mtxcomm_get_last_error() returns the detailed message of the last failed call (it names this
+ * rank, the peer, the collective and the algorithm); it is not cleared by later successes. The
+ * library never calls abort() or exit().
  *
  * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
  * be used concurrently from distinct threads. Safe from any thread at any time, also while
@@ -391,6 +392,30 @@ MTXCOMM_API const char* mtxcomm_get_last_error(mtxcomm_comm_t comm);
  * "local" for one rank or count 0, ...; "" before the first). Valid until the next call on
  * comm; NULL comm gives "". For timelines and logs. */
 MTXCOMM_API const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm);
+
+/* The flight recorder (MTXCOMM_FLIGHT_RECORDER calls per communicator, on by default): each
+ * rank keeps its last calls (kind, count, datatype, op, root, algorithm, transport, a label,
+ * state, the peer a call waits on, times). A timeout, a peer's failure or a disagreement (any
+ * collective failing with MTXCOMM_TIMEOUT, MTXCOMM_REMOTE_ERROR or MTXCOMM_INVALID_USAGE after
+ * it started), SIGUSR1 (unless the program handles or ignores SIGUSR1 itself), or
+ * mtxcomm_comm_dump_flight_recorder writes every communicator's record of the process as JSON
+ * to MTXCOMM_FLIGHT_RECORDER_DIR (one file per communicator and rank, mode 0600) and asks the
+ * node's other ranks to write theirs; `mtxcomm_info --why-stuck DIR` merges them and names the
+ * rank the job waits for, the first call where the ranks differ and who waits on whom.
+ *
+ * mtxcomm_comm_set_call_label: the name the record gives this rank's next collective on comm
+ * (a framework's tensor names; NULL or "" for none; cut to 63 bytes). The thread that makes the
+ * calls. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_set_call_label(mtxcomm_comm_t comm, const char* label);
+
+/* Writes the flight records of this process now, with reason (e.g. an engine's stall error),
+ * and asks comm's other ranks on this node to write theirs. The folder is copied to dir (len
+ * bytes, NUL-terminated; "" when nothing was written: the recorder is off, or the folder is not
+ * this user's own, which is logged). MTXCOMM_INVALID_ARGUMENT for NULL reason or dir, or a dir
+ * too short. Any thread. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_comm_dump_flight_recorder(mtxcomm_comm_t comm,
+                                                               const char* reason, char* dir,
+                                                               size_t len);
 
 /* *version = MTXCOMM_VERSION_CODE of the library actually loaded. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);

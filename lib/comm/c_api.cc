@@ -483,6 +483,25 @@ mtxcomm_result_t mtxcomm_comm_set_idle(mtxcomm_comm_t comm, int idle) {
   return guarded(comm, [&](Comm& c) { notifier(c).setIdle(idle != 0); });
 }
 
+mtxcomm_result_t mtxcomm_comm_set_call_label(mtxcomm_comm_t comm, const char* label) {
+  return guarded(comm, [&](Comm& c) { c.setNextCallLabel(label); });
+}
+
+mtxcomm_result_t mtxcomm_comm_dump_flight_recorder(mtxcomm_comm_t comm, const char* reason,
+                                                   char* dir, size_t len) {
+  return anyThread(comm, [&](Comm& c) {
+    if (!reason || !dir || len == 0) {
+      mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "reason or dir is NULL, or len is 0");
+    }
+    const std::string where = c.dumpFlightRecords(reason);
+    if (where.size() + 1 > len) {
+      mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "dir needs ", where.size() + 1, " bytes, len is ",
+                    len);
+    }
+    std::memcpy(dir, where.c_str(), where.size() + 1);
+  });
+}
+
 const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
   // Read under the registry's lock: a handle destroyed on another thread is not freed meanwhile
   // (retire() takes it out of the registry first). The name is static.

@@ -44,7 +44,24 @@ void Comm::shareCancelToken(CancelTokenPtr token) {
   if (shm_) shm_->setCancelToken(cancel_);
 }
 
-Comm::~Comm() = default;
+Comm::~Comm() {
+  if (recorder_) unregisterFlightRecorder(recorder_.get());
+}
+
+void Comm::setNextCallLabel(const char* label) {
+  const size_t n = label ? std::min(std::strlen(label), sizeof(nextLabel_) - 1) : 0;
+  if (n) std::memcpy(nextLabel_, label, n);
+  nextLabel_[n] = '\0';
+}
+
+std::string Comm::dumpFlightRecords(const std::string& reason) {
+  const std::string dir = dumpFlightRecorders(reason);
+  if (shm_) shm_->askPeersToDump();
+  for (Comm* level : {local_.get(), cross_.get()}) {
+    if (level && level->shm_) level->shm_->askPeersToDump();
+  }
+  return dir;
+}
 
 void Comm::checkUsable(const char* what) const {
   if (poisoned()) {
@@ -62,11 +79,28 @@ void Comm::poison(const std::string& message) {
 void Comm::run(const CollArgs& user) {
   const char* coll = callName(user);
   checkUsable(coll);
-  const int n = size(), me = rank();
   // Every call counts, also one rejected below: if only some ranks reject it, their next call
   // carries a different sequence number than the others' current one, so the ranks never pair
   // different calls (the sequence is in the message tag and in the shm call signature).
   ++seq_;
+  if (!recorder_) {
+    runCall(user, coll);
+    return;
+  }
+  recorder_->enter(callSignature(user, seq_), nextLabel_);
+  nextLabel_[0] = '\0';
+  rejected_ = false;
+  try {
+    runCall(user, coll);
+  } catch (...) {
+    recorder_->end(rejected_ ? FlightRecorder::State::kRejected : FlightRecorder::State::kFailed);
+    throw;
+  }
+  recorder_->end(FlightRecorder::State::kDone);
+}
+
+void Comm::runCall(const CollArgs& user, const char* coll) {
+  const int n = size(), me = rank();
   bool onDevice = false;
   try {
     checkArgs(user, me, n);
@@ -78,6 +112,7 @@ void Comm::run(const CollArgs& user) {
       fail(MTXCOMM_UNSUPPORTED, "op adasum is not supported on device buffers (host buffers only)");
     }
   } catch (const Error& e) {
+    rejected_ = true;
     // Peers waiting for this rank in this call learn at once that it rejected it.
     if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
@@ -174,6 +209,9 @@ bool Comm::runAlgorithm(const CollArgs& args) {
   const Algorithm& algo = *selected.algorithm;
   const double predicted = selected.predicted;
   lastAlgorithm_.store(algo.name, std::memory_order_relaxed);
+  if (recorder_) {
+    recorder_->setPath(algo.name, algo.run ? "shm" : algo.compose ? "levels" : transport_->name());
+  }
   lastPredicted_ = predicted;
   // Idle peers a notify left asleep are woken by this group's waits only (ShmGroup::setIdle).
   if (shm_ && !algo.run) shm_->payOwedWakes();
@@ -270,6 +308,17 @@ void Comm::failCall(const CollArgs& args, const std::string& what, const Error& 
   }
   poison(msg);
   MTXCOMM_LOG(kError, me, msg);
+  if (recorder_) {
+    // The state of every call of this process at the fault, before this rank leaves the call,
+    // and the node's peers asked for theirs.
+    recorder_->end(FlightRecorder::State::kFailed);
+    recorder_->setError(msg);
+    const std::string dir = dumpFlightRecords(msg);
+    if (!dir.empty()) {
+      MTXCOMM_LOG(kError, me, "flight recorder written to ", dir, ": mtxcomm_info --why-stuck ",
+                  dir, " tells which rank the job waits for");
+    }
+  }
   // Tell the peers this rank has left the collective, so that those waiting on it fail now
   // (naming this rank and, where the transport carries it, this error) instead of timing out.
   // A call cancelled by a destroy or abort on another thread is a remote error to the peers,
@@ -352,6 +401,7 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
     throw Error(e.code(), msg);
   }
   auto comm = std::make_unique<Comm>(std::move(child), config_, ctx);
+  comm->setName(strCat(name_, ".split", splitIndex, ".color", color));
   if (topo_.empty()) {
     comm->setup();
   } else {
@@ -519,6 +569,12 @@ void Comm::setup(const Topology* agreed) {
   if (setUp_) return;
   setUp_ = true;
   const int n = size();
+  if (config_.flightRecorder > 0) {
+    recorder_ = std::make_unique<FlightRecorder>(config_.flightRecorder, name_, rank(), n);
+    registerFlightRecorder(recorder_.get());
+    transport_->setWaitRecord(recorder_->waitRecord());
+    if (n > 1) flightRecorderHandlesSigusr1();  // a job of peers: SIGUSR1 writes the records
+  }
   if (agreed) {
     if (agreed->size() != n) {
       fail(MTXCOMM_INVALID_USAGE, "rank ", rank(), ": a topology of ", agreed->size(),
@@ -556,6 +612,10 @@ void Comm::setup(const Topology* agreed) {
     throw Error(e.code(), strCat("rank ", rank(), ": ", e.what()));
   }
   shm_->setCancelToken(cancel_);
+  if (recorder_) {
+    shm_->setWaitRecord(recorder_->waitRecord());
+    shm_->setDumpsOnSigusr1(flightRecorderHandlesSigusr1());
+  }
   shm_->setReductionChunkBytes(config_.shmReductionChunkBytes ? config_.shmReductionChunkBytes
                                : config_.shmSlotBytes
                                    ? shmSlotBytes_

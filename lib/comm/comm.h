@@ -15,6 +15,7 @@
 #include "lib/base/call.h"
 #include "lib/base/topology.h"
 #include "lib/comm/config.h"
+#include "lib/comm/flight_recorder.h"
 #include "lib/comm/select.h"
 #include "transports/shm/shm_group.h"
 #include "transports/transport.h"
@@ -75,6 +76,17 @@ class Comm {
   // The node-local level of the hierarchical algorithms, once built (null before).
   const Comm* localLevel() const { return local_.get(); }
   void abort();
+  // The flight recorder's name for this communicator, the same on every rank ("world", a
+  // split "world.split2.color1"); set before setup.
+  void setName(std::string name) { name_ = std::move(name); }
+  const std::string& name() const { return name_; }
+  // The name the flight recorder gives this rank's next collective (a framework's tensor
+  // names; cut to 63 bytes). The thread that makes the calls.
+  void setNextCallLabel(const char* label);
+  // Writes the flight records of this process (lib/comm/flight_recorder.h) with reason, and
+  // asks this communicator's peers on the node to write theirs (SIGUSR1, where their process
+  // dumps on it). Returns the folder, "" when none was written.
+  std::string dumpFlightRecords(const std::string& reason);
   // Before destroy, with no call in flight: runs the checks of earlier calls still pending
   // (ShmGroup::checkDeferredAtDestroy: a broadcast returns before its peers have entered it),
   // here and on the node-local level. A disagreement throws MTXCOMM_INVALID_USAGE with the
@@ -126,6 +138,13 @@ class Comm {
   // The node-local and cross-node sub-communicators, built at the first hierarchical call.
   void ensureLevels();
 
+  // First: the transport and the segment keep a pointer into it until they are gone.
+  std::unique_ptr<FlightRecorder> recorder_;  // null with MTXCOMM_FLIGHT_RECORDER=0
+  std::string name_ = "world";
+  char nextLabel_[FlightRecorder::kLabelBytes] = {};
+  bool rejected_ = false;  // the call in progress was rejected by this rank (its arguments)
+  // run() past the recorder: the call itself.
+  void runCall(const CollArgs& user, const char* coll);
   std::unique_ptr<Transport> transport_;
   int rank_, size_;  // the transport's, kept: asked on every call
   CancelTokenPtr cancel_;

@@ -255,6 +255,23 @@ const std::vector<ConfigVar>& configVars() {
          "unless the launcher bound it already, is bound to them (framework bindings size their "
          "thread pools to the share); off: no binding (the share is still reported)",
          {"auto", "off"}},
+        {"MTXCOMM_FLIGHT_RECORDER",
+         "int",
+         "64",
+         "the flight recorder: each communicator keeps its last this many calls (kind, count, "
+         "dtype, op, root, algorithm, transport, a binding's tensor names, state, the peer it "
+         "waits on, times); a timeout, a peer's failure, a disagreement, a stall error or "
+         "SIGUSR1 writes them to MTXCOMM_FLIGHT_RECORDER_DIR, and `mtxcomm_info --why-stuck "
+         "DIR` names the rank the job waits for (0: off; 0..65536)",
+         {}},
+        {"MTXCOMM_FLIGHT_RECORDER_DIR",
+         "string",
+         "",
+         "where the flight recorder writes (a folder of this user's that nobody else can "
+         "write, made with mode 0700; one JSON file per communicator and rank, mode 0600). "
+         "Default: DIR/mtxcomm.flight_recorder with MTXCOMM_STORE=file:DIR, else "
+         "/tmp/mtxcomm_flight_<job> (the launcher's job id, or the tcp: store's address)",
+         {}},
         {"MTXCOMM_FUSION_BYTES",
          "bytes",
          "64M",
@@ -412,6 +429,10 @@ Config Config::fromEnvironment() {
       c.jobSecretFile = v;
     } else if (var.name == "MTXCOMM_UCX_EAGER_LIMIT") {
       c.ucxEagerLimit = parseBytes(name, v, 0, size_t{1} << 30);
+    } else if (var.name == "MTXCOMM_FLIGHT_RECORDER") {
+      c.flightRecorder = static_cast<size_t>(parseInt(name, v, 0, 65536));
+    } else if (var.name == "MTXCOMM_FLIGHT_RECORDER_DIR") {
+      c.flightRecorderDir = v;
     } else if (var.name == "MTXCOMM_SHM") {
       c.shm = v;
     } else if (var.name == "MTXCOMM_SHM_SLOT_BYTES") {
@@ -490,6 +511,9 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_TIMELINE=", timeline.empty() ? "(unset)" : timeline));
   out.push_back(strCat("MTXCOMM_TIMELINE_MAX_BYTES=", timelineMaxBytes));
   out.push_back(strCat("MTXCOMM_PLACEMENT=", placement));
+  out.push_back(strCat("MTXCOMM_FLIGHT_RECORDER=", flightRecorder));
+  out.push_back(strCat("MTXCOMM_FLIGHT_RECORDER_DIR=",
+                       flightRecorderDir.empty() ? "(unset)" : flightRecorderDir));
   out.push_back(strCat("MTXCOMM_TRANSPARENT=", transparent));
   out.push_back(strCat("MTXCOMM_TRANSPARENT_OUTPUT=", transparentOutput));
   out.push_back(strCat("MTXCOMM_CUDA_PATH=", cudaPath));

@@ -62,6 +62,8 @@ struct Config {
   std::string timeline;                         // MTXCOMM_TIMELINE
   size_t timelineMaxBytes = size_t{100} << 20;  // MTXCOMM_TIMELINE_MAX_BYTES
   std::string placement = "auto";               // MTXCOMM_PLACEMENT
+  size_t flightRecorder = 64;                   // MTXCOMM_FLIGHT_RECORDER (calls kept; 0: off)
+  std::string flightRecorderDir;                // MTXCOMM_FLIGHT_RECORDER_DIR
   // Read by the Python package (mtxcomm.transparent).
   std::string transparent = "0";            // MTXCOMM_TRANSPARENT
   std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT

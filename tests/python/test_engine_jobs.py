@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import REPO
 from test_transparent import SCRIPTS, Job, mtxrun
 
 TIMEOUT = 240
@@ -30,11 +31,27 @@ def run(args, tmp, env=None, timeout=TIMEOUT):
 # ---- stalls end ------------------------------------------------------------------------------
 
 
+INFO = os.path.join(REPO, "build", "mtxcomm_info")
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_):
+    records = tmp / ("flight_np%d" % np_)
     job = run(["-np", str(np_), "python", os.path.join(SCRIPTS, "stall.py")], tmp,
-              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"})
+              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0",
+                   "MTXCOMM_FLIGHT_RECORDER_DIR": str(records)})
     job.check_ok()
+    # The stall error wrote every rank's flight record, the missing rank's too, and
+    # mtxcomm_info --why-stuck names the tensor and the rank that never submitted it.
+    for r in range(np_):
+        assert (records / ("world.rank%d.json" % r)).exists(), sorted(os.listdir(records))
+    import subprocess
+    why = subprocess.run([INFO, "--why-stuck", str(records)], capture_output=True, text=True,
+                         timeout=60)
+    assert why.returncode == 0, why.stderr
+    ranks = "0,1" if np_ == 2 else "0-2"
+    assert "records from ranks %s." % ranks in why.stdout, why.stdout
+    assert "'lonely'" in why.stdout and "not by rank %d" % (np_ - 1) in why.stdout, why.stdout
     errors = re.findall(r"STALL_ERROR (\d+) after ([0-9.]+) s: (.*)", job.stdout)
     assert sorted(int(e[0]) for e in errors) == list(range(np_ - 1)), job.describe()
     for _, seconds, message in errors:

@@ -149,6 +149,7 @@ class InprocTransport : public Transport {
       while ((st = req->status_.load(std::memory_order_acquire)) == kPending) {
         if (backoff.sleeping()) {
           checkCancelled();
+          noteWaitingOn(req->peer());
           std::string reason;
           if (world_->isDead(ctx_, globalOf_[req->peer()], &reason)) {
             fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",

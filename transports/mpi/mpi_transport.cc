@@ -107,6 +107,7 @@ class MpiTransport : public Transport {
         }
         if (backoff.sleeping()) {
           checkCancelled();
+          noteWaitingOn(req->peer());
           int dead = liveness_.findDeadPeer();
           if (dead >= 0) {
             failWith(MTXCOMM_REMOTE_ERROR,

@@ -30,7 +30,7 @@ namespace {
 constexpr uint64_t kMagic = 0x6d7478636f6d6d31ull;  // "mtxcomm1"
 constexpr size_t kHeaderBytes = 128;
 // Bumped when a field of the segment changes meaning without changing a size (layoutDigest).
-constexpr uint64_t kLayoutRevision = 1;
+constexpr uint64_t kLayoutRevision = 2;
 constexpr size_t kMsgBytes = 512;  // setup messages: a segment name or an error
 constexpr size_t kAlign = 64;
 constexpr int kOversubscribedYields = 20000;  // see waitFor
@@ -186,9 +186,10 @@ struct alignas(128) ShmGroup::Control {
   std::atomic<uint64_t> digest[kHistory];
   alignas(64) std::atomic<int64_t> pid;
   std::atomic<int> aborted;
-  std::atomic<int> abortCode;   // the mtxcomm_result_t it failed with, written before aborted
-  std::atomic<int> left;        // destroyed its communicator (the process may live on)
-  std::atomic<int> membarrier;  // its process registered membarrier's global expedited barrier
+  std::atomic<int> abortCode;       // the mtxcomm_result_t it failed with, written before aborted
+  std::atomic<int> left;            // destroyed its communicator (the process may live on)
+  std::atomic<int> membarrier;      // its process registered membarrier's global expedited barrier
+  std::atomic<int> dumpsOnSigusr1;  // its process dumps its flight recorder on SIGUSR1
   char rejectReason[256];
   char reason[1024];
 };
@@ -931,6 +932,7 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
     // peer's call, the clock, this process's pid) would each cost more than the wait itself
     // (a cross-core line, a vDSO call, a system call).
     if (spinUntil(spinPauses_, [&] { return word(p) >= target; })) return;
+    if (waitRecord_) waitRecord_->store(p, std::memory_order_relaxed);  // the flight recorder
     checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
@@ -997,6 +999,23 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
       if (c.aborted.load(std::memory_order_acquire) && word(p) < target) failPeer(p, what, false);
       if (word(p) < target) checkPeerCall(p);
     }
+  }
+}
+
+void ShmGroup::setDumpsOnSigusr1(bool yes) {
+  control(rank_).dumpsOnSigusr1.store(yes ? 1 : 0, std::memory_order_release);
+}
+
+void ShmGroup::askPeersToDump() const {
+  const pid_t self = getpid();
+  for (int q = 0; q < size_; ++q) {
+    const Control& c = control(q);
+    const auto pid = static_cast<pid_t>(c.pid.load(std::memory_order_acquire));
+    if (q == rank_ || pid <= 0 || pid == self || c.left.load(std::memory_order_acquire) ||
+        !c.dumpsOnSigusr1.load(std::memory_order_acquire)) {
+      continue;
+    }
+    ::kill(pid, SIGUSR1);  // best effort: a peer gone meanwhile is no error
   }
 }
 

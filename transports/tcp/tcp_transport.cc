@@ -133,6 +133,7 @@ class TcpTransport : public Transport {
       }
       if (pending == nullptr) return;
       checkCancelled();
+      if (slow) noteWaitingOn(pending->peer());
       checkPeersGone(mine, *pending, slow);
       if (Clock::now() >= deadline) {
         shared_->failWith(MTXCOMM_TIMEOUT,

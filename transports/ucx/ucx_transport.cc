@@ -491,6 +491,7 @@ class UcxTransport : public Transport {
         failWith(MTXCOMM_TIMEOUT, strCat("timed out waiting to ", describe(*pending)));
       }
       if (++polls < kSpinPolls) continue;
+      noteWaitingOn(pending->peer());
       if (polls < kSpinPolls + kYieldPolls) {
         lk.unlock();
         sched_yield();

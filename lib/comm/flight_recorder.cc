@@ -1,0 +1,391 @@
+#include "lib/comm/flight_recorder.h"
+
+#include <fcntl.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+
+#include "lib/base/dtype.h"
+#include "lib/base/error.h"
+#include "lib/base/log.h"
+#include "lib/comm/config.h"
+
+namespace mtxcomm {
+
+namespace {
+
+constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+
+// Microseconds of CLOCK_MONOTONIC_COARSE (a few nanoseconds to read, milliseconds of
+// resolution: enough to tell how long a call has waited); a dump turns them into wall time.
+int64_t coarseMicros() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+int64_t clockMicros(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char* stateName(uint32_t s) {
+  switch (static_cast<FlightRecorder::State>(s)) {
+    case FlightRecorder::State::kEntered:
+      return "entered";
+    case FlightRecorder::State::kDone:
+      return "done";
+    case FlightRecorder::State::kFailed:
+      return "failed";
+    case FlightRecorder::State::kRejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+// One call. Every word is atomic: a dump reads the ring on another thread while the calling
+// thread writes it (a seqlock: version is odd while the entry is being written).
+struct FlightRecorder::Entry {
+  std::atomic<uint64_t> version{0};
+  std::atomic<uint64_t> kind{0}, count{0}, seq{0};
+  std::atomic<uint32_t> state{0};
+  std::atomic<int32_t> waitedOn{-1};  // at the end of a failed call: the peer it waited on
+  std::atomic<const char*> algorithm{nullptr}, transport{nullptr};  // static strings
+  std::atomic<int64_t> enteredUs{0}, endedUs{0};
+  std::atomic<uint64_t> label[kLabelBytes / 8] = {};
+};
+
+FlightRecorder::FlightRecorder(size_t capacity, std::string commName, int rank, int size)
+    : ring_(new Entry[std::max<size_t>(capacity, 1)]),
+      capacity_(std::max<size_t>(capacity, 1)),
+      commName_(std::move(commName)),
+      rank_(rank),
+      size_(size) {}
+
+FlightRecorder::~FlightRecorder() = default;
+
+namespace {
+
+// The writer's half of the seqlock around fn (the calling thread only).
+template <class Fn>
+void writeEntry(std::atomic<uint64_t>& version, Fn&& fn) {
+  const uint64_t v = version.load(kRelaxed);
+  version.store(v + 1, kRelaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  fn();
+  version.store(v + 2, std::memory_order_release);
+}
+
+}  // namespace
+
+void FlightRecorder::enter(const CallSignature& call, const char* label) {
+  Entry& e = ring_[next_ % capacity_];
+  ++next_;
+  waitingOn_.store(-1, kRelaxed);
+  writeEntry(e.version, [&] {
+    e.kind.store(call.kind, kRelaxed);
+    e.count.store(call.count, kRelaxed);
+    e.seq.store(call.seq, kRelaxed);
+    e.state.store(static_cast<uint32_t>(State::kEntered), kRelaxed);
+    e.waitedOn.store(-1, kRelaxed);
+    e.algorithm.store(nullptr, kRelaxed);
+    e.transport.store(nullptr, kRelaxed);
+    e.enteredUs.store(coarseMicros(), kRelaxed);
+    e.endedUs.store(0, kRelaxed);
+    uint64_t words[kLabelBytes / 8] = {};
+    if (label) std::memcpy(words, label, std::min(std::strlen(label), kLabelBytes - 1));
+    for (size_t i = 0; i < kLabelBytes / 8; ++i) e.label[i].store(words[i], kRelaxed);
+  });
+}
+
+void FlightRecorder::setPath(const char* algorithm, const char* transport) {
+  if (next_ == 0) return;
+  Entry& e = ring_[(next_ - 1) % capacity_];
+  writeEntry(e.version, [&] {
+    e.algorithm.store(algorithm, kRelaxed);
+    e.transport.store(transport, kRelaxed);
+  });
+}
+
+void FlightRecorder::end(State state) {
+  if (next_ == 0) return;
+  Entry& e = ring_[(next_ - 1) % capacity_];
+  // Once: a failed call is ended where it fails and again as its error passes run().
+  if (e.state.load(kRelaxed) != static_cast<uint32_t>(State::kEntered)) return;
+  writeEntry(e.version, [&] {
+    e.state.store(static_cast<uint32_t>(state), kRelaxed);
+    if (state == State::kFailed) e.waitedOn.store(waitingOn_.load(kRelaxed), kRelaxed);
+    e.endedUs.store(coarseMicros(), kRelaxed);
+  });
+  waitingOn_.store(-1, kRelaxed);
+}
+
+void FlightRecorder::setError(const std::string& message) {
+  std::lock_guard<std::mutex> g(errorMu_);
+  error_ = message.substr(0, 2000);
+}
+
+std::string FlightRecorder::json(const std::string& reason) const {
+  using Json = nlohmann::json;
+  // Coarse monotonic microseconds to wall-clock ones, so that ranks' files line up.
+  const int64_t now = coarseMicros();
+  const int64_t toWall = clockMicros(CLOCK_REALTIME) - now;
+  Json calls = Json::array();
+  for (size_t i = 0; i < capacity_; ++i) {
+    const Entry& e = ring_[i];
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const uint64_t v1 = e.version.load(std::memory_order_acquire);
+      if (v1 == 0) break;  // never written
+      if (v1 & 1) continue;
+      const CallSignature sig{e.kind.load(kRelaxed), e.count.load(kRelaxed), e.seq.load(kRelaxed)};
+      const uint32_t state = e.state.load(kRelaxed);
+      const int32_t waitedOn = e.waitedOn.load(kRelaxed);
+      const char* algorithm = e.algorithm.load(kRelaxed);
+      const char* transport = e.transport.load(kRelaxed);
+      const int64_t entered = e.enteredUs.load(kRelaxed), ended = e.endedUs.load(kRelaxed);
+      char label[kLabelBytes] = {};
+      for (size_t w = 0; w < kLabelBytes / 8; ++w) {
+        const uint64_t word = e.label[w].load(kRelaxed);
+        std::memcpy(label + 8 * w, &word, 8);
+      }
+      label[kLabelBytes - 1] = '\0';
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e.version.load(kRelaxed) != v1) continue;
+      const auto coll = static_cast<Collective>(sig.kind & 0xff);
+      Json c;
+      c["seq"] = sig.seq;
+      c["kind"] = collectiveName(coll);
+      c["count"] = sig.count;
+      c["dtype"] = datatypeName(static_cast<mtxcomm_datatype_t>((sig.kind >> 8) & 0xff));
+      c["op"] =
+          collectiveReduces(coll) ? opName(static_cast<mtxcomm_op_t>((sig.kind >> 16) & 0xff)) : "";
+      c["root"] =
+          collectiveRooted(coll) ? static_cast<int>(static_cast<uint32_t>(sig.kind >> 32)) : -1;
+      c["vector"] = ((sig.kind >> 24) & 1) != 0;
+      c["call"] = describeCall(sig);
+      c["name"] = std::string(label);
+      c["algorithm"] = algorithm ? algorithm : "";
+      c["transport"] = transport ? transport : "";
+      c["state"] = stateName(state);
+      // The call in progress waits on the recorder's live word; a failed one on what it held.
+      const bool newest = sig.seq != 0 && i == (next_ + capacity_ - 1) % capacity_;
+      c["waiting_on"] = state == static_cast<uint32_t>(State::kEntered) && newest
+                            ? waitingOn_.load(kRelaxed)
+                            : (state == static_cast<uint32_t>(State::kFailed) ? waitedOn : -1);
+      c["entered_us"] = entered + toWall;
+      c["ended_us"] = ended ? ended + toWall : 0;
+      calls.push_back(std::move(c));
+      break;
+    }
+  }
+  std::sort(calls.begin(), calls.end(),
+            [](const Json& a, const Json& b) { return a["seq"] < b["seq"]; });
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  Json out;
+  out["format"] = "mtxcomm flight recorder 1";
+  out["comm"] = commName_;
+  out["rank"] = rank_;
+  out["size"] = size_;
+  out["host"] = host;
+  out["pid"] = static_cast<int64_t>(getpid());
+  out["reason"] = reason;
+  {
+    std::lock_guard<std::mutex> g(errorMu_);
+    out["error"] = error_;
+  }
+  out["dumped_us"] = now + toWall;
+  out["capacity"] = capacity_;
+  out["calls"] = std::move(calls);
+  return out.dump(1);
+}
+
+// ---- the process's recorders and their dump ------------------------------------------------
+
+namespace {
+
+std::mutex& registryMutex() {
+  static auto* mu = new std::mutex();  // never destroyed: communicators may outlive statics
+  return *mu;
+}
+std::vector<FlightRecorder*>& registry() {
+  static auto* all = new std::vector<FlightRecorder*>();
+  return *all;
+}
+
+// Letters, digits, '.', '_' and '-' of s; the rest become '_'.
+std::string fileSafe(const std::string& s) {
+  std::string out = s;
+  for (char& c : out) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  }
+  return out;
+}
+
+// A folder this user owns and nobody else can write, made if missing: "" when it is, else why
+// not (a planted folder or link of another user is never written into).
+std::string ensurePrivateDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return strCat("cannot create it: ", std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return strCat("cannot stat it: ", std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory (a link or a file)";
+  if (st.st_uid != ::geteuid()) return strCat("it belongs to uid ", st.st_uid);
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "others can write it";
+  return "";
+}
+
+bool writeFile(const std::string& path, const std::string& text, std::string* why) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *why = strCat("cannot open ", path, ": ", std::strerror(errno));
+    return false;
+  }
+  bool ok = ::fchmod(fd, 0600) == 0;
+  size_t done = 0;
+  while (ok && done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  if (!ok) *why = strCat("cannot write ", path, ": ", std::strerror(errno));
+  ::close(fd);
+  return ok;
+}
+
+std::mutex& dumpMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+
+}  // namespace
+
+void registerFlightRecorder(FlightRecorder* r) {
+  std::lock_guard<std::mutex> g(registryMutex());
+  registry().push_back(r);
+}
+
+void unregisterFlightRecorder(FlightRecorder* r) {
+  std::lock_guard<std::mutex> g(registryMutex());
+  auto& all = registry();
+  all.erase(std::remove(all.begin(), all.end(), r), all.end());
+}
+
+std::string flightRecorderDir() {
+  if (const char* d = getEnv("MTXCOMM_FLIGHT_RECORDER_DIR"); d && *d) return d;
+  const char* store = getEnv("MTXCOMM_STORE");
+  if (store && std::strncmp(store, "file:", 5) == 0 && store[5]) {
+    return std::string(store + 5) + "/mtxcomm.flight_recorder";
+  }
+  std::string job;
+  for (const char* v : {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID"}) {
+    const char* x = std::getenv(v);
+    if (x && *x) {
+      job = x;
+      break;
+    }
+  }
+  if (job.empty() && store && std::strncmp(store, "tcp:", 4) == 0) job = store + 4;
+  if (job.empty()) job = strCat("pid", getpid());
+  return "/tmp/mtxcomm_flight_" + fileSafe(job);
+}
+
+std::string dumpFlightRecorders(const std::string& reason) {
+  std::lock_guard<std::mutex> serial(dumpMutex());
+  std::vector<std::pair<std::string, std::string>> files;  // name, text
+  {
+    std::lock_guard<std::mutex> g(registryMutex());
+    for (const FlightRecorder* r : registry()) {
+      files.emplace_back(strCat(fileSafe(r->commName()), ".rank", r->rank(), ".json"),
+                         r->json(reason));
+    }
+  }
+  if (files.empty()) return "";
+  const std::string dir = flightRecorderDir();
+  const std::string unsafe = ensurePrivateDir(dir);
+  if (!unsafe.empty()) {
+    MTXCOMM_LOG(kWarn, -1, "flight recorder: not written to ", dir, ": ", unsafe,
+                " (set MTXCOMM_FLIGHT_RECORDER_DIR to a folder of your own)");
+    return "";
+  }
+  for (const auto& [name, text] : files) {
+    std::string why;
+    if (!writeFile(dir + "/" + name, text, &why)) {
+      MTXCOMM_LOG(kWarn, -1, "flight recorder: ", why);
+      return "";
+    }
+  }
+  return dir;
+}
+
+// ---- SIGUSR1 ---------------------------------------------------------------------------------
+
+namespace {
+
+sem_t g_dumpRequests;
+std::atomic<int> g_requestPid{0};
+std::atomic<bool> g_handlesSigusr1{false};
+
+void onSigusr1(int, siginfo_t* info, void*) {
+  // Async-signal-safe: a word and sem_post (signal-safety(7)); the dump runs on the thread.
+  const int saved = errno;
+  g_requestPid.store(info ? static_cast<int>(info->si_pid) : 0, kRelaxed);
+  sem_post(&g_dumpRequests);
+  errno = saved;
+}
+
+void dumpOnRequests() {
+  pthread_setname_np(pthread_self(), "mtxcomm_flight");
+  for (;;) {
+    if (sem_wait(&g_dumpRequests) != 0) continue;  // EINTR
+    const int from = g_requestPid.load(kRelaxed);
+    const std::string dir =
+        dumpFlightRecorders(from > 0 ? strCat("SIGUSR1 from pid ", from) : "SIGUSR1");
+    if (!dir.empty()) {
+      MTXCOMM_LOG(kWarn, -1, "flight recorder written to ", dir, " (SIGUSR1); mtxcomm_info ",
+                  "--why-stuck ", dir, " tells which rank the job waits for");
+    }
+  }
+}
+
+void installSigusr1() {
+  struct sigaction old {};
+  if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
+  // The program's own handler, or an ignored SIGUSR1, stays as it is.
+  if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
+  if (sem_init(&g_dumpRequests, 0, 0) != 0) return;
+  try {
+    std::thread(dumpOnRequests).detach();
+  } catch (const std::system_error&) {
+    return;
+  }
+  struct sigaction sa {};
+  sa.sa_sigaction = onSigusr1;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGUSR1, &sa, nullptr) == 0) g_handlesSigusr1.store(true);
+}
+
+}  // namespace
+
+bool flightRecorderHandlesSigusr1() {
+  static std::once_flag once;
+  std::call_once(once, installSigusr1);
+  return g_handlesSigusr1.load();
+}
+
+}  // namespace mtxcomm
