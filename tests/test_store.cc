@@ -1,13 +1,18 @@
 // The bootstrap stores (file:, tcp:) and MTXCOMM_STORE specs, with ranks as threads of one
 // process, each with its own store client.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,8 +21,10 @@
 #include "common/test_util.h"
 #include "gtest/gtest.h"
 #include "lib/base/clock.h"
+#include "lib/base/liveness.h"
 #include "lib/comm/stores.h"
 #include "mtxcomm/mtxcomm.hpp"
+#include "transports/tcp/tcp_transport.h"
 
 namespace mtxcomm {
 namespace {
@@ -112,6 +119,139 @@ TEST(FileStore, GetTimesOutNamingKeyAndStore) {
   auto elapsed = Clock::now() - start;
   EXPECT_GE(elapsed, milliseconds(150));
   EXPECT_LT(elapsed, milliseconds(2000));
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Rank 0 of a file: job is a forked process that is killed during init, once before it
+// publishes its transport's address (rank 1 then waits for the key 'tcp/job') and once after
+// (rank 1 then finds its port closed and retries connecting): rank 1, with a bootstrap timeout
+// of 20 s, fails within a fraction of a second with MTXCOMM_REMOTE_ERROR naming rank 0's pid
+// (on this node: its process no longer exists), where it used to wait the whole timeout.
+TEST(FileStore, RankZeroKilledDuringInitFailsTheOtherRanksFast) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fork() of a multi-threaded process is not supported under ThreadSanitizer";
+#else
+  constexpr milliseconds kLong(20000);
+  for (const bool published : {false, true}) {
+    SCOPED_TRACE(published ? "after its address is published" : "before it publishes");
+    TempDir dir;
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      alarm(20);  // a hang is a failure the parent sees
+      try {
+        auto store = makeStore(dir.fileSpec(), 0, 2, kLong, JobSecret());
+        if (published) {
+          makeTcpTransport(*store, 0, 2, kLong);  // publishes, then waits for rank 1
+        } else {
+          std::this_thread::sleep_for(milliseconds(300));  // rank 1 waits for 'tcp/job'
+        }
+      } catch (...) {
+      }
+      raise(SIGKILL);
+    }
+    auto store = makeStore(dir.fileSpec(), 1, 2, kLong, JobSecret());
+    int status = 0;
+    if (published) {
+      // Gone for good (its listening socket closed) before rank 1 connects: a connection made
+      // while it dies fails at once anyway, in the handshake.
+      store->get("tcp/addr/0", kLong);
+      ASSERT_EQ(kill(child, SIGKILL), 0);
+      ASSERT_EQ(waitpid(child, &status, 0), child);
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      makeTcpTransport(*store, 1, 2, kLong);
+      ADD_FAILURE() << "rank 1 bootstrapped without rank 0";
+    } catch (const Error& e) {
+      message = e.what();
+      EXPECT_EQ(e.code(), MTXCOMM_REMOTE_ERROR) << message;
+    }
+    const double elapsed = secondsSince(start);
+    EXPECT_LT(elapsed, 3.0) << message;
+    EXPECT_TRUE(testutil::contains(message, "rank 0 (pid " + std::to_string(child) +
+                                                ", on this node) is gone: its process "
+                                                "exited during init"))
+        << message;
+    EXPECT_TRUE(testutil::contains(
+        message, published ? "in its bootstrap" : "while this rank waited for key 'tcp/job'"))
+        << message;
+    if (!published) {
+      ASSERT_EQ(waitpid(child, &status, 0), child);
+    }
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  }
+#endif
+}
+
+// Writes a heartbeat as rank 0 of a file: store does (lib/comm/file_store.cc): this user's
+// private file, "<node>|<pid>\n<job>\n<counter>\n"; age: how long ago it was last written.
+void writeHeartbeat(const std::string& dir, const std::string& node, long pid,
+                    std::chrono::seconds age) {
+  const std::string path = dir + "/mtxcomm.alive", tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << node << "|" << pid << "\n0123456789abcdef\n0000000000000001\n";
+  }
+  ASSERT_EQ(::chmod(tmp.c_str(), 0600), 0);
+  if (age.count() > 0) {
+    timespec times[2];
+    clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= age.count();
+    times[1] = times[0];
+    ASSERT_EQ(::utimensat(AT_FDCWD, tmp.c_str(), times, 0), 0);
+  }
+  ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0);
+}
+
+// A rank 0 on another node is judged by its heartbeat alone: one that stops changing for 5 s
+// (as a killed rank 0 leaves it) fails rank 1 while it waits to be admitted. A heartbeat
+// older than rank 1's request to join (an earlier job's rank 0, pid 1111, that died) is not
+// this job's and is ignored: the error names pid 2222.
+TEST(FileStore, RankZeroOnAnotherNodeIsGoneWhenItsHeartbeatStops) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  std::filesystem::create_directories(path);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  const std::string elsewhere = "elsewhere|net:[1]|pid:[1]";
+  writeHeartbeat(path, elsewhere, 1111, std::chrono::seconds(3600));
+  const auto start = Clock::now();
+  std::thread heartbeatStops([&] {
+    std::this_thread::sleep_for(milliseconds(300));  // after rank 1's request to join
+    writeHeartbeat(path, elsewhere, 2222, std::chrono::seconds(0));
+  });
+  expectError([&] { makeStore(dir.fileSpec(), 1, 2, milliseconds(20000), JobSecret()); },
+              MTXCOMM_REMOTE_ERROR,
+              {"rank 0 (pid 2222 on elsewhere) seems gone: its heartbeat " + path +
+                   "/mtxcomm.alive has not changed for 5 s",
+               "while this rank waited to be admitted to the job"});
+  const double elapsed = secondsSince(start);
+  EXPECT_GE(elapsed, 5.0);
+  EXPECT_LT(elapsed, 9.0);
+  heartbeatStops.join();
+}
+
+// A heartbeat left by an earlier job's rank 0 that died on this node (its pid gone) does not
+// fail a rank that starts before the new rank 0: the job runs.
+TEST(FileStore, AnEarlierJobsDeadRankZeroDoesNotFailALaterJob) {
+  TempDir dir;
+  const std::string path = dir.path() + "/store";
+  std::filesystem::create_directories(path);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  const std::string self = PeerLiveness::selfIdentity();
+  writeHeartbeat(path, self.substr(0, self.rfind('|')), 999999999, std::chrono::seconds(60));
+  runThreads(2, [&](int rank) {
+    if (rank == 0) std::this_thread::sleep_for(milliseconds(500));
+    auto store = makeStore(dir.fileSpec(), rank, 2, kTimeout, JobSecret());
+    if (rank == 0) store->set("k", "v");
+    EXPECT_EQ(store->get("k", kTimeout), "v");
+    store->set("done/" + std::to_string(rank), "");
+    store->get("done/" + std::to_string(1 - rank), kTimeout);
+  });
 }
 
 TEST(TcpStore, FourRanksExchangeKeys) {

@@ -197,6 +197,36 @@ TEST_F(Trust, ClientRefusesAServerWithoutTheSecret) {
               {"MTXCOMM_JOB_SECRET"});
 }
 
+// A process on the store's port that accepts connections and never speaks (not rank 0's
+// server, which sends its challenge at once) holds a client for the handshake's own deadline of
+// 5 s, not for its bootstrap timeout (20 s here): the client fails with MTXCOMM_TIMEOUT naming
+// the address and the unanswered handshake.
+TEST_F(Trust, SilentServerOnTheStorePortFailsTheClientWithinTheHandshakeDeadline) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string where = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  std::atomic<int> accepted{-1};
+  std::thread silent([&] { accepted = ::accept(listener, nullptr, nullptr); });
+  const auto start = Clock::now();
+  expectError([&] { makeStore("tcp:" + where, 1, 2, kTimeout, testSecret()); }, MTXCOMM_TIMEOUT,
+              {"store tcp:" + where, "the process listening on " + where,
+               "accepted the connection but did not answer the handshake within 5 s"});
+  const double elapsed = secondsSince(start);
+  EXPECT_GE(elapsed, 4.5);
+  EXPECT_LT(elapsed, 10.0);
+  silent.join();
+  EXPECT_GE(accepted.load(), 0);
+  ::close(accepted.load());
+  ::close(listener);
+}
+
 // No secret, no tcp: store: the error says how to set one.
 TEST_F(Trust, TcpStoreNeedsASecret) {
   expectError([&] { makeStore(testutil::tcpSpec(), 0, 2, kTimeout, JobSecret()); },

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "lib/base/auth.h"
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
+#include "lib/base/liveness.h"
 #include "lib/base/log.h"
 #include "lib/base/socket_util.h"
 #include "lib/comm/stores.h"
@@ -44,6 +46,13 @@ constexpr char kTmpPrefix[] = "mtxcomm.tmp.";      // a file being written, befo
 constexpr char kLockName[] = "mtxcomm.lock";       // held (flock) by the running job's rank 0
 constexpr char kSecretName[] = "secret";           // in the job directory: the job's secret
 constexpr char kFaultName[] = "mtxcomm.fault";     // why a job's init failed, for its other ranks
+constexpr char kAliveName[] = "mtxcomm.alive";     // rank 0's heartbeat while its store lives
+
+// Rank 0's heartbeat (see "Rank 0's liveness" in stores.h): rewritten in place every
+// kHeartbeatPeriod; a rank on another node takes rank 0 for gone once its content has not changed
+// for kHeartbeatStale, measured on its own clock (the nodes' clocks need not agree).
+constexpr Ms kHeartbeatPeriod(500);
+constexpr Ms kHeartbeatStale(5000);
 
 bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -110,11 +119,61 @@ std::vector<std::string> listDir(const std::string& dir) {
   return names;
 }
 
+// "<identity>\n<job id>\n<counter: 16 hex digits>\n": the same length for every counter, so
+// that rank 0 can rewrite it in place.
+std::string heartbeatText(const std::string& identity, const std::string& job, uint64_t counter) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(counter));
+  return identity + "\n" + job + "\n" + hex + "\n";
+}
+
+// Rank 0's side of the heartbeat: a thread that rewrites the file (made by the store, this
+// user's private file) in place every kHeartbeatPeriod, and removes it when the store ends,
+// normally or not (the constructor's failure included). In place, not by rename: a reader on
+// another node then needs only close-to-open consistency of one file (NFS's default), not a
+// fresh view of the directory.
+class Heartbeat {
+ public:
+  Heartbeat(std::string path, std::string identity, std::string job)
+      : path_(std::move(path)), identity_(std::move(identity)), job_(std::move(job)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    ::unlink(path_.c_str());
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (uint64_t counter = 1; !cv_.wait_for(lock, kHeartbeatPeriod, [this] { return stop_; });
+         ++counter) {
+      const std::string text = heartbeatText(identity_, job_, counter);
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) continue;  // removed by hand: the ranks on other nodes take rank 0 for gone
+      ssize_t ignored = ::pwrite(fd, text.data(), text.size(), 0);
+      (void)ignored;
+      ::close(fd);
+    }
+  }
+
+  const std::string path_, identity_, job_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class FileStore : public Store {
  public:
   FileStore(std::string spec, std::string path, int rank, int size, Ms timeout,
             const JobSecret& configured)
-      : spec_(std::move(spec)), dir_(std::move(path)) {
+      : spec_(std::move(spec)), dir_(std::move(path)), rank_(rank) {
     makeDirs(dir_, spec_);
     const auto deadline = Clock::now() + timeout;
     if (rank == 0) {
@@ -134,6 +193,7 @@ class FileStore : public Store {
   }
 
   ~FileStore() override {
+    heartbeat_.reset();  // removes the heartbeat while the lock keeps the next job's rank 0 out
     if (lock_ >= 0) ::close(lock_);  // releases the flock
   }
 
@@ -150,7 +210,10 @@ class FileStore : public Store {
     }
   }
 
-  void check() override { throwIfFault(joinedAt_); }
+  void check() override {
+    throwIfFault(joinedAt_);
+    checkRankZero("in its bootstrap");
+  }
 
  private:
   // Rank 0: one job per directory, the clean-up, the job folder and secret, the admissions.
@@ -170,7 +233,14 @@ class FileStore : public Store {
     writeAtomically(job_dir_, kSecretName, secret_.hex());
     struct stat st {};
     if (::stat(job_dir_.c_str(), &st) == 0) joinedAt_ = st.st_mtim;
-    if (size > 1) admitRanks(size, deadline, timeout);
+    if (size > 1) {
+      // The ranks waiting to join, or for a key, watch this file to tell a rank 0 that died
+      // during init from a slow one.
+      const std::string identity = PeerLiveness::selfIdentity();
+      writeAtomically(dir_, kAliveName, heartbeatText(identity, job_, 0));
+      heartbeat_ = std::make_unique<Heartbeat>(dir_ + "/" + kAliveName, identity, job_);
+      admitRanks(size, deadline, timeout);
+    }
   }
 
  public:
@@ -186,6 +256,7 @@ class FileStore : public Store {
     std::string value;
     while (!readIfExists(path, &value)) {
       throwIfFault(joinedAt_);
+      checkRankZero(strCat("while this rank waited for key '", key, "'").c_str());
       if (Clock::now() >= deadline) {
         fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s waiting for key '", key,
              "' in store ", spec_);
@@ -326,9 +397,13 @@ class FileStore : public Store {
                "': ", errnoText(errno));
         }
         ::close(fd);
-        if (::stat(hello.c_str(), &st) == 0) joinedAt_ = st.st_mtim;
+        if (::stat(hello.c_str(), &st) == 0) {
+          joinedAt_ = st.st_mtim;
+          if (firstJoinedAt_.tv_sec == 0 && firstJoinedAt_.tv_nsec == 0) firstJoinedAt_ = joinedAt_;
+        }
       }
       throwIfFault(joinedAt_);
+      checkRankZero("while this rank waited to be admitted to the job");
       if (Clock::now() >= deadline) {
         ::unlink(hello.c_str());
         fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout),
@@ -377,6 +452,58 @@ class FileStore : public Store {
       fail(MTXCOMM_SYSTEM_ERROR, "store ", spec_, ": cannot rename '", tmp_path, "' to '",
            final_path, "': ", errnoText(err));
     }
+  }
+
+  // Ranks > 0: throws MTXCOMM_REMOTE_ERROR once rank 0 is known to be gone (its process exited,
+  // on this node; its heartbeat unchanged for kHeartbeatStale, on another), naming it and what
+  // this rank was waiting for. Which heartbeat is this job's: once admitted, the one naming
+  // this job's id; before, one written since this rank first asked to join (a heartbeat older
+  // than that is an earlier job's whose rank 0 died: a later job's rank 0 may still come).
+  // Looks at most every 100 ms.
+  void checkRankZero(const char* waiting) {
+    if (rank_ == 0) return;
+    const auto now = Clock::now();
+    if (now < nextRankZeroCheck_) return;
+    nextRankZeroCheck_ = now + Ms(100);
+    const std::string path = dir_ + "/" + kAliveName;
+    std::string text;
+    struct stat st {};
+    // Read, then stat: the open revalidates the file's attributes on a network file system.
+    if (readIfExists(path, &text, /*ignoreForeign=*/true) && ::stat(path.c_str(), &st) == 0 &&
+        text != rankZero_.text) {
+      const size_t a = text.find('\n'), b = text.find('\n', a + 1);
+      const size_t bar = text.rfind('|', a);
+      const bool parsed =
+          a != std::string::npos && b != std::string::npos && bar != std::string::npos && bar < a;
+      const bool ours = parsed && (job_.empty() ? joinedSince(st.st_mtim, firstJoinedAt_)
+                                                : text.compare(a + 1, b - a - 1, job_) == 0);
+      if (ours) {
+        const std::string node = text.substr(0, bar);
+        const std::string me = PeerLiveness::nodeIdentity();
+        rankZero_.text = text;
+        rankZero_.changed = now;
+        rankZero_.pid = std::atol(text.c_str() + bar + 1);
+        rankZero_.host = node.substr(0, node.find('|'));
+        rankZero_.local = node == me && me.find(":?") == std::string::npos;
+      }
+    }
+    if (rankZero_.text.empty()) return;
+    if (rankZero_.local && rankZero_.pid > 0 && processGone(rankZero_.pid)) {
+      fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": rank 0 (pid ", rankZero_.pid,
+           ", on this node) is gone: its process exited during init ", waiting);
+    }
+    if (!rankZero_.local && now - rankZero_.changed > kHeartbeatStale) {
+      fail(MTXCOMM_REMOTE_ERROR, "store ", spec_, ": rank 0 (pid ", rankZero_.pid, " on ",
+           rankZero_.host, ") seems gone: its heartbeat ", path, " has not changed for ",
+           secondsText(kHeartbeatStale), " s (rank 0 rewrites it every ",
+           secondsText(kHeartbeatPeriod), " s during init) ", waiting);
+    }
+  }
+
+  // Whether a file time is not older than since (an unset since: false).
+  static bool joinedSince(const timespec& t, const timespec& since) {
+    if (since.tv_sec == 0 && since.tv_nsec == 0) return false;
+    return t.tv_sec > since.tv_sec || (t.tv_sec == since.tv_sec && t.tv_nsec >= since.tv_nsec);
   }
 
   // Throws MTXCOMM_INVALID_USAGE with the fault file's message when it exists, is this user's
@@ -444,10 +571,23 @@ class FileStore : public Store {
   int lock_ = -1;
   JobSecret secret_;
   std::set<std::string> warnedPlanted_;
-  std::string job_;      // this job's id (16 hex digits)
-  timespec joinedAt_{};  // this rank's join request (rank 0: the job folder), for throwIfFault
-  std::string job_dir_;  // dir_/mtxcomm.job.<job_>: the keys of this job
+  std::string job_;           // this job's id (16 hex digits)
+  timespec joinedAt_{};       // this rank's join request (rank 0: the job folder), for throwIfFault
+  timespec firstJoinedAt_{};  // this rank's first join request, for checkRankZero
+  std::string job_dir_;       // dir_/mtxcomm.job.<job_>: the keys of this job
   std::atomic<uint64_t> counter_{0};
+  const int rank_;
+  // What a rank > 0 last saw of this job's rank 0 (checkRankZero): its heartbeat, when that
+  // changed (this rank's clock), its pid, host and whether it runs on this node.
+  struct {
+    std::string text;
+    Clock::time_point changed{};
+    long pid = 0;
+    std::string host;
+    bool local = false;
+  } rankZero_;
+  Clock::time_point nextRankZeroCheck_{};
+  std::unique_ptr<Heartbeat> heartbeat_;  // rank 0; last: stopped before the rest goes
 };
 
 }  // namespace

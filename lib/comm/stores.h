@@ -27,6 +27,20 @@
 // directory at once) are detected and reported as MTXCOMM_INVALID_USAGE; so is a second job
 // started while the first runs (rank 0 holds an flock on mtxcomm.lock).
 //
+// Rank 0's liveness in a file store. A rank 0 that dies during init (killed, crashed) writes no
+// fault file; without more, the other ranks would wait for it until their timeout. While its
+// store lives (the whole bootstrap; jobs of one rank excepted), rank 0 keeps a heartbeat,
+// "mtxcomm.alive": its liveness identity (lib/base/liveness.h: node and pid), the job id and a
+// counter it rewrites in place every 0.5 s; it removes the file when its store ends. A rank
+// waiting to join or for a key (and the TCP transport's bootstrap, through Store::check) looks
+// at it every 100 ms and fails with MTXCOMM_REMOTE_ERROR naming rank 0 once it is gone: on the
+// same node, as soon as its process no longer exists; on another node, once the counter has not
+// changed for 5 s of the waiting rank's own clock (no clocks are compared across nodes; the file
+// system must give close-to-open consistency, as NFS does by default). Which heartbeat is this
+// job's: after admission, the one with this job's id; before it, one written since this rank
+// first asked to join. A rank 0 that died before any other rank asked to join is
+// indistinguishable from an earlier job's and is waited for until the timeout.
+//
 // Other users. A directory writable by other users is refused unless it is sticky; there the
 // store believes only files and folders of this user that nobody else can write (join
 // requests, answers, the job folder, keys), and the job folder is 0700 with the job's secret

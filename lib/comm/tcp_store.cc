@@ -582,7 +582,12 @@ class TcpStore : public Store {
 
  private:
   // Connects and passes the handshake, retrying until deadline: rank 0 may start its server
-  // after the others, and a server flooded by strangers may drop a handshake.
+  // after the others, and a server flooded by strangers may drop a handshake. The handshake
+  // itself has the server's own short deadline (AcceptorHandshake::kHandshakeSeconds): rank 0's
+  // server sends its challenge as soon as it accepts, so a process that accepted the connection
+  // and stays silent is not this job's store (another program on the port, a stopped server)
+  // and must not hold this rank for the whole bootstrap timeout. A refused connection (the
+  // server not up yet) is still retried until deadline.
   void connectToServer(Clock::time_point deadline) {
     sockaddr_in addr = resolveIpv4(hp_.host, hp_.port, "store " + spec_);
     uint8_t claim[32];
@@ -597,10 +602,20 @@ class TcpStore : public Store {
       }
       setNoDelay(fd.get());
       bool refused = false;
+      const auto handshakeBound = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(AcceptorHandshake::kHandshakeSeconds));
+      const auto handshakeDeadline = std::min(deadline, Clock::now() + handshakeBound);
       try {
-        connectorHandshake(fd.get(), secret_, kAuthStore, claim, deadline,
+        connectorHandshake(fd.get(), secret_, kAuthStore, claim, handshakeDeadline,
                            "store " + spec_ + " (rank 0's server)", &refused);
       } catch (const Error& e) {
+        if (e.code() == MTXCOMM_TIMEOUT && handshakeDeadline < deadline) {
+          fail(MTXCOMM_TIMEOUT, "store ", spec_, ": the process listening on ", hp_.host, ":",
+               hp_.port, " accepted the connection but did not answer the handshake within ",
+               secondsText(handshakeBound),
+               " s (not rank 0's store server: another program on the port, or a stopped "
+               "server?)");
+        }
         // Closed mid-handshake: the server dropped it under a flood; try again. Closed three
         // times after this rank's proof: the server refuses it (another secret). Anything else
         // (not a store) is final.

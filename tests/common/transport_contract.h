@@ -158,10 +158,12 @@ inline Traits mpiTraits(bool threadMultiple) {
   t.smallSendsCompleteAlone = true;
   t.failsAfterError = true;
   t.failedCode = MTXCOMM_REMOTE_ERROR;  // tcp, ucx: INVALID_USAGE
-  // abort() is the interface's default (nothing to tell): the peers' waits on the aborting rank
-  // run to their deadline and end in MTXCOMM_TIMEOUT. A dead node-local process is still noticed
-  // (liveness: tests/mp/mp_kill.cc).
-  t.abortReachesPeers = false;
+  t.failsAfterAbort = true;
+  // abort() sends every peer of the aborted communicator an ABORT on a reserved tag; it ends any
+  // wait on that communicator, not those on other communicators (views) the rank belongs to.
+  t.abortReachesPeers = true;
+  t.abortReasonInline = true;
+  t.abortNamesWait = true;
   t.threadSafeViews = threadMultiple;
   return t;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/auth.h"
 #include "lib/base/backoff.h"
 #include "lib/base/error.h"
 #include "lib/base/liveness.h"
@@ -16,6 +17,27 @@ namespace mtxcomm {
 namespace {
 
 constexpr size_t kMaxChunk = size_t{1} << 30;
+
+// abort(): an ABORT message to every peer on this reserved tag, above every tag of the transport
+// (Transport::kMaxTag); each transport keeps a receive for it posted (any source), which waits
+// test in their slow path. Payload: the communicator's instance id (below), then the reason,
+// cut so that the whole stays under every Open MPI transport's eager limit (4 KiB for shared
+// memory): it leaves at once, without the receiver's help, even if the aborting rank exits.
+constexpr int kAbortTag = Transport::kMaxTag + 1;
+constexpr size_t kMaxAbortReason = 1024;
+// Which instance of a communicator an ABORT is for: a random number every member agrees on when
+// the transport is made. An ABORT that reaches a rank after it has freed the communicator (a
+// healthy one, destroyed while a peer failed: a failed one is kept, see ~MpiTransport) may be
+// matched by a later one that reuses the context (Open MPI keeps messages for an unknown context
+// until a communicator takes it): such an ABORT carries another id and is ignored.
+using InstanceId = uint64_t;
+
+InstanceId randomInstanceId() {
+  const Nonce n = randomNonce();
+  InstanceId id = 0;
+  std::memcpy(&id, n.data(), sizeof(id));
+  return id;
+}
 
 std::string mpiErrorString(int code) {
   char buf[MPI_MAX_ERROR_STRING];
@@ -50,12 +72,34 @@ class MpiRequest : public Request {
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, PeerLiveness liveness) : comm_(comm), liveness_(std::move(liveness)) {
+  MpiTransport(MPI_Comm comm, PeerLiveness liveness, InstanceId instance)
+      : comm_(comm), liveness_(std::move(liveness)), instance_(instance) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // MPI guarantees tags up to 32767 only (Open MPI and MPICH allow far more): without room
+    // for the reserved tag, abort() tells nobody and the peers fail at their timeout.
+    void* ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &found);
+    abortable_ = found && *static_cast<int*>(ub) >= kAbortTag && size_ > 1;
+    if (abortable_) postAbortReceive();
   }
   ~MpiTransport() override {
-    if (!mpiFinalized() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (mpiFinalized()) return;
+    if (abortRecv_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&abortRecv_);
+      MPI_Request_free(&abortRecv_);
+    }
+    for (MPI_Request& r : abortSends_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);  // an eager send completes on its own
+    }
+    // A failed communicator is not freed: its peers may still send to it (their ABORT, the
+    // messages of the call that failed). Open MPI keeps a message for a context it no longer
+    // knows and hands it to the next communicator that reuses the context, whose matching it
+    // then derails (seen: MPI_Allreduce on MPI_COMM_WORLD hung after a second communicator had
+    // been made and freed, tests/mp/mp_abort.cc). One MPI communicator per failed mtxcomm
+    // communicator is the price.
+    if (comm_ != MPI_COMM_NULL && failed_.empty()) MPI_Comm_free(&comm_);
   }
 
   const char* name() const override { return "mpi"; }
@@ -108,6 +152,7 @@ class MpiTransport : public Transport {
         if (backoff.sleeping()) {
           checkCancelled();
           noteWaitingOn(req->peer());
+          checkAborts(*req);
           int dead = liveness_.findDeadPeer();
           if (dead >= 0) {
             failWith(MTXCOMM_REMOTE_ERROR,
@@ -138,7 +183,40 @@ class MpiTransport : public Transport {
     MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
     int newRank = 0;
     MPI_Comm_rank(child, &newRank);
-    return std::make_unique<MpiTransport>(child, liveness_.subset(members, newRank));
+    // The view's instance id, from its rank 0 (MPI_Comm_create_group is as blocking).
+    InstanceId instance = newRank == 0 ? randomInstanceId() : 0;
+    rc = MPI_Bcast(&instance, sizeof(instance), MPI_BYTE, 0, child);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&child);
+      fail(MTXCOMM_SYSTEM_ERROR, "MPI_Bcast of a view's instance id failed: ", mpiErrorString(rc));
+    }
+    return std::make_unique<MpiTransport>(child, liveness_.subset(members, newRank), instance);
+  }
+
+  // Sends every peer an ABORT (best effort; the sends are eager: see kAbortTag), and fails this
+  // transport: its own later calls throw naming the abort.
+  void abort(const std::string& reason) override {
+    if (failed_.empty()) failed_ = "this rank aborted: " + reason;
+    if (abortSent_ || !abortable_ || mpiFinalized()) return;
+    abortSent_ = true;
+    abortMessage_.assign(reinterpret_cast<const char*>(&instance_), sizeof(instance_));
+    abortMessage_ += reason.substr(0, kMaxAbortReason);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || peer == abortedBy_) continue;
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (MPI_Isend(abortMessage_.data(), static_cast<int>(abortMessage_.size()), MPI_BYTE, peer,
+                    kAbortTag, comm_, &r) == MPI_SUCCESS) {
+        abortSends_.push_back(r);
+      }
+    }
+    // Progress them a little (a transport that moves bytes only inside MPI calls); what has not
+    // completed within 200 ms is released to MPI in the destructor.
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    Backoff backoff;
+    for (int done = 0; !done && Clock::now() < until; backoff.pause()) {
+      MPI_Testall(static_cast<int>(abortSends_.size()), abortSends_.data(), &done,
+                  MPI_STATUSES_IGNORE);
+    }
   }
 
  private:
@@ -180,6 +258,42 @@ class MpiTransport : public Transport {
     return req;
   }
 
+  void postAbortReceive() {
+    abortBuf_.resize(sizeof(InstanceId) + kMaxAbortReason);
+    if (MPI_Irecv(abortBuf_.data(), static_cast<int>(abortBuf_.size()), MPI_BYTE, MPI_ANY_SOURCE,
+                  kAbortTag, comm_, &abortRecv_) != MPI_SUCCESS) {
+      abortRecv_ = MPI_REQUEST_NULL;
+    }
+  }
+
+  // Throws MTXCOMM_REMOTE_ERROR once a peer's ABORT for this instance has arrived, naming it,
+  // its reason and the wait it ends (any wait: the collective cannot complete without it).
+  void checkAborts(const MpiRequest& pending) {
+    while (abortRecv_ != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Status st;
+      if (MPI_Test(&abortRecv_, &done, &st) != MPI_SUCCESS) {
+        postAbortReceive();  // a malformed (too long) message: not one of ours
+        return;
+      }
+      if (!done) return;
+      int bytes = 0;
+      MPI_Get_count(&st, MPI_BYTE, &bytes);
+      InstanceId instance = 0;
+      if (bytes >= static_cast<int>(sizeof(instance))) {
+        std::memcpy(&instance, abortBuf_.data(), sizeof(instance));
+      }
+      if (bytes < static_cast<int>(sizeof(instance)) || instance != instance_) {
+        postAbortReceive();  // for an earlier communicator that had the same context
+        continue;
+      }
+      const std::string reason(abortBuf_.data() + sizeof(instance), bytes - sizeof(instance));
+      abortedBy_ = st.MPI_SOURCE;  // gone: this rank's own abort does not write to it
+      failWith(MTXCOMM_REMOTE_ERROR, strCat("peer rank ", st.MPI_SOURCE, " aborted: ", reason,
+                                            "; this rank was waiting for a ", what(pending)));
+    }
+  }
+
   [[noreturn]] void failWith(mtxcomm_result_t code, const std::string& msg) {
     if (failed_.empty()) failed_ = msg;
     throw Error(code, msg);
@@ -196,8 +310,16 @@ class MpiTransport : public Transport {
 
   MPI_Comm comm_;
   PeerLiveness liveness_;
+  const InstanceId instance_;
   int rank_ = 0, size_ = 1;
   std::string failed_;
+  bool abortable_ = false;                    // kAbortTag is a valid tag here
+  MPI_Request abortRecv_ = MPI_REQUEST_NULL;  // any peer's ABORT (kAbortTag), into abortBuf_
+  std::vector<char> abortBuf_;
+  bool abortSent_ = false;
+  int abortedBy_ = -1;        // the peer whose ABORT failed this transport
+  std::string abortMessage_;  // this rank's ABORT: lives while its sends may be in flight
+  std::vector<MPI_Request> abortSends_;
 };
 
 }  // namespace
@@ -240,20 +362,26 @@ std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm, double timeoutSeconds
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   int rank = 0;
   MPI_Comm_rank(dup, &rank);
-  // Identities for the liveness of node-local peers.
+  // Identities for the liveness of node-local peers, each followed by a random instance id:
+  // rank 0's is the communicator's (kAbortTag).
   constexpr int kIdLen = 320;
+  constexpr int kEntry = kIdLen + static_cast<int>(sizeof(InstanceId));
   std::string self = PeerLiveness::selfIdentity();
-  std::vector<char> mine(kIdLen, 0), all(static_cast<size_t>(kIdLen) * size, 0);
+  std::vector<char> mine(kEntry, 0), all(static_cast<size_t>(kEntry) * size, 0);
   std::memcpy(mine.data(), self.data(), std::min<size_t>(self.size(), kIdLen - 1));
-  rc = MPI_Iallgather(mine.data(), kIdLen, MPI_CHAR, all.data(), kIdLen, MPI_CHAR, dup, &req);
+  const InstanceId myInstance = randomInstanceId();
+  std::memcpy(mine.data() + kIdLen, &myInstance, sizeof(myInstance));
+  rc = MPI_Iallgather(mine.data(), kEntry, MPI_CHAR, all.data(), kEntry, MPI_CHAR, dup, &req);
   if (rc != MPI_SUCCESS) {
     MPI_Comm_free(&dup);
     fail(MTXCOMM_SYSTEM_ERROR, "MPI_Iallgather of peer identities failed: ", mpiErrorString(rc));
   }
   awaitSetup(&req, deadline, timeoutSeconds, size, "the allgather of peer identities");
   std::vector<std::string> ids;
-  for (int r = 0; r < size; ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * kIdLen);
-  return std::make_unique<MpiTransport>(dup, PeerLiveness(ids, rank));
+  for (int r = 0; r < size; ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * kEntry);
+  InstanceId instance = 0;
+  std::memcpy(&instance, all.data() + kIdLen, sizeof(instance));  // rank 0's
+  return std::make_unique<MpiTransport>(dup, PeerLiveness(ids, rank), instance);
 }
 
 }  // namespace mtxcomm

@@ -276,8 +276,17 @@ std::unique_ptr<Transport> bootstrap(Store& store, int rank, int size,
     }
     sockaddr_in addr = resolveIpv4(where.substr(0, colon), std::atoi(where.c_str() + colon + 1),
                                    strCat("tcp transport: address of peer rank ", peer));
+    // In rounds of 200 ms with the store's check between: a peer that died after publishing
+    // its address refuses every connection until the timeout, but the store may know sooner
+    // (a faulty job; a file: store's rank 0 gone).
     int err = 0;
-    UniqueFd fd(connectWithRetry(addr, deadline, &err, "tcp transport"));
+    UniqueFd fd;
+    for (;;) {
+      fd.reset(connectWithRetry(addr, std::min(deadline, Clock::now() + Ms(200)), &err,
+                                "tcp transport"));
+      if (fd.get() >= 0 || Clock::now() >= deadline) break;
+      store.check();
+    }
     if (fd.get() < 0) {
       fail(MTXCOMM_TIMEOUT, "timed out after ", secondsText(timeout), " s connecting to peer rank ",
            peer, " at ", where, " (", errnoText(err), ")");
