@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -60,18 +62,26 @@ CallSignature sig(Collective c, uint64_t count, uint64_t seq, int root = 0) {
   return callSignature(a, seq);
 }
 
+// A label as Comm keeps it (cut to 63 bytes).
+const FlightRecorder::Label& label(const std::string& text) {
+  static FlightRecorder::Label l;
+  std::memset(l, 0, sizeof(l));
+  std::memcpy(l, text.data(), std::min(text.size(), sizeof(l) - 1));
+  return l;
+}
+
 // A ring of 4 keeps the last 4 calls, oldest first, each with its fields and state; the call
 // in progress shows the peer it waits on; a label is cut to 63 bytes.
 TEST(FlightRecorder, TheRingKeepsTheLastCallsWithTheirFieldsAndStates) {
   FlightRecorder r(4, "world", 1, 3);
   for (uint64_t s = 1; s <= 6; ++s) {
-    r.enter(sig(Collective::kAllreduce, 100 + s, s), ("grad " + std::to_string(s)).c_str());
+    r.enter(sig(Collective::kAllreduce, 100 + s, s), label("grad " + std::to_string(s)));
     r.setPath("ring", "tcp");
     r.end(s == 5 ? FlightRecorder::State::kRejected : FlightRecorder::State::kDone);
   }
   const std::string longName(100, 'x');
-  r.enter(sig(Collective::kBroadcast, 8, 7, 2), longName.c_str());
-  r.waitRecord()->store(2);
+  r.enter(sig(Collective::kBroadcast, 8, 7, 2), label(longName));
+  r.waitRecord()->note(2);
   const Json j = Json::parse(r.json("a test"));
   EXPECT_EQ(j["format"], "mtxcomm flight recorder 1");
   EXPECT_EQ(j["comm"], "world");
@@ -101,17 +111,20 @@ TEST(FlightRecorder, TheRingKeepsTheLastCallsWithTheirFieldsAndStates) {
   EXPECT_EQ(now["waiting_on"], 2);
   EXPECT_EQ(now["name"], std::string(63, 'x'));
   EXPECT_EQ(now["ended_us"], 0);
+  EXPECT_EQ(j["calls"][0]["waiting_since_us"], 0);  // completed without a slow wait
   // Wall-clock microseconds, within a minute of now.
   const int64_t wall = std::chrono::duration_cast<std::chrono::microseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
-  EXPECT_LT(std::llabs(now["entered_us"].get<int64_t>() - wall), 60000000);
+  EXPECT_LT(std::llabs(now["waiting_since_us"].get<int64_t>() - wall), 60000000);
   // A failed call keeps the peer it waited on.
   r.end(FlightRecorder::State::kFailed);
   const Json k = Json::parse(r.json("again"));
   EXPECT_EQ(k["calls"][3]["state"], "failed");
   EXPECT_EQ(k["calls"][3]["waiting_on"], 2);
   EXPECT_GT(k["calls"][3]["ended_us"].get<int64_t>(), 0);
+  EXPECT_GE(k["calls"][3]["ended_us"].get<int64_t>(),
+            k["calls"][3]["waiting_since_us"].get<int64_t>());
 }
 
 // Ranks that disagree on a count over a point-to-point transport (no shm: the call times out,
@@ -232,7 +245,7 @@ TEST(FlightRecorder, AnUnsafeFolderIsNotWritten) {
   const std::string parent = std::filesystem::path(dir.path()).parent_path();
   FlightRecorder r(2, "world", 0, 2);
   registerFlightRecorder(&r);
-  r.enter(sig(Collective::kBarrier, 0, 1), "");
+  r.enter(sig(Collective::kBarrier, 0, 1), label(""));
   std::filesystem::create_directories(dir.path());
   chmod(dir.path().c_str(), 0777);
   EXPECT_EQ(dumpFlightRecorders("test"), "");

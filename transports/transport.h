@@ -37,6 +37,7 @@
 
 #include "lib/base/cancel.h"
 #include "lib/base/clock.h"
+#include "lib/base/wait_record.h"
 
 namespace mtxcomm {
 
@@ -91,7 +92,7 @@ class Transport {
   virtual void setCancelToken(CancelTokenPtr token) { cancel_ = std::move(token); }
   // The flight recorder's word for the peer the call in progress waits on (lib/comm/
   // flight_recorder.h; null: none): the wait loops note it once they stop spinning.
-  void setWaitRecord(std::atomic<int>* record) { waitRecord_ = record; }
+  void setWaitRecord(WaitRecord* record) { waitRecord_ = record; }
 
  protected:
   // Throws once the token is cancelled; for the wait loops.
@@ -100,12 +101,12 @@ class Transport {
   }
   // A wait loop that has stopped spinning waits on peer.
   void noteWaitingOn(int peer) const {
-    if (waitRecord_) waitRecord_->store(peer, std::memory_order_relaxed);
+    if (waitRecord_) waitRecord_->note(peer);
   }
 
  private:
   CancelTokenPtr cancel_;
-  std::atomic<int>* waitRecord_ = nullptr;
+  WaitRecord* waitRecord_ = nullptr;
 };
 
 }  // namespace mtxcomm

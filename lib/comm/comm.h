@@ -141,7 +141,7 @@ class Comm {
   // First: the transport and the segment keep a pointer into it until they are gone.
   std::unique_ptr<FlightRecorder> recorder_;  // null with MTXCOMM_FLIGHT_RECORDER=0
   std::string name_ = "world";
-  char nextLabel_[FlightRecorder::kLabelBytes] = {};
+  FlightRecorder::Label nextLabel_ = {};
   bool rejected_ = false;  // the call in progress was rejected by this rank (its arguments)
   // run() past the recorder: the call itself.
   void runCall(const CollArgs& user, const char* coll);

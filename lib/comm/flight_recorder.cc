@@ -26,13 +26,6 @@ namespace {
 
 constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
 
-// Microseconds of CLOCK_MONOTONIC_COARSE (a few nanoseconds to read, milliseconds of
-// resolution: enough to tell how long a call has waited); a dump turns them into wall time.
-int64_t coarseMicros() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
 int64_t clockMicros(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
@@ -61,9 +54,9 @@ struct FlightRecorder::Entry {
   std::atomic<uint64_t> version{0};
   std::atomic<uint64_t> kind{0}, count{0}, seq{0};
   std::atomic<uint32_t> state{0};
-  std::atomic<int32_t> waitedOn{-1};  // at the end of a failed call: the peer it waited on
+  std::atomic<int32_t> waitedOn{-1};  // at its end: the peer a call waited on past the spin
   std::atomic<const char*> algorithm{nullptr}, transport{nullptr};  // static strings
-  std::atomic<int64_t> enteredUs{0}, endedUs{0};
+  std::atomic<int64_t> waitedFromUs{0}, endedUs{0};                 // coarse monotonic; 0: none
   std::atomic<uint64_t> label[kLabelBytes / 8] = {};
 };
 
@@ -90,46 +83,57 @@ void writeEntry(std::atomic<uint64_t>& version, Fn&& fn) {
 
 }  // namespace
 
-void FlightRecorder::enter(const CallSignature& call, const char* label) {
-  Entry& e = ring_[next_ % capacity_];
+void FlightRecorder::enter(const CallSignature& call, const Label& label) {
+  // The next slot without a division (a third of the recorder's cost when it had three).
+  const size_t at = current_.load(kRelaxed);
+  const size_t slot = next_ == 0 ? 0 : (at + 1 == capacity_ ? 0 : at + 1);
+  Entry& e = ring_[slot];
   ++next_;
-  waitingOn_.store(-1, kRelaxed);
+  wait_.reset();
+  // The call's identity (signature, label) under the seqlock; what changes while it runs (path,
+  // state, waits, end) in single words of their own, read as they stand.
   writeEntry(e.version, [&] {
     e.kind.store(call.kind, kRelaxed);
     e.count.store(call.count, kRelaxed);
     e.seq.store(call.seq, kRelaxed);
-    e.state.store(static_cast<uint32_t>(State::kEntered), kRelaxed);
-    e.waitedOn.store(-1, kRelaxed);
-    e.algorithm.store(nullptr, kRelaxed);
-    e.transport.store(nullptr, kRelaxed);
-    e.enteredUs.store(coarseMicros(), kRelaxed);
-    e.endedUs.store(0, kRelaxed);
-    uint64_t words[kLabelBytes / 8] = {};
-    if (label) std::memcpy(words, label, std::min(std::strlen(label), kLabelBytes - 1));
-    for (size_t i = 0; i < kLabelBytes / 8; ++i) e.label[i].store(words[i], kRelaxed);
+    // The label's words up to the one with its terminating NUL; a reader stops there.
+    for (size_t w = 0; w < kLabelBytes / 8; ++w) {
+      uint64_t word;
+      std::memcpy(&word, label + 8 * w, 8);
+      e.label[w].store(word, kRelaxed);
+      if (std::memchr(label + 8 * w, '\0', 8)) break;
+    }
   });
+  e.state.store(static_cast<uint32_t>(State::kEntered), kRelaxed);
+  e.algorithm.store(nullptr, kRelaxed);
+  e.transport.store(nullptr, kRelaxed);
+  if (e.waitedOn.load(kRelaxed) != -1) e.waitedOn.store(-1, kRelaxed);
+  if (e.waitedFromUs.load(kRelaxed) != 0) e.waitedFromUs.store(0, kRelaxed);
+  if (e.endedUs.load(kRelaxed) != 0) e.endedUs.store(0, kRelaxed);
+  current_.store(slot, std::memory_order_release);
 }
 
 void FlightRecorder::setPath(const char* algorithm, const char* transport) {
   if (next_ == 0) return;
-  Entry& e = ring_[(next_ - 1) % capacity_];
-  writeEntry(e.version, [&] {
-    e.algorithm.store(algorithm, kRelaxed);
-    e.transport.store(transport, kRelaxed);
-  });
+  Entry& e = ring_[current_.load(kRelaxed)];
+  e.algorithm.store(algorithm, kRelaxed);
+  e.transport.store(transport, kRelaxed);
 }
 
 void FlightRecorder::end(State state) {
   if (next_ == 0) return;
-  Entry& e = ring_[(next_ - 1) % capacity_];
+  Entry& e = ring_[current_.load(kRelaxed)];
   // Once: a failed call is ended where it fails and again as its error passes run().
   if (e.state.load(kRelaxed) != static_cast<uint32_t>(State::kEntered)) return;
-  writeEntry(e.version, [&] {
-    e.state.store(static_cast<uint32_t>(state), kRelaxed);
-    if (state == State::kFailed) e.waitedOn.store(waitingOn_.load(kRelaxed), kRelaxed);
-    e.endedUs.store(coarseMicros(), kRelaxed);
-  });
-  waitingOn_.store(-1, kRelaxed);
+  // A call that waited past the spin keeps whom it waited on and since when; one that did not
+  // complete, when it ended. A call that completed at once reads no clock.
+  if (const int64_t since = wait_.sinceUs.load(kRelaxed)) {
+    e.waitedOn.store(wait_.peer.load(kRelaxed), kRelaxed);
+    e.waitedFromUs.store(since, kRelaxed);
+  }
+  if (state != State::kDone) e.endedUs.store(coarseMicros(), kRelaxed);
+  e.state.store(static_cast<uint32_t>(state), std::memory_order_release);
+  wait_.reset();
 }
 
 void FlightRecorder::setError(const std::string& message) {
@@ -150,19 +154,25 @@ std::string FlightRecorder::json(const std::string& reason) const {
       if (v1 == 0) break;  // never written
       if (v1 & 1) continue;
       const CallSignature sig{e.kind.load(kRelaxed), e.count.load(kRelaxed), e.seq.load(kRelaxed)};
-      const uint32_t state = e.state.load(kRelaxed);
-      const int32_t waitedOn = e.waitedOn.load(kRelaxed);
-      const char* algorithm = e.algorithm.load(kRelaxed);
-      const char* transport = e.transport.load(kRelaxed);
-      const int64_t entered = e.enteredUs.load(kRelaxed), ended = e.endedUs.load(kRelaxed);
       char label[kLabelBytes] = {};
       for (size_t w = 0; w < kLabelBytes / 8; ++w) {
         const uint64_t word = e.label[w].load(kRelaxed);
         std::memcpy(label + 8 * w, &word, 8);
+        if (std::memchr(label + 8 * w, '\0', 8)) break;  // the words past it are stale
       }
       label[kLabelBytes - 1] = '\0';
       std::atomic_thread_fence(std::memory_order_acquire);
       if (e.version.load(kRelaxed) != v1) continue;
+      const uint32_t state = e.state.load(std::memory_order_acquire);
+      const char* algorithm = e.algorithm.load(kRelaxed);
+      const char* transport = e.transport.load(kRelaxed);
+      const int64_t ended = e.endedUs.load(kRelaxed);
+      // The call in progress: the live wait; an ended one: what it kept.
+      const bool live = state == static_cast<uint32_t>(State::kEntered) && sig.seq != 0 &&
+                        i == current_.load(std::memory_order_acquire);
+      const int32_t waitedOn = live ? wait_.peer.load(kRelaxed) : e.waitedOn.load(kRelaxed);
+      const int64_t waitedFrom =
+          live ? wait_.sinceUs.load(kRelaxed) : e.waitedFromUs.load(kRelaxed);
       const auto coll = static_cast<Collective>(sig.kind & 0xff);
       Json c;
       c["seq"] = sig.seq;
@@ -179,12 +189,8 @@ std::string FlightRecorder::json(const std::string& reason) const {
       c["algorithm"] = algorithm ? algorithm : "";
       c["transport"] = transport ? transport : "";
       c["state"] = stateName(state);
-      // The call in progress waits on the recorder's live word; a failed one on what it held.
-      const bool newest = sig.seq != 0 && i == (next_ + capacity_ - 1) % capacity_;
-      c["waiting_on"] = state == static_cast<uint32_t>(State::kEntered) && newest
-                            ? waitingOn_.load(kRelaxed)
-                            : (state == static_cast<uint32_t>(State::kFailed) ? waitedOn : -1);
-      c["entered_us"] = entered + toWall;
+      c["waiting_on"] = waitedOn;
+      c["waiting_since_us"] = waitedFrom ? waitedFrom + toWall : 0;
       c["ended_us"] = ended ? ended + toWall : 0;
       calls.push_back(std::move(c));
       break;

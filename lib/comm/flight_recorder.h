@@ -7,9 +7,12 @@
 // (lib/comm/why_stuck.h). The idea is PyTorch's flight recorder for ProcessGroupNCCL
 // (torch/csrc/distributed/c10d/FlightRecorder.hpp), here for every transport.
 //
-// Cost: a call writes one entry of relaxed atomic words and reads a coarse clock twice (no
-// lock, no allocation; bench/RESULTS.md, "Flight recorder"). A reader (a dump, on any thread)
-// takes an entry only when its version is even and unchanged across the read (a seqlock).
+// Cost: a call writes about a dozen relaxed atomic words; no lock, no allocation, no clock
+// (bench/RESULTS.md, "Flight recorder": a coarse clock read per call cost 5-10% of an 8-byte
+// allreduce at np=2). Times are taken where a call is slow anyway: when its wait stops spinning
+// (the time it began waiting, with the peer) and when it fails. A reader (a dump, on any
+// thread) takes a call's identity only when the entry's version is even and unchanged across
+// the read (a seqlock); its state, path and times as they stand.
 #ifndef MTXCOMM_LIB_COMM_FLIGHT_RECORDER_H_
 #define MTXCOMM_LIB_COMM_FLIGHT_RECORDER_H_
 
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "lib/base/call.h"
+#include "lib/base/wait_record.h"
 
 namespace mtxcomm {
 
@@ -30,6 +34,7 @@ class FlightRecorder {
   // The state of a recorded call.
   enum class State : uint32_t { kEntered = 1, kDone, kFailed, kRejected };
   static constexpr size_t kLabelBytes = 64;  // a label (tensor names) is cut to 63 bytes
+  using Label = char[kLabelBytes];           // NUL-terminated
 
   // commName: the same on every rank of the communicator ("world", "world.split2.color1").
   FlightRecorder(size_t capacity, std::string commName, int rank, int size);
@@ -44,12 +49,12 @@ class FlightRecorder {
   // The calling thread of the communicator. A call enters with its signature (and the label
   // the caller gave it, "" for none), is given its algorithm and transport once chosen, and
   // ends done, failed or rejected.
-  void enter(const CallSignature& call, const char* label);
+  void enter(const CallSignature& call, const Label& label);
   void setPath(const char* algorithm, const char* transport);
   void end(State state);
-  // Any thread: the peer the call in progress waits on, -1 none; the waits of the transports
-  // and of the shared-memory segment note it once they stop spinning.
-  std::atomic<int>* waitRecord() { return &waitingOn_; }
+  // The peer the call in progress waits on and since when: the waits of the transports and of
+  // the shared-memory segment note it once they stop spinning (lib/base/wait_record.h).
+  WaitRecord* waitRecord() { return &wait_; }
   // The error that failed this communicator (its first; the calling thread), written with
   // every later dump: a dump a peer asks for afterwards keeps it.
   void setError(const std::string& message);
@@ -61,10 +66,11 @@ class FlightRecorder {
   struct Entry;
   std::unique_ptr<Entry[]> ring_;
   size_t capacity_;
-  uint64_t next_ = 0;  // calls entered (the calling thread only)
+  uint64_t next_ = 0;               // calls entered (the calling thread only)
+  std::atomic<size_t> current_{0};  // the slot of the newest call (a dump reads it)
   std::string commName_;
   int rank_, size_;
-  std::atomic<int> waitingOn_{-1};
+  WaitRecord wait_;
   mutable std::mutex errorMu_;
   std::string error_;
 };

@@ -25,7 +25,7 @@ struct Call {
   std::string what;  // the same without " as call #N": what ranks must agree on
   std::string name, state, algorithm, transport;
   int waitingOn = -1;
-  int64_t enteredUs = 0, endedUs = 0;
+  int64_t waitingSinceUs = 0, endedUs = 0;  // 0: never waited past the spin; not ended
 };
 
 struct Record {
@@ -105,7 +105,7 @@ Record readRecord(const std::string& file, std::string* comm) {
     call.algorithm = field<std::string>(c, "algorithm", file);
     call.transport = field<std::string>(c, "transport", file);
     call.waitingOn = field<int>(c, "waiting_on", file);
-    call.enteredUs = field<int64_t>(c, "entered_us", file);
+    call.waitingSinceUs = field<int64_t>(c, "waiting_since_us", file);
     call.endedUs = field<int64_t>(c, "ended_us", file);
     r.calls.push_back(std::move(call));
   }
@@ -259,11 +259,15 @@ std::string explainComm(const std::string& comm, const std::map<int, Record>& by
     const Record& w = byRank.at(waiters.front());
     const Call& c = w.calls.back();
     const bool ended = c.state == "failed";
-    const int64_t waited = (ended ? c.endedUs : w.dumpedUs) - c.enteredUs;
+    const int64_t waited =
+        c.waitingSinceUs ? (ended ? c.endedUs : w.dumpedUs) - c.waitingSinceUs : -1;
     out += strCat(" ", capitalized(rankList(waiters)),
                   ended ? " waited" : (waiters.size() == 1 ? " waits" : " wait"), " on rank ",
-                  awaited, " in call #", c.seq, " (", seconds(waited),
-                  ended ? ", until the call failed)" : " when the record was written)");
+                  awaited, " in call #", c.seq);
+    if (waited >= 0) {
+      out += strCat(" (", seconds(waited),
+                    ended ? ", until the call failed)" : " when the record was written)");
+    }
     if (byRank.count(awaited)) {
       const Record& a = byRank.at(awaited);
       if (const Call* in = a.current()) {

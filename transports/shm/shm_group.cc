@@ -932,7 +932,7 @@ void ShmGroup::waitUntil(int p, const Word& word, uint64_t target, const char* w
     // peer's call, the clock, this process's pid) would each cost more than the wait itself
     // (a cross-core line, a vDSO call, a system call).
     if (spinUntil(spinPauses_, [&] { return word(p) >= target; })) return;
-    if (waitRecord_) waitRecord_->store(p, std::memory_order_relaxed);  // the flight recorder
+    if (waitRecord_) waitRecord_->note(p);  // the flight recorder
     checkPeerCall(p);  // a peer in another call (or one it rejected) never gets there
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(

@@ -217,7 +217,7 @@ class ShmGroup {
   void setTimeout(double seconds) { timeoutSeconds_ = seconds; }
   // The flight recorder's word for the peer the call in progress waits on (lib/comm/
   // flight_recorder.h): a wait that stops spinning stores the peer there. Null: none.
-  void setWaitRecord(std::atomic<int>* record) { waitRecord_ = record; }
+  void setWaitRecord(WaitRecord* record) { waitRecord_ = record; }
   // Whether this rank's process dumps its flight recorder on SIGUSR1 (published to the peers),
   // and a request to the peers' processes that do (another process than this one, still
   // there): after a fault, every rank of the node leaves its record.
@@ -253,7 +253,7 @@ class ShmGroup {
   // rank entered call #N" or " (found when this rank destroyed the communicator".
   std::string foundWhere() const;
   bool destroying_ = false;  // checkDeferredAtDestroy is running
-  std::atomic<int>* waitRecord_ = nullptr;
+  WaitRecord* waitRecord_ = nullptr;
   // The oldest deferred check is kMaxDeferred calls old, or kMaxDeferred are pending.
   bool deferredOverdue() const;
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
