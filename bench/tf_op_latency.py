@@ -4,6 +4,9 @@ multiplication (TensorFlow's own per-call cost), 1 KiB float32. The two alternat
 weighs on both: the overhead is the median over blocks of (allreduce - x * 2) in the block. Also
 prints, per rank, the share of the allreduces whose cycle ran on TensorFlow's own thread (the
 engine's Entry::mayRunInline) rather than being handed to the engine's thread.
+Then the same as a user would measure it: a loop of its own of 2000 calls of each (x * 2, then
+allreduce), timed whole, three times; the overhead is the median over the three of the
+allreduce loop's time per call minus the x * 2 loop's.
 Run: mtxrun -np 2 python bench/tf_op_latency.py"""
 
 import os
@@ -61,3 +64,21 @@ if hvd.rank() == 0:
           (statistics.median(over), *statistics.quantiles(over, n=4)[0:3:2]))
     print("allreduces completed on TensorFlow's thread, per rank: %s" %
           " ".join("%.0f%%" % (100.0 * n / (BLOCKS * CALLS)) for n in inline.numpy()))
+
+# As a user would: each function in a loop of its own, timed whole (no per-block medians).
+LOOP = 2000
+own = {multiply: [], allreduce: []}
+for _ in range(3):
+    for fn in (multiply, allreduce):
+        hvd.allreduce(tf.constant(0.0), name="loop_start")  # both ranks start the loop together
+        start = time.perf_counter()
+        for _ in range(LOOP):
+            fn(x)
+        own[fn].append((time.perf_counter() - start) / LOOP * 1e6)
+if hvd.rank() == 0:
+    diffs = [a - m for a, m in zip(own[allreduce], own[multiply])]
+    print("own loops of %d calls: x * 2 %s us, allreduce %s us per call" %
+          (LOOP, " ".join("%.1f" % t for t in own[multiply]),
+           " ".join("%.1f" % t for t in own[allreduce])))
+    print("overhead in own loops (allreduce - x * 2) median %.1f us (runs: %s)" %
+          (statistics.median(diffs), " ".join("%.1f" % d for d in diffs)))

@@ -25,7 +25,8 @@ fi
 common=("${launcher[@]}" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   -DMTXCOMM_WITH_MPI=OFF -DMTXCOMM_WITH_UCX=OFF -DMTXCOMM_WITH_CUDA=OFF -DMTXCOMM_WITH_NCCL=OFF
   -DMTXCOMM_WITH_TENSORFLOW=OFF -DMTXCOMM_BUILD_BENCH=OFF -DMTXCOMM_BUILD_TOOLS=OFF)
-threaded=(test_engine test_engine_alone test_engine_pair test_notify test_trust test_store test_api_comm)
+threaded=(test_engine test_engine_alone test_engine_pair test_notify test_trust test_store test_api_comm
+          test_flight_recorder)
 
 # -fno-sanitize=enum: the C API's enums are C enums; a caller may pass any int (the tests do),
 # which the argument checks reject by range before use.

@@ -280,15 +280,22 @@ std::mutex& dumpMutex() {
 
 }  // namespace
 
+namespace {
+void stopDumperIfIdle();
+}  // namespace
+
 void registerFlightRecorder(FlightRecorder* r) {
   std::lock_guard<std::mutex> g(registryMutex());
   registry().push_back(r);
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {
-  std::lock_guard<std::mutex> g(registryMutex());
-  auto& all = registry();
-  all.erase(std::remove(all.begin(), all.end(), r), all.end());
+  {
+    std::lock_guard<std::mutex> g(registryMutex());
+    auto& all = registry();
+    all.erase(std::remove(all.begin(), all.end(), r), all.end());
+  }
+  stopDumperIfIdle();
 }
 
 std::string flightRecorderDir() {
@@ -342,12 +349,20 @@ std::string dumpFlightRecorders(const std::string& reason) {
 
 namespace {
 
+// The handler only posts a semaphore (signal-safety(7)); a thread of the library's, which runs
+// while a recorder is registered and ends with the last one (a program that forks between its
+// communicators forks a process of one thread), writes the records.
 sem_t g_dumpRequests;
 std::atomic<int> g_requestPid{0};
 std::atomic<bool> g_handlesSigusr1{false};
+std::mutex& dumperMutex() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::thread g_dumper;  // guarded by dumperMutex()
+std::atomic<bool> g_dumperStop{false};
 
 void onSigusr1(int, siginfo_t* info, void*) {
-  // Async-signal-safe: a word and sem_post (signal-safety(7)); the dump runs on the thread.
   const int saved = errno;
   g_requestPid.store(info ? static_cast<int>(info->si_pid) : 0, kRelaxed);
   sem_post(&g_dumpRequests);
@@ -358,6 +373,7 @@ void dumpOnRequests() {
   pthread_setname_np(pthread_self(), "mtxcomm_flight");
   for (;;) {
     if (sem_wait(&g_dumpRequests) != 0) continue;  // EINTR
+    if (g_dumperStop.load()) return;
     const int from = g_requestPid.load(kRelaxed);
     const std::string dir =
         dumpFlightRecorders(from > 0 ? strCat("SIGUSR1 from pid ", from) : "SIGUSR1");
@@ -374,11 +390,6 @@ void installSigusr1() {
   // The program's own handler, or an ignored SIGUSR1, stays as it is.
   if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
   if (sem_init(&g_dumpRequests, 0, 0) != 0) return;
-  try {
-    std::thread(dumpOnRequests).detach();
-  } catch (const std::system_error&) {
-    return;
-  }
   struct sigaction sa {};
   sa.sa_sigaction = onSigusr1;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -386,12 +397,43 @@ void installSigusr1() {
   if (sigaction(SIGUSR1, &sa, nullptr) == 0) g_handlesSigusr1.store(true);
 }
 
+// Starts the thread unless it runs (a request that came while none ran is served now).
+void startDumper() {
+  std::lock_guard<std::mutex> g(dumperMutex());
+  if (g_dumper.joinable()) return;
+  g_dumperStop.store(false);
+  try {
+    g_dumper = std::thread(dumpOnRequests);
+  } catch (const std::system_error&) {
+    // No thread: SIGUSR1 is still caught, and served once one starts.
+  }
+}
+
+// Ends the thread once no recorder is registered.
+void stopDumperIfIdle() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> g(dumperMutex());
+    {
+      std::lock_guard<std::mutex> r(registryMutex());
+      if (!registry().empty()) return;
+    }
+    if (!g_dumper.joinable()) return;
+    g_dumperStop.store(true);
+    t = std::move(g_dumper);
+  }
+  sem_post(&g_dumpRequests);
+  t.join();
+}
+
 }  // namespace
 
 bool flightRecorderHandlesSigusr1() {
   static std::once_flag once;
   std::call_once(once, installSigusr1);
-  return g_handlesSigusr1.load();
+  if (!g_handlesSigusr1.load()) return false;
+  startDumper();
+  return true;
 }
 
 }  // namespace mtxcomm

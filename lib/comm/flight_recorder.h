@@ -90,9 +90,11 @@ std::string flightRecorderDir();
 // is logged). Safe from any thread, never from a signal handler.
 std::string dumpFlightRecorders(const std::string& reason);
 
-// Once per process, when the first recorder registers: SIGUSR1 dumps every recorder (from a
-// thread of the library's, woken by the handler), unless the program has a SIGUSR1 handler of
-// its own or ignores it. Whether this process dumps on SIGUSR1.
+// Once per process, when a communicator of peers is set up: SIGUSR1 dumps every recorder, unless
+// the program has a SIGUSR1 handler of its own or ignores it. The handler wakes a thread of the
+// library's that runs while any recorder is registered (it ends with the last, so a program
+// that forks between its communicators forks a one-thread process). Whether this process dumps
+// on SIGUSR1.
 bool flightRecorderHandlesSigusr1();
 
 }  // namespace mtxcomm

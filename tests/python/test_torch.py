@@ -379,14 +379,27 @@ def test_an_allgathers_future_is_a_flat_list_of_tensors():
     assert [t.tolist() for t in got] == [[float(r)] * 2 for r in range(SIZE)]
 
 
+def test_all_gather_coalesced_fills_out_rank_then_tensor():
+    # c10d's layout is out[rank][i] (as Gloo reads it); with as many inputs as ranks the shape
+    # checks pass either way, and the result came back transposed.
+    for inputs in (SIZE, 2):
+        inp = [torch.full((3,), float(10 * RANK + i)) for i in range(inputs)]
+        out = [[torch.zeros(3) for _ in range(inputs)] for _ in range(SIZE)]
+        dist.all_gather_coalesced(out, inp)
+        got = [[int(t[0]) for t in row] for row in out]
+        assert got == [[10 * q + i for i in range(inputs)] for q in range(SIZE)], got
+    with pytest.raises(ValueError, match="output lists for a group of %d ranks" % SIZE):
+        dist.all_gather_coalesced([[torch.zeros(3)]] * (SIZE + 1), [torch.ones(3)])
+
+
 def test_a_list_refused_after_a_valid_one_submits_nothing():
-    # The second list is wrong on every rank: the first must not be left in flight with its
-    # staging buffers freed by the error (every rank raises; the next call pairs).
+    # The second input's outputs are wrong on every rank: the first must not be left in flight
+    # with its staging buffers freed by the error (every rank raises; the next call pairs).
     for _ in range(5):
-        good = [torch.zeros(1000) for _ in range(SIZE)]
-        bad = [torch.zeros(1000) for _ in range(SIZE + 1)]
-        with pytest.raises(ValueError, match="output tensors for a group"):
-            dist.all_gather_coalesced([good, bad], [torch.ones(1000), torch.ones(1000)])
+        out = [[torch.zeros(1000), torch.zeros(1000, dtype=torch.int32)] for _ in range(SIZE)]
+        with pytest.raises(TypeError, match="an output tensor is torch.int32 but the input is "
+                                            "torch.float32"):
+            dist.all_gather_coalesced(out, [torch.ones(1000), torch.ones(1000)])
         junk = [torch.full((1000,), 7.0) for _ in range(40)]
         t = torch.ones(4)
         dist.all_reduce(t)

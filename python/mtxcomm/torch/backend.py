@@ -770,7 +770,19 @@ class MtxcommBackend(_C10dBackend):
 
     @_collective
     def allgather_coalesced(self, output_lists, input_tensors, opts):
-        return self.allgather(output_lists, input_tensors, opts)
+        # c10d passes output_lists[rank][i] (ProcessGroupGloo reads it so); allgather takes one
+        # list per input, [i][rank]. Read the other way, the result came back transposed.
+        if len(output_lists) != self.size():
+            raise ValueError("mtxcomm backend: allgather_coalesced: %d output lists for a group "
+                             "of %d ranks (one per rank)" % (len(output_lists), self.size()))
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_tensors):
+                raise ValueError("mtxcomm backend: allgather_coalesced: the output list of rank "
+                                 "%d has %d tensors for %d inputs" % (r, len(outs),
+                                                                       len(input_tensors)))
+        by_input = [[output_lists[r][i] for r in range(self.size())]
+                    for i in range(len(input_tensors))]
+        return self.allgather(by_input, input_tensors, opts)
 
     # -- reduce-scatter --
 
