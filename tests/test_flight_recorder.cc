@@ -237,6 +237,20 @@ TEST(FlightRecorder, WhyStuckRefusesWhatIsNotARecord) {
       EXPECT_TRUE(contains(e.what(), why)) << e.what();
     }
   }
+  // Beside a good record, a bad file or a planted link is skipped, saying so, and a second
+  // record of one rank is named; the good record is still explained.
+  FlightRecorder r(2, "world", 0, 1);
+  r.enter(sig(Collective::kBarrier, 0, 1), label(""));
+  r.end(FlightRecorder::State::kDone);
+  std::ofstream(dir.path() + "/world.rank0.json") << r.json("test");
+  std::ofstream(dir.path() + "/copy.rank0.json") << r.json("test");
+  std::ofstream(dir.path() + "/zz.json") << "junk";
+  std::filesystem::create_symlink("/etc/hostname", dir.path() + "/link.json");
+  const std::string why = explainFlightRecords(dir.path());
+  EXPECT_TRUE(contains(why, "Communicator world (1 ranks): records from rank 0.")) << why;
+  EXPECT_TRUE(contains(why, "Skipped: '" + dir.path() + "/zz.json' is not a flight record")) << why;
+  EXPECT_TRUE(contains(why, "Note: two records of rank 0 of world")) << why;
+  EXPECT_FALSE(contains(why, "link.json")) << why;
 }
 
 // A folder another user could write, or a link planted in its place, is never written into.

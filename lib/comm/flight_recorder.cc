@@ -283,6 +283,7 @@ std::mutex& dumpMutex() {
 namespace {
 void stopDumperIfIdle();
 }  // namespace
+void servePendingSigusr1();
 
 void registerFlightRecorder(FlightRecorder* r) {
   std::lock_guard<std::mutex> g(registryMutex());
@@ -290,6 +291,9 @@ void registerFlightRecorder(FlightRecorder* r) {
 }
 
 void unregisterFlightRecorder(FlightRecorder* r) {
+  // A request that came just before (a rank woken by it that destroys at once) is served while
+  // this recorder is still there.
+  servePendingSigusr1();
   {
     std::lock_guard<std::mutex> g(registryMutex());
     auto& all = registry();
@@ -354,6 +358,7 @@ namespace {
 // communicators forks a process of one thread), writes the records.
 sem_t g_dumpRequests;
 std::atomic<int> g_requestPid{0};
+std::atomic<bool> g_requestPending{false};  // a SIGUSR1 not yet served
 std::atomic<bool> g_handlesSigusr1{false};
 std::mutex& dumperMutex() {
   static auto* mu = new std::mutex();
@@ -365,22 +370,32 @@ std::atomic<bool> g_dumperStop{false};
 void onSigusr1(int, siginfo_t* info, void*) {
   const int saved = errno;
   g_requestPid.store(info ? static_cast<int>(info->si_pid) : 0, kRelaxed);
+  g_requestPending.store(true);
   sem_post(&g_dumpRequests);
   errno = saved;
 }
+
+}  // namespace
+
+void servePendingSigusr1() {
+  if (!g_requestPending.exchange(false)) return;
+  const int from = g_requestPid.load(kRelaxed);
+  const std::string dir =
+      dumpFlightRecorders(from > 0 ? strCat("SIGUSR1 from pid ", from) : "SIGUSR1");
+  if (!dir.empty()) {
+    MTXCOMM_LOG(kWarn, -1, "flight recorder written to ", dir, " (SIGUSR1); mtxcomm_info ",
+                "--why-stuck ", dir, " tells which rank the job waits for");
+  }
+}
+
+namespace {
 
 void dumpOnRequests() {
   pthread_setname_np(pthread_self(), "mtxcomm_flight");
   for (;;) {
     if (sem_wait(&g_dumpRequests) != 0) continue;  // EINTR
     if (g_dumperStop.load()) return;
-    const int from = g_requestPid.load(kRelaxed);
-    const std::string dir =
-        dumpFlightRecorders(from > 0 ? strCat("SIGUSR1 from pid ", from) : "SIGUSR1");
-    if (!dir.empty()) {
-      MTXCOMM_LOG(kWarn, -1, "flight recorder written to ", dir, " (SIGUSR1); mtxcomm_info ",
-                  "--why-stuck ", dir, " tells which rank the job waits for");
-    }
+    servePendingSigusr1();
   }
 }
 

@@ -172,12 +172,13 @@ std::string explainComm(const std::string& comm, const std::map<int, Record>& by
   // The last call every present rank completed.
   uint64_t allDone = UINT64_MAX;
   for (const auto& [r, rec] : byRank) allDone = std::min(allDone, rec.lastDone());
+  const std::string every = missing.empty() ? "every rank" : "every rank with a record";
   if (allDone > 0) {
     const Call* c = byRank.begin()->second.find(allDone);
-    out += strCat(" The last call every rank completed is ",
+    out += strCat(" The last call ", every, " completed is ",
                   c ? callText(*c) : strCat("call #", allDone), ".");
   } else {
-    out += " No call is completed on every rank in the records.";
+    out += strCat(" No call is completed on ", every, " in the records.");
   }
   // Who is behind.
   if (least < most) {
@@ -199,11 +200,14 @@ std::string explainComm(const std::string& comm, const std::map<int, Record>& by
     const Call* c = any.find(most);
     bool allIn = true;
     for (const auto& [r, rec] : byRank) allIn = allIn && rec.current() != nullptr;
+    const std::string none =
+        missing.empty() ? " No rank is behind:"
+                        : " No rank with a record is behind (" + rankList(missing) + " left none):";
     if (c && allIn) {
-      out += strCat(" No rank is behind: every rank with a record entered ", callText(*c),
-                    " and is still in it.");
+      out +=
+          strCat(none, " every rank with a record entered ", callText(*c), " and is still in it.");
     } else {
-      out += strCat(" No rank is behind: every rank with a record got to call #", most, ".");
+      out += strCat(none, " every rank with a record got to call #", most, ".");
     }
   }
   // The first call where the ranks differ, among the calls every record holds.
@@ -305,7 +309,8 @@ std::string explainFlightRecords(const std::string& dir) {
   std::error_code ec;
   std::vector<std::string> files;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() == ".json" && it->is_regular_file()) {
+    // A link is never followed (the writer never makes one; a planted one is read as nothing).
+    if (it->path().extension() == ".json" && it->is_regular_file() && !it->is_symlink()) {
       files.push_back(it->path().string());
     }
   }
@@ -316,19 +321,39 @@ std::string explainFlightRecords(const std::string& dir) {
   }
   std::sort(files.begin(), files.end());
   std::map<std::string, std::map<int, Record>> byComm;
+  std::string skipped;  // files that are not records, or records that contradict others
   for (const std::string& f : files) {
-    std::string comm;
-    Record r = readRecord(f, &comm);
-    auto& ranks = byComm[comm];
-    if (!ranks.empty() && ranks.begin()->second.size != r.size) {
-      badRecord(f, strCat("communicator ", comm, " has ", ranks.begin()->second.size, " ranks in '",
-                          ranks.begin()->second.file, "' and ", r.size, " here"));
+    try {
+      std::string comm;
+      Record r = readRecord(f, &comm);
+      auto& ranks = byComm[comm];
+      if (!ranks.empty() && ranks.begin()->second.size != r.size) {
+        badRecord(f, strCat("communicator ", comm, " has ", ranks.begin()->second.size,
+                            " ranks in '", ranks.begin()->second.file, "' and ", r.size, " here"));
+      }
+      auto same = ranks.find(r.rank);
+      if (same != ranks.end()) {
+        // Two records of one rank (a copy, or a file of another job): the newer one stands.
+        const bool newer = r.dumpedUs > same->second.dumpedUs;
+        skipped += strCat("Note: two records of rank ", r.rank, " of ", comm, ": '", f, "' and '",
+                          same->second.file, "'; the newer ('", newer ? f : same->second.file,
+                          "') is used.\n");
+        if (!newer) continue;
+      }
+      ranks[r.rank] = std::move(r);
+    } catch (const Error& e) {
+      skipped += strCat("Skipped: ", e.what(), "\n");
     }
-    ranks[r.rank] = std::move(r);
+  }
+  for (auto it = byComm.begin(); it != byComm.end();) {
+    it = it->second.empty() ? byComm.erase(it) : std::next(it);
+  }
+  if (byComm.empty()) {
+    fail(MTXCOMM_INVALID_ARGUMENT, "'", dir, "' holds no readable flight record: ", skipped);
   }
   std::string out;
   for (const auto& [comm, ranks] : byComm) out += explainComm(comm, ranks) + "\n";
-  return out;
+  return out + skipped;
 }
 
 }  // namespace mtxcomm
