@@ -493,6 +493,7 @@ mtxcomm_result_t mtxcomm_comm_dump_flight_recorder(mtxcomm_comm_t comm, const ch
     if (!reason || !dir || len == 0) {
       mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "reason or dir is NULL, or len is 0");
     }
+    c.noteFlightRecordError(reason);  // kept by the dumps a peer's SIGUSR1 makes afterwards
     const std::string where = c.dumpFlightRecords(reason);
     if (where.size() + 1 > len) {
       mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "dir needs ", where.size() + 1, " bytes, len is ",

@@ -87,6 +87,10 @@ class Comm {
   // asks this communicator's peers on the node to write theirs (SIGUSR1, where their process
   // dumps on it). Returns the folder, "" when none was written.
   std::string dumpFlightRecords(const std::string& reason);
+  // The error the flight records of this communicator carry from now on (a stall error).
+  void noteFlightRecordError(const std::string& error) {
+    if (recorder_) recorder_->setError(error);
+  }
   // Before destroy, with no call in flight: runs the checks of earlier calls still pending
   // (ShmGroup::checkDeferredAtDestroy: a broadcast returns before its peers have entered it),
   // here and on the node-local level. A disagreement throws MTXCOMM_INVALID_USAGE with the

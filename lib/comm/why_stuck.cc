@@ -289,7 +289,9 @@ std::string explainComm(const std::string& comm, const std::map<int, Record>& by
   if (failedIn.empty()) {
     // No call failed: the records were asked for (a stall error, SIGUSR1): say why, once each.
     std::map<std::string, std::vector<int>> reasons;
-    for (const auto& [r, rec] : byRank) reasons[rec.reason.substr(0, 400)].push_back(r);
+    for (const auto& [r, rec] : byRank) {
+      reasons[(rec.error.empty() ? rec.reason : rec.error).substr(0, 400)].push_back(r);
+    }
     for (const auto& [reason, ranks] : reasons) {
       out += strCat(" ", capitalized(rankList(ranks)), " wrote ",
                     ranks.size() == 1 ? "its record" : "their records", " on: ", reason, ".");
