@@ -83,15 +83,16 @@ void Comm::run(const CollArgs& user) {
   // carries a different sequence number than the others' current one, so the ranks never pair
   // different calls (the sequence is in the message tag and in the shm call signature).
   ++seq_;
+  const CallSignature call = callSignature(user, seq_);
   if (!recorder_) {
-    runCall(user, coll);
+    runCall(user, coll, call);
     return;
   }
-  recorder_->enter(callSignature(user, seq_), nextLabel_);
+  recorder_->enter(call, nextLabel_);
   nextLabel_[0] = '\0';
   rejected_ = false;
   try {
-    runCall(user, coll);
+    runCall(user, coll, call);
   } catch (...) {
     recorder_->end(rejected_ ? FlightRecorder::State::kRejected : FlightRecorder::State::kFailed);
     throw;
@@ -99,7 +100,7 @@ void Comm::run(const CollArgs& user) {
   recorder_->end(FlightRecorder::State::kDone);
 }
 
-void Comm::runCall(const CollArgs& user, const char* coll) {
+void Comm::runCall(const CollArgs& user, const char* coll, const CallSignature& signature) {
   const int n = size(), me = rank();
   bool onDevice = false;
   try {
@@ -114,10 +115,10 @@ void Comm::runCall(const CollArgs& user, const char* coll) {
   } catch (const Error& e) {
     rejected_ = true;
     // Peers waiting for this rank in this call learn at once that it rejected it.
-    if (shm_) shm_->enterCall(callSignature(user, seq_), e.what());
+    if (shm_) shm_->enterCall(signature, e.what());
     throw Error(e.code(), strCat("rank ", me, ": ", coll, ": ", e.what()));
   }
-  currentCall_ = callSignature(user, seq_);
+  currentCall_ = signature;
   if (shm_) {
     // Entering also runs the checks an earlier broadcast deferred (ShmGroup::deferCheck): a
     // disagreement found there fails this call before it moves a byte.

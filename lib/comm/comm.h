@@ -147,8 +147,8 @@ class Comm {
   std::string name_ = "world";
   FlightRecorder::Label nextLabel_ = {};
   bool rejected_ = false;  // the call in progress was rejected by this rank (its arguments)
-  // run() past the recorder: the call itself.
-  void runCall(const CollArgs& user, const char* coll);
+  // run() past the recorder: the call itself, whose signature run() made once.
+  void runCall(const CollArgs& user, const char* coll, const CallSignature& signature);
   std::unique_ptr<Transport> transport_;
   int rank_, size_;  // the transport's, kept: asked on every call
   CancelTokenPtr cancel_;
