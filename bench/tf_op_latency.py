@@ -7,6 +7,10 @@ engine's Entry::mayRunInline) rather than being handed to the engine's thread.
 Then the same as a user would measure it: a loop of its own of 2000 calls of each (x * 2, then
 allreduce), timed whole, three times; the overhead is the median over the three of the
 allreduce loop's time per call minus the x * 2 loop's.
+Last, the share of that overhead which no allreduce could avoid here: every rank times each of
+2000 calls of x * 2 on its own (no collective in the loop), and a call made in step on all ranks
+takes the slowest rank's time, so a free allreduce would add mean(max over ranks of call i) -
+mean(call i), the ranks' own per-call jitter (the "pairing floor").
 Run: mtxrun -np 2 python bench/tf_op_latency.py"""
 
 import os
@@ -82,3 +86,17 @@ if hvd.rank() == 0:
            " ".join("%.1f" % t for t in own[allreduce])))
     print("overhead in own loops (allreduce - x * 2) median %.1f us (runs: %s)" %
           (statistics.median(diffs), " ".join("%.1f" % d for d in diffs)))
+
+# The pairing floor: what a collective that cost nothing would add, from each rank's own jitter.
+hvd.allreduce(tf.constant(0.0), name="floor_start")
+samples = []
+for _ in range(LOOP):
+    start = time.perf_counter()
+    multiply(x)
+    samples.append((time.perf_counter() - start) * 1e6)
+every = hvd.allgather(tf.constant([samples], tf.float64)).numpy()  # [size, LOOP]
+if hvd.rank() == 0:
+    floor = every.max(axis=0).mean() - every.mean()
+    print("pairing floor (mean over calls of the slowest rank's x * 2 - the mean x * 2): %.1f us"
+          % floor)
+    print("overhead in own loops above the floor: %.1f us" % (statistics.median(diffs) - floor))
