@@ -29,10 +29,8 @@ import torch
 import torch.distributed as dist
 
 from mtxcomm import _arrays, _core
-from mtxcomm.torch import backend as _backend
+from mtxcomm.torch import _bootstrap, _tensors, _work, backend
 from mtxcomm.torch.backend import MtxcommBackend, Work  # noqa: F401
-
-_backend.register()
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -54,7 +52,7 @@ Min = _arrays.MIN
 Max = _arrays.MAX
 Product = _arrays.PROD
 
-_submitter = _backend._Submitter("hvd")
+_submitter = _work.Submitter("hvd")
 _handles = {}
 _handle_lock = threading.Lock()
 _next_handle = [0]
@@ -72,11 +70,11 @@ def init(comm=None, process_sets=None):
                                   "(mtxcomm runs the whole world)")
     if _core.is_initialized():
         return
-    launched = any(os.environ.get(v) for v in _backend._LAUNCHER_VARS)
+    launched = _bootstrap.launched()
     torchrun = all(os.environ.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
                                                  "MASTER_PORT"))
     if not launched and torchrun and not dist.is_initialized():
-        dist.init_process_group(_backend.BACKEND_NAME)
+        dist.init_process_group(backend.BACKEND_NAME)
     else:
         _arrays.init()
 
@@ -209,10 +207,10 @@ def _allreduce_work(tensors, op, name, prescale, postscale, what, outputs):
     """Submits one allreduce of tensors (read) into outputs (written), one engine request."""
     _need_init(what)
     for t in list(tensors) + list(outputs):
-        _backend._check(t, what)
+        _tensors.check(t, what)
     srcs = [t.detach() if prescale == 1.0 else _scaled(t.detach(), prescale) for t in tensors]
-    ins = [_backend._Buf(s, what) for s in srcs]
-    bufs = [_backend._Buf(o.detach(), what) for o in outputs]
+    ins = [_tensors.Buf(s, what) for s in srcs]
+    bufs = [_tensors.Buf(o.detach(), what) for o in outputs]
     codes = {b.code for b in ins + bufs}
     if len(codes) != 1:
         raise TypeError("mtxcomm.torch.%s: tensors of several dtypes in one call" % what)
@@ -320,20 +318,20 @@ def allgather_async(tensor, name=None, process_set=None):
     what = "allgather"
     _need_init(what)
     t = tensor.detach()
-    _backend._check(t, what)
+    _tensors.check(t, what)
     t = t if t.dim() else t.reshape(1)
-    b = _backend._Buf(t, what)
+    b = _tensors.Buf(t, what)
     row = int(torch.Size(t.shape[1:]).numel())
     rows = torch.tensor([t.shape[0]], dtype=torch.int64)
     counts = torch.empty(size(), dtype=torch.int64)
     # The first dimensions first (small), then the data into a buffer of the right size.
-    cp = _submitter.submit(_core.KIND_ALLGATHER, [rows.data_ptr()], _backend._code(rows, what),
+    cp = _submitter.submit(_core.KIND_ALLGATHER, [rows.data_ptr()], _tensors.code(rows, what),
                            [[1]], [counts.data_ptr()], [[size()]],
                            name=None if name is None else name + ".rows")
     _submitter.work(what, [cp], [counts], (rows, counts)).wait()
     total = int(counts.sum())
     out = torch.empty((total,) + tuple(t.shape[1:]), dtype=t.dtype)
-    o = _backend._Buf(out, what)
+    o = _tensors.Buf(out, what)
     p = _submitter.submit(_core.KIND_ALLGATHER, [b.ptr()], b.code, [[t.numel()]], [o.ptr()],
                           [[total * row]], name=name)
     w = _submitter.work(what, [p], [out], (b, o))
@@ -362,11 +360,11 @@ def allgather(tensor, name=None, process_set=None):
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     what = "broadcast"
     _need_init(what)
-    _backend._check(tensor, what)
+    _tensors.check(tensor, what)
     if not 0 <= int(root_rank) < size():
         raise ValueError("mtxcomm.torch.broadcast: root_rank %d is not a rank (size %d)"
                          % (root_rank, size()))
-    b = _backend._Buf(tensor.detach(), what, complex_ok=True)
+    b = _tensors.Buf(tensor.detach(), what, complex_ok=True)
     p = _submitter.submit(_core.KIND_BROADCAST, [b.ptr()], b.code, [b.shape()], [b.ptr()],
                           [b.shape()], root=int(root_rank), name=name)
 
@@ -407,7 +405,7 @@ def _rows_input(tensor, what):
     """tensor, detached and checked, with a dimension 0 to scatter."""
     _need_init(what)
     t = tensor.detach()
-    _backend._check(t, what)
+    _tensors.check(t, what)
     if t.dim() == 0:
         raise ValueError("mtxcomm.torch.%s: a scalar has no rows to scatter" % what)
     return t
@@ -432,7 +430,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
                          "(%d non-negative counts adding up to dimension 0)"
                          % (splits, t.shape[0], n, n))
     row = int(torch.Size(t.shape[1:]).numel())
-    b = _backend._Buf(t, what)
+    b = _tensors.Buf(t, what)
     holder = {}
 
     # The output's size is known once the ranks' splits are: the engine allocates through the
@@ -440,13 +438,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     sp = torch.tensor(splits, dtype=torch.int64)
     recv = torch.empty(n, dtype=torch.int64)
     ones = [1] * n
-    spb, rvb = _backend._Buf(sp, what), _backend._Buf(recv, what)
+    spb, rvb = _tensors.Buf(sp, what), _tensors.Buf(recv, what)
     p0 = _submitter.submit(_core.KIND_ALLTOALL, [spb.ptr()], spb.code, [[n]], [rvb.ptr()],
                            [[n]], splits=ones, name=None if name is None else name + ".splits")
     _submitter.work(what, [p0], [recv], (spb, rvb)).wait()
     total = int(recv.sum())
     out = torch.empty((total,) + tuple(t.shape[1:]), dtype=t.dtype)
-    o = _backend._Buf(out, what)
+    o = _tensors.Buf(out, what)
     p = _submitter.submit(_core.KIND_ALLTOALL, [b.ptr()], b.code, [[t.numel()]], [o.ptr()],
                           [[total * row]], splits=[s * row for s in splits], name=name)
     holder["received"] = recv
@@ -484,9 +482,9 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescal
     n, r = size(), rank()
     rows = t.shape[0] // n + (1 if r < t.shape[0] % n else 0)
     src = _scaled(t, prescale_factor) if prescale_factor != 1.0 else t
-    b = _backend._Buf(src, what)
+    b = _tensors.Buf(src, what)
     out = torch.empty((rows,) + tuple(t.shape[1:]), dtype=t.dtype)
-    o = _backend._Buf(out, what)
+    o = _tensors.Buf(out, what)
     p = _submitter.submit(_core.KIND_REDUCE_SCATTER, [b.ptr()], b.code, [list(t.shape)],
                           [o.ptr()], [list(out.shape)], op=op, name=name)
 
