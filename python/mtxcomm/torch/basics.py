@@ -1,0 +1,78 @@
+"""The process facts of the Horovod-style API: ``init``, ``shutdown``, ``is_initialized``,
+``rank``, ``size``, ``local_rank``, ``local_size``, ``cross_rank``, ``cross_size`` (Horovod's
+``horovod/torch/basics``), and ``need_init``, the check the other modules of the API make first.
+"""
+
+import os
+
+import torch.distributed as dist
+
+from mtxcomm import _arrays, _core
+from mtxcomm.torch import _bootstrap, backend
+
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "cross_rank", "cross_size", "need_init"]
+
+
+def init(comm=None, process_sets=None):
+    """Starts mtxcomm (collective): under mtxrun/mpirun or with MTXCOMM_STORE its own bootstrap;
+    under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set) through
+    ``torch.distributed.init_process_group("mtxcomm")``, so the default process group is this
+    job too. Idempotent. comm and process_sets (Horovod's): only None."""
+    if comm is not None or process_sets is not None:
+        raise NotImplementedError("mtxcomm.torch.init: comm and process_sets are not supported "
+                                  "(mtxcomm runs the whole world)")
+    if _core.is_initialized():
+        return
+    launched = _bootstrap.launched()
+    torchrun = all(os.environ.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                 "MASTER_PORT"))
+    if not launched and torchrun and not dist.is_initialized():
+        dist.init_process_group(backend.BACKEND_NAME)
+    else:
+        _arrays.init()
+
+
+def shutdown():
+    _arrays.shutdown()
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def need_init(what):
+    """Raises unless mtxcomm runs (what: the mtxcomm.torch function called)."""
+    if not _core.is_initialized():
+        raise ValueError("mtxcomm.torch.%s: mtxcomm has not been initialized; call "
+                         "mtxcomm.torch.init() first" % what)
+
+
+def _fact(value, what):
+    need_init(what)
+    return value()
+
+
+def rank():
+    return _fact(_core.rank, "rank")
+
+
+def size():
+    return _fact(_core.size, "size")
+
+
+def local_rank():
+    return _fact(_core.local_rank, "local_rank")
+
+
+def local_size():
+    return _fact(_core.local_size, "local_size")
+
+
+def cross_size():
+    """Nodes of the job (ranks per node being equal)."""
+    return size() // local_size()
+
+
+def cross_rank():
+    return rank() // local_size()
