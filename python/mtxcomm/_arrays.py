@@ -29,10 +29,10 @@ import sys
 
 import numpy as np
 
-import mtxcomm as _mtxcomm
 from mtxcomm import _core
+from mtxcomm.common import exit_handling
 
-_mtxcomm._end_job_on_uncaught_exception()
+exit_handling.end_job_on_uncaught_exception()
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -405,10 +405,11 @@ def shutdown():
     Raises ``mtxcomm.InvalidUsageError`` where the ranks disagreed on a call that returned
     before its peers entered it (a broadcast) and no later call found it; at exit that error
     is written to standard error and the process exits with status 1."""
-    _mtxcomm._shutdown_or_exit(_core.shutdown, at_exit=False)
+    exit_handling.shutdown_or_exit(_core.shutdown, at_exit=False, error=_error)
 
 
-atexit.register(lambda: _mtxcomm._shutdown_or_exit(_core.shutdown, at_exit=True))
+atexit.register(lambda: exit_handling.shutdown_or_exit(_core.shutdown, at_exit=True,
+                                                      error=_error))
 
 
 def is_initialized():

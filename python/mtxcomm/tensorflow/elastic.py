@@ -12,6 +12,8 @@ import functools
 
 import tensorflow as tf
 
+from mtxcomm.tensorflow.functions import _run, broadcast_object, broadcast_variables
+
 
 class State:
     """Attributes given as keyword arguments (e.g. epoch, batch) that sync() takes from rank 0
@@ -43,10 +45,9 @@ class State:
             setattr(self, k, copy.deepcopy(v))
 
     def sync(self):
-        from mtxcomm import tensorflow as hvd
         if self._attrs:
-            values = hvd.broadcast_object({k: getattr(self, k) for k in self._attrs},
-                                          root_rank=0, name="mtxcomm.elastic.attrs")
+            values = broadcast_object({k: getattr(self, k) for k in self._attrs},
+                                      root_rank=0, name="mtxcomm.elastic.attrs")
             for k, v in values.items():
                 setattr(self, k, v)
         self.save()
@@ -74,17 +75,15 @@ class TensorFlowState(State):
         super().__init__(**kwargs)
 
     def _values(self):
-        from mtxcomm import tensorflow as hvd
-        return hvd._run([tf.convert_to_tensor(v) for v in self.variables], self._session)
+        return _run([tf.convert_to_tensor(v) for v in self.variables], self._session)
 
     def _assign(self, values):
-        from mtxcomm import tensorflow as hvd
         if tf.executing_eagerly():
             for v, x in zip(self.variables, values):
                 v.assign(x)
         else:
-            hvd._run(tf.group(*[v.assign(x) for v, x in zip(self.variables, values)]),
-                     self._session)
+            _run(tf.group(*[v.assign(x) for v, x in zip(self.variables, values)]),
+                 self._session)
 
     def save(self):
         self._saved_values = [x.copy() for x in self._values()]
@@ -96,11 +95,10 @@ class TensorFlowState(State):
         super().restore()
 
     def sync(self):
-        from mtxcomm import tensorflow as hvd
         if self.variables:
-            op = hvd.broadcast_variables(self.variables, root_rank=0)
+            op = broadcast_variables(self.variables, root_rank=0)
             if op is not None:
-                hvd._run(op, self._session)
+                _run(op, self._session)
         super().sync()
 
 

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from mtxcomm import tensorflow as _mtx
+from mtxcomm.tensorflow._ops import Sum, allreduce
 
 
 def _sum_over_ranks(t, grad_scale):
@@ -14,15 +14,15 @@ def _sum_over_ranks(t, grad_scale):
     divides by this rank's own (which its gradients are multiplied by afterwards):
     sum_q s_q g_q / s_r, 0 where s_r = 0 (a rank with no rows, whose rows weigh nothing)."""
     if grad_scale is None:
-        return _mtx.allreduce(t, op=_mtx.Sum)
+        return allreduce(t, op=Sum)
 
     @tf.custom_gradient
     def weighted(x):
         def grad(g):
             scale = tf.cast(grad_scale, g.dtype)
-            return tf.math.divide_no_nan(_mtx.allreduce(g * scale, op=_mtx.Sum), scale)
+            return tf.math.divide_no_nan(allreduce(g * scale, op=Sum), scale)
 
-        return _mtx.allreduce(x, op=_mtx.Sum), grad
+        return allreduce(x, op=Sum), grad
 
     return weighted(t)
 

@@ -55,64 +55,22 @@ __all__ = [
 ]
 
 
-def mpi_built():
-    return _build("mpi")
+# What this build has: Horovod's build queries, common/build_flags.py; torch's mpi_enabled and
+# mpi_threads_supported answer mpi_built() (TensorFlow's differ, see there).
+from mtxcomm.common.build_flags import BuildFlags as _BuildFlags  # noqa: E402
 
-
-def mpi_enabled():
-    return _build("mpi")
-
-
-def mpi_threads_supported():
-    return _build("mpi")
-
-
-def nccl_built():
-    return _build("nccl")
-
-
-def cuda_built():
-    return _build("cuda")
-
-
-def gloo_built():
-    return False
-
-
-def rocm_built():
-    return False
-
-
-def _build(feature):
-    return bool(_core.build_feature(feature))
+_build_flags = _BuildFlags(_core.build_feature, mpi_enabled_needs_launcher=False,
+                           mpi_threads_need_mpi=True)
+mpi_built = _build_flags.mpi_built
+mpi_enabled = _build_flags.mpi_enabled
+mpi_threads_supported = _build_flags.mpi_threads_supported
+nccl_built = _build_flags.nccl_built
+cuda_built = _build_flags.cuda_built
+gloo_built = _build_flags.gloo_built
+rocm_built = _build_flags.rocm_built
 
 
 # ---- compression ------------------------------------------------------------------------------
 
-class _NoneCompressor:
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class _FP16Compressor:
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class Compression:
-    """Gradient compression for allreduce and DistributedOptimizer (Horovod's)."""
-    none = _NoneCompressor
-    fp16 = _FP16Compressor
+from mtxcomm.torch.compression import Compression  # noqa: E402
 

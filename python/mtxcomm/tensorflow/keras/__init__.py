@@ -17,18 +17,22 @@ import warnings
 
 import tensorflow as tf
 
-from mtxcomm.tensorflow import (  # noqa: F401  (re-exported, as Horovod's keras module does)
-    Adasum, Average, Compression, Max, Min, Product, Sum, allgather, allreduce,
-    broadcast, broadcast_object, broadcast_variables, cross_rank, cross_size,
-    grouped_allreduce, init, is_initialized, join, cpu_share, local_rank, local_size, rank,
-    reducescatter,
-    shutdown, size, DistributedGradientTape, PartialDistributedGradientTape,
-    _allreduce_gradients, _check_optimizer_options, _collective_count, _local_flags,
-    _resolve_op, _source_keys,
-    alltoall, broadcast_, grouped_allgather, grouped_reducescatter, allgather_object,
-    rank_op, local_rank_op, size_op, local_size_op, mpi_built, mpi_enabled, nccl_built,
-    cuda_built, gloo_built, gloo_enabled, ccl_built, ddl_built, rocm_built, elastic,
-    mpi_threads_supported)
+# Re-exported, as Horovod's keras module does (and the private names this module uses).
+from mtxcomm.tensorflow import elastic  # noqa: F401
+from mtxcomm.tensorflow._ops import (  # noqa: F401
+    Adasum, Average, Max, Min, Product, Sum, _resolve_op, allgather, allreduce, alltoall,
+    broadcast, broadcast_, grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
+    local_rank_op, local_size_op, rank_op, reducescatter, size_op)
+from mtxcomm.tensorflow.basics import (  # noqa: F401
+    _collective_count, ccl_built, cpu_share, cross_rank, cross_size, cuda_built, ddl_built,
+    gloo_built, gloo_enabled, init, is_initialized, local_rank, local_size, mpi_built,
+    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+from mtxcomm.tensorflow.compression import Compression  # noqa: F401
+from mtxcomm.tensorflow.functions import (  # noqa: F401
+    allgather_object, broadcast_object, broadcast_variables)
+from mtxcomm.tensorflow.optimizer import (  # noqa: F401
+    DistributedGradientTape, PartialDistributedGradientTape, _allreduce_gradients,
+    _check_optimizer_options, _local_flags, _source_keys)
 from mtxcomm.tensorflow.keras import _iterators, callbacks  # noqa: F401
 from mtxcomm.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 

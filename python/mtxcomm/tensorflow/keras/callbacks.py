@@ -5,7 +5,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import mtxcomm.tensorflow as _mtx
+from mtxcomm.tensorflow._ops import Average, allreduce
+from mtxcomm.tensorflow.basics import rank, size
+from mtxcomm.tensorflow.functions import broadcast_variables
+from mtxcomm.tensorflow.optimizer import _local_flags, _source_keys
 
 
 def _optimizer_variables(model):
@@ -32,15 +35,15 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     def register_local_var(self, var):
         """var keeps each rank's own value (it is not broadcast)."""
-        self._local |= _mtx._source_keys(var)
+        self._local |= _source_keys(var)
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
             return
         variables = list(self.model.variables) + _optimizer_variables(self.model)
-        local = _mtx._local_flags(variables, self._local)
-        _mtx.broadcast_variables([v for v, is_local in zip(variables, local) if not is_local],
-                                 self.root_rank)
+        local = _local_flags(variables, self._local)
+        broadcast_variables([v for v, is_local in zip(variables, local) if not is_local],
+                            self.root_rank)
         self.broadcast_done = True
 
 
@@ -59,7 +62,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         if not keys:
             return
         values = tf.constant([float(logs[k]) for k in keys], dtype=tf.float64)
-        averaged = _mtx.allreduce(values, op=_mtx.Average, name="mtxcomm.metric_average")
+        averaged = allreduce(values, op=Average, name="mtxcomm.metric_average")
         for k, v in zip(keys, averaged.numpy()):
             logs[k] = float(v)
 
@@ -140,7 +143,7 @@ class LearningRateWarmupCallback(_LearningRateCallback):
         self.current_epoch = 0
 
     def multiplier(self, epoch):
-        n = _mtx.size()
+        n = size()
         return 1.0 / n * (epoch * (n - 1) / self.warmup_epochs + 1)
 
     def on_train_begin(self, logs=None):
@@ -160,7 +163,7 @@ class LearningRateWarmupCallback(_LearningRateCallback):
     def on_epoch_end(self, epoch, logs=None):
         if epoch + 1 == int(np.ceil(self.warmup_epochs)):
             self._set_lr(self.initial_lr)
-            if self.verbose and _mtx.rank() == 0:
+            if self.verbose and rank() == 0:
                 print("\nEpoch %d: finished gradual learning rate warmup to %g."
                       % (epoch + 1, self.initial_lr))
         if logs is not None:
