@@ -26,9 +26,6 @@ backend (``backend.py``), ``_bootstrap.py``, ``_tensors.py`` and ``_work.py``. T
 only re-exports.
 """
 
-import torch
-
-from mtxcomm import _core
 from mtxcomm.torch import backend  # noqa: F401  (registers the backend)
 from mtxcomm.torch._ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
@@ -37,7 +34,10 @@ from mtxcomm.torch._ops import (  # noqa: F401
     reducescatter, reducescatter_async, synchronize)
 from mtxcomm.torch.backend import MtxcommBackend, Work  # noqa: F401
 from mtxcomm.torch.basics import (  # noqa: F401
-    cross_rank, cross_size, init, is_initialized, local_rank, local_size, rank, shutdown, size)
+    ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+    is_initialized, local_rank, local_size, mlsl_built, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+from mtxcomm.torch.compression import Compression  # noqa: F401
 from mtxcomm.torch.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from mtxcomm.torch.optimizer import DistributedOptimizer  # noqa: F401
@@ -51,26 +51,6 @@ __all__ = [
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "Compression", "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "mpi_built", "mpi_enabled", "nccl_built", "gloo_built", "cuda_built", "rocm_built",
-    "mpi_threads_supported",
+    "mpi_threads_supported", "gloo_enabled", "ccl_built", "ddl_built", "mlsl_built",
 ]
-
-
-# What this build has: Horovod's build queries, common/build_flags.py; torch's mpi_enabled and
-# mpi_threads_supported answer mpi_built() (TensorFlow's differ, see there).
-from mtxcomm.common.build_flags import BuildFlags as _BuildFlags  # noqa: E402
-
-_build_flags = _BuildFlags(_core.build_feature, mpi_enabled_needs_launcher=False,
-                           mpi_threads_need_mpi=True)
-mpi_built = _build_flags.mpi_built
-mpi_enabled = _build_flags.mpi_enabled
-mpi_threads_supported = _build_flags.mpi_threads_supported
-nccl_built = _build_flags.nccl_built
-cuda_built = _build_flags.cuda_built
-gloo_built = _build_flags.gloo_built
-rocm_built = _build_flags.rocm_built
-
-
-# ---- compression ------------------------------------------------------------------------------
-
-from mtxcomm.torch.compression import Compression  # noqa: E402
 

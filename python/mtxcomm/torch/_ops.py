@@ -15,6 +15,7 @@ import torch
 
 from mtxcomm import _arrays, _core
 from mtxcomm.torch import _tensors, _work
+from mtxcomm.torch.compression import Compression
 from mtxcomm.torch.basics import need_init, rank, size
 
 __all__ = [
@@ -163,9 +164,6 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     compression: Compression.none or Compression.fp16."""
     op = _op_of(op, average, "allreduce")
     if not compression:
-        # Compression is defined in the package's __init__, which imports this module:
-        # imported when first needed.
-        from mtxcomm.torch import Compression
         compression = Compression.none
     t, ctx = compression.compress(tensor)
     out = _AllreduceFn.apply(t, op, name, prescale_factor, postscale_factor)

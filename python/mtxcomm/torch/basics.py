@@ -8,10 +8,13 @@ import os
 import torch.distributed as dist
 
 from mtxcomm import _arrays, _core
+from mtxcomm.common.build_flags import BuildFlags
 from mtxcomm.torch import _bootstrap, backend
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "need_init"]
+           "cross_rank", "cross_size", "need_init", "mpi_built", "mpi_enabled",
+           "mpi_threads_supported", "nccl_built", "cuda_built", "gloo_built", "gloo_enabled",
+           "ccl_built", "ddl_built", "rocm_built", "mlsl_built"]
 
 
 def init(comm=None, process_sets=None):
@@ -76,3 +79,20 @@ def cross_size():
 
 def cross_rank():
     return rank() // local_size()
+
+
+# What this build has: Horovod's build queries (common/build_flags.py). torch's mpi_enabled and
+# mpi_threads_supported answer mpi_built() (TensorFlow's differ, see there).
+_build_flags = BuildFlags(_core.build_feature, mpi_enabled_needs_launcher=False,
+                          mpi_threads_need_mpi=True)
+mpi_built = _build_flags.mpi_built
+mpi_enabled = _build_flags.mpi_enabled
+mpi_threads_supported = _build_flags.mpi_threads_supported
+nccl_built = _build_flags.nccl_built
+cuda_built = _build_flags.cuda_built
+gloo_built = _build_flags.gloo_built
+gloo_enabled = _build_flags.gloo_enabled
+ccl_built = _build_flags.ccl_built
+ddl_built = _build_flags.ddl_built
+rocm_built = _build_flags.rocm_built
+mlsl_built = _build_flags.mlsl_built

@@ -4,6 +4,7 @@ and step() waits for them.
 """
 
 from mtxcomm import _arrays
+from mtxcomm.torch.compression import Compression
 from mtxcomm.torch._ops import Adasum, Average, Sum, allreduce_async_, synchronize
 from mtxcomm.torch.basics import need_init, size
 
@@ -131,9 +132,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     class sharing its state (param_groups, state)."""
     need_init("DistributedOptimizer")
     if not compression:
-        # Compression is defined in the package's __init__, which imports this module:
-        # imported when first needed.
-        from mtxcomm.torch import Compression
         compression = Compression.none
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     dist_opt = cls.__new__(cls)
