@@ -131,12 +131,11 @@ def _SameWeights(keras, hvd):
     """After epochs 1, 2, 4, 8, ..., checks that every rank holds the same weights, trainable
     and not (a sum and a sum of squares per variable, their maximum and minimum over the ranks):
     the optimizer applies the same averaged gradients on every rank and the train step's
-    assignments to non-trainable weights are combined (combined_state), so they can differ only
-    when the model changes its weights some other way (a train_step that assigns trainable
-    weights itself). Then
-    every rank raises, naming the first variable that differs, instead of training ranks that
-    have drifted apart and predicting with a mix of them. Variables registered as local
-    (register_local_var) are not compared."""
+    assignments to non-trainable weights are combined (_DataParallelSteps.combined_state), so
+    they can differ only when the model changes its weights some other way (a train_step that
+    assigns trainable weights itself). Then every rank raises, naming the first variable that
+    differs, instead of training ranks that have drifted apart and predicting with a mix of
+    them. Variables registered as local (register_local_var) are not compared."""
     import numpy as np
     import tensorflow as tf
 

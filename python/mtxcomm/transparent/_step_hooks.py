@@ -62,8 +62,8 @@ def _weigh_batch_means(keras, hvd):
 def _record_state_assignments(keras, hvd):
     """In a transparent train, test or predict step, the first assignment to each of the
     model's own non-trainable weights (_own_state) records the weight and its value before
-    it, for combined_state; other assignments (the optimizer's, the metrics') are left
-    alone."""
+    it, for _DataParallelSteps.combined_state; other assignments (the optimizer's, the
+    metrics') are left alone."""
     variable_cls = getattr(keras, "Variable", None)
     original = getattr(variable_cls, "assign", None)
     if original is None or getattr(original, "_mtx_recorded", False):

@@ -17,7 +17,7 @@ def _layers(model):
 
 def _own_state(model, keras):
     """ids of the model's numeric non-trainable weights whose assignments in a step are
-    combined over the ranks (combined_state in _make_data_parallel): all but
+    combined over the ranks (_DataParallelSteps.combined_state): all but
     BatchNormalization's moving statistics, which the layer already computes from the global
     batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
     bn_cls = getattr(keras.layers, "BatchNormalization", None)
