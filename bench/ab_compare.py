@@ -13,6 +13,7 @@ the flight recorder off against its default:
   bench/ab_compare.py --a build/bench/mtxcomm_bench --a-env MTXCOMM_FLIGHT_RECORDER=0 \\
       --b build/bench/mtxcomm_bench --runs 7 -- -m 8:64K
 """
+
 import argparse
 import json
 import math
@@ -42,10 +43,20 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--collective", default="allreduce")
-    ap.add_argument("--a-env", nargs="*", default=[], metavar="NAME=VALUE",
-                    help="environment variables of A's runs")
-    ap.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE",
-                    help="environment variables of B's runs")
+    ap.add_argument(
+        "--a-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variables of A's runs",
+    )
+    ap.add_argument(
+        "--b-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variables of B's runs",
+    )
     ap.add_argument("extra", nargs="*", help="more mtxcomm_bench arguments (after --)")
     args = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -57,8 +68,10 @@ def main():
         b_runs.append(run(args.b, args.np, args.collective, args.extra, b_env))
     print("# %s, np=%d, %d interleaved runs each; medians" % (args.collective, args.np, args.runs))
     if args.a_env or args.b_env:
-        print("# A: %s; B: %s" % (" ".join(args.a_env) or "(as is)", " ".join(args.b_env) or
-                                 "(as is)"))
+        print(
+            "# A: %s; B: %s"
+            % (" ".join(args.a_env) or "(as is)", " ".join(args.b_env) or "(as is)")
+        )
     print("%10s %12s %12s %8s %10s %10s" % ("size", "A (us)", "B (us)", "B/A", "A/MPI", "B/MPI"))
     logs = []
     for size in sorted(a_runs[0]):
@@ -68,7 +81,9 @@ def main():
         bm = statistics.median(r[size][1] for r in b_runs)
         logs.append(math.log(bm / am))
         print("%10d %12.2f %12.2f %8.2f %10.2f %10.2f" % (size, a, b, b / a, am, bm))
-    print("# geometric mean over sizes of (B/MPI) / (A/MPI): %.3f" % math.exp(sum(logs) / len(logs)))
+    print(
+        "# geometric mean over sizes of (B/MPI) / (A/MPI): %.3f" % math.exp(sum(logs) / len(logs))
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ selection log, which names the predicted time of every call) and measured / pred
   bench/cluster_median.py --layout "2 2" --runs 3 --algos ring,hierarchical --predict \
       --tuning FILE -- -m 4K:64M -i 5
 """
+
 import argparse
 import json
 import os
@@ -42,29 +43,49 @@ def main():
     env["CLUSTER_BENCH_ENV"] = " ".join(ranks_env)
     # "[mtxcomm node0:123 rank 0] DEBUG allreduce 1024 x 4 B on 4 ranks, 2 node(s): ring (...),
     # predicted 1.23 ms"
-    debug = re.compile(r"rank 0\] DEBUG allreduce (\d+) x (\d+) B on .*?predicted ([0-9.e+-]+) (us|ms|s)")
+    debug = re.compile(
+        r"rank 0\] DEBUG allreduce (\d+) x (\d+) B on .*?predicted ([0-9.e+-]+) (us|ms|s)"
+    )
     unit = {"us": 1.0, "ms": 1e3, "s": 1e6}
     rows = {a: {} for a in algos}  # algo -> size -> [row, ...]
     for run in range(args.runs):
         for algo in algos:
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
-                cmd = ["bash", cluster, "bench", args.build, args.layout, "--", "allreduce",
-                       "-a", algo, "--json", f.name] + args.extra
-                res = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                cmd = [
+                    "bash",
+                    cluster,
+                    "bench",
+                    args.build,
+                    args.layout,
+                    "--",
+                    "allreduce",
+                    "-a",
+                    algo,
+                    "--json",
+                    f.name,
+                ] + args.extra
+                res = subprocess.run(
+                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
                 if res.returncode != 0:
-                    sys.exit(f"run {run} {algo}: {' '.join(cmd)} failed ({res.returncode}):\n"
-                             f"{res.stdout}")
+                    sys.exit(
+                        f"run {run} {algo}: {' '.join(cmd)} failed ({res.returncode}):\n"
+                        f"{res.stdout}"
+                    )
                 predicted = {}
                 for m in debug.finditer(res.stdout):
-                    predicted[int(m.group(1)) * int(m.group(2))] = float(m.group(3)) * unit[m.group(4)]
+                    predicted[int(m.group(1)) * int(m.group(2))] = (
+                        float(m.group(3)) * unit[m.group(4)]
+                    )
                 for row in json.load(open(f.name))["rows"]:
                     if row["size"] in predicted:
                         row["predicted_us"] = predicted[row["size"]]
                     rows[algo].setdefault(row["size"], []).append(row)
 
-    print(f"# allreduce float32 sum, layout {args.layout} (ranks per node), {args.runs} runs, "
-          f"medians of the per-rank average latency; extra args: {' '.join(args.extra) or '(none)'}")
+    print(
+        f"# allreduce float32 sum, layout {args.layout} (ranks per node), {args.runs} runs, "
+        f"medians of the per-rank average latency; extra args: {' '.join(args.extra) or '(none)'}"
+    )
     head = f"| {'size':>9} |"
     for a in algos:
         head += f" {a} (us) |"

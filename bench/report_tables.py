@@ -28,16 +28,24 @@ def auto_rows(doc, coll):
 
 def machine_line(doc):
     m, lay = doc["machine"], doc["layout"]
-    caches = ", ".join("L%s %s %s" % (c["level"], c["type"].lower(), c["size"])
-                       for c in m.get("caches", []))
+    caches = ", ".join(
+        "L%s %s %s" % (c["level"], c["type"].lower(), c["size"]) for c in m.get("caches", [])
+    )
     return "%s, %s logical CPUs (%s); %d ranks on %d node(s)" % (
-        m.get("cpu"), m.get("logical_cpus"), caches, lay["ranks"], lay["nodes"])
+        m.get("cpu"),
+        m.get("logical_cpus"),
+        caches,
+        lay["ranks"],
+        lay["nodes"],
+    )
 
 
 def floor_table(doc):
-    out = ["| size | allreduce (us) | floor (us) | / floor | best call / floor | broadcast (us) | "
-           "floor (us) | / floor | best call / floor |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| size | allreduce (us) | floor (us) | / floor | best call / floor | broadcast (us) | "
+        "floor (us) | / floor | best call / floor |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     ar = {r["size"]: r for r in auto_rows(doc, "allreduce")}
     bc = {r["size"]: r for r in auto_rows(doc, "broadcast")}
     for size in sorted(set(ar) | set(bc)):
@@ -50,15 +58,22 @@ def floor_table(doc):
                 cells += ["-", "-", "-", "-"]
             else:
                 best = r.get("best_x_floor")
-                cells += ["%.1f" % r["avg_us"], "%.1f" % r["floor_us"], "**%.2f**" % r["x_floor"],
-                          "**%.2f**" % best if best is not None else "-"]
+                cells += [
+                    "%.1f" % r["avg_us"],
+                    "%.1f" % r["floor_us"],
+                    "**%.2f**" % r["x_floor"],
+                    "**%.2f**" % best if best is not None else "-",
+                ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def small_table(doc):
-    out = ["| size | allreduce (us) | Open MPI (us) | ratio | broadcast (us) | Open MPI (us) | "
-           "ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| size | allreduce (us) | Open MPI (us) | ratio | broadcast (us) | Open MPI (us) | "
+        "ratio |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     ar = {r["size"]: r for r in auto_rows(doc, "allreduce")}
     bc = {r["size"]: r for r in auto_rows(doc, "broadcast")}
     worst = {}
@@ -83,17 +98,35 @@ def projection_table(doc):
     proj = doc.get("projection")
     if not proj:
         return "(no projection: the report did not finish)"
-    out = ["Parameters: %s. intra alpha %.3g s, beta %.3g s/B; inter alpha %.3g s, beta %.3g s/B."
-           % (proj["parameters"], proj["intra"]["alpha"], proj["intra"]["beta"],
-              proj["inter"]["alpha"], proj["inter"]["beta"]), "",
-           "| nodes | ranks | size | ring (ms) | recursive doubling (ms) | hierarchical (ms) | "
-           "selected |", "|---:|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "Parameters: %s. intra alpha %.3g s, beta %.3g s/B; inter alpha %.3g s, beta %.3g s/B."
+        % (
+            proj["parameters"],
+            proj["intra"]["alpha"],
+            proj["intra"]["beta"],
+            proj["inter"]["alpha"],
+            proj["inter"]["beta"],
+        ),
+        "",
+        "| nodes | ranks | size | ring (ms) | recursive doubling (ms) | hierarchical (ms) | "
+        "selected |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in proj["rows"]:
         p = r["predicted_seconds"]
         f = lambda v: "-" if v is None else "%.3f" % (v * 1e3)  # noqa: E731
-        out.append("| %d | %d | %s | %s | %s | %s | %s |" % (
-            r["nodes"], r["ranks"], human(r["bytes"]), f(p.get("ring")),
-            f(p.get("recursive_doubling")), f(p.get("hierarchical")), r["selected"]))
+        out.append(
+            "| %d | %d | %s | %s | %s | %s | %s |"
+            % (
+                r["nodes"],
+                r["ranks"],
+                human(r["bytes"]),
+                f(p.get("ring")),
+                f(p.get("recursive_doubling")),
+                f(p.get("hierarchical")),
+                r["selected"],
+            )
+        )
     return "\n".join(out)
 
 
@@ -101,8 +134,10 @@ def main(paths):
     for i, path in enumerate(paths):
         with open(path) as f:
             doc = json.load(f)
-        print("### %s\n\n%s%s\n" % (path, machine_line(doc),
-                                    "" if doc.get("complete") else " (INCOMPLETE)"))
+        print(
+            "### %s\n\n%s%s\n"
+            % (path, machine_line(doc), "" if doc.get("complete") else " (INCOMPLETE)")
+        )
         print("Floor (from 64 KiB):\n\n" + floor_table(doc) + "\n")
         print("Below 64 KiB against Open MPI:\n\n" + small_table(doc) + "\n")
         if i == 0:

@@ -52,22 +52,28 @@ for fn in (multiply, allreduce):
 times = {multiply: [], allreduce: []}
 inline_before = hvd._inline_cycle_count()
 for b in range(BLOCKS):
-    for fn in ((multiply, allreduce) if b % 2 == 0 else (allreduce, multiply)):
+    for fn in (multiply, allreduce) if b % 2 == 0 else (allreduce, multiply):
         times[fn].append(block(fn))
 # The share of the allreduces whose cycle ran on TensorFlow's thread (no hand-over), per rank.
 inline = hvd.allgather(tf.constant([hvd._inline_cycle_count() - inline_before], tf.int64))
 if hvd.rank() == 0:
     over = [a - m for a, m in zip(times[allreduce], times[multiply])]
-    print("%-28s median %.0f us per call (np=%d)" % ("tf.function(x * 2)",
-                                                      statistics.median(times[multiply]),
-                                                      hvd.size()))
-    print("%-28s median %.0f us per call (np=%d)" % ("tf.function(allreduce(x))",
-                                                      statistics.median(times[allreduce]),
-                                                      hvd.size()))
-    print("overhead (allreduce - x * 2, per block) median %.1f us (p25 %.1f, p75 %.1f)" %
-          (statistics.median(over), *statistics.quantiles(over, n=4)[0:3:2]))
-    print("allreduces completed on TensorFlow's thread, per rank: %s" %
-          " ".join("%.0f%%" % (100.0 * n / (BLOCKS * CALLS)) for n in inline.numpy()))
+    print(
+        "%-28s median %.0f us per call (np=%d)"
+        % ("tf.function(x * 2)", statistics.median(times[multiply]), hvd.size())
+    )
+    print(
+        "%-28s median %.0f us per call (np=%d)"
+        % ("tf.function(allreduce(x))", statistics.median(times[allreduce]), hvd.size())
+    )
+    print(
+        "overhead (allreduce - x * 2, per block) median %.1f us (p25 %.1f, p75 %.1f)"
+        % (statistics.median(over), *statistics.quantiles(over, n=4)[0:3:2])
+    )
+    print(
+        "allreduces completed on TensorFlow's thread, per rank: %s"
+        % " ".join("%.0f%%" % (100.0 * n / (BLOCKS * CALLS)) for n in inline.numpy())
+    )
 
 # As a user would: each function in a loop of its own, timed whole (no per-block medians).
 LOOP = 2000
@@ -81,11 +87,18 @@ for _ in range(3):
         own[fn].append((time.perf_counter() - start) / LOOP * 1e6)
 if hvd.rank() == 0:
     diffs = [a - m for a, m in zip(own[allreduce], own[multiply])]
-    print("own loops of %d calls: x * 2 %s us, allreduce %s us per call" %
-          (LOOP, " ".join("%.1f" % t for t in own[multiply]),
-           " ".join("%.1f" % t for t in own[allreduce])))
-    print("overhead in own loops (allreduce - x * 2) median %.1f us (runs: %s)" %
-          (statistics.median(diffs), " ".join("%.1f" % d for d in diffs)))
+    print(
+        "own loops of %d calls: x * 2 %s us, allreduce %s us per call"
+        % (
+            LOOP,
+            " ".join("%.1f" % t for t in own[multiply]),
+            " ".join("%.1f" % t for t in own[allreduce]),
+        )
+    )
+    print(
+        "overhead in own loops (allreduce - x * 2) median %.1f us (runs: %s)"
+        % (statistics.median(diffs), " ".join("%.1f" % d for d in diffs))
+    )
 
 # The pairing floor: what a collective that cost nothing would add, from each rank's own jitter.
 hvd.allreduce(tf.constant(0.0), name="floor_start")
@@ -97,6 +110,8 @@ for _ in range(LOOP):
 every = hvd.allgather(tf.constant([samples], tf.float64)).numpy()  # [size, LOOP]
 if hvd.rank() == 0:
     floor = every.max(axis=0).mean() - every.mean()
-    print("pairing floor (mean over calls of the slowest rank's x * 2 - the mean x * 2): %.1f us"
-          % floor)
+    print(
+        "pairing floor (mean over calls of the slowest rank's x * 2 - the mean x * 2): %.1f us"
+        % floor
+    )
     print("overhead in own loops above the floor: %.1f us" % (statistics.median(diffs) - floor))

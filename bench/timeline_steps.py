@@ -14,6 +14,7 @@ when its allreduce ran (start, end; ms from the step's first submission), its by
 tensors it was fused with. --png draws the steps: one row per rank and tensor (negotiation,
 queue, collective) and one per rank for the engine's cycles.
 """
+
 import argparse
 import glob
 import json
@@ -23,14 +24,17 @@ def load(path):
     """{rank: ({tid: name}, [complete events])}"""
     out = {}
     for f in sorted(glob.glob(path + ".*")):
-        suffix = f[len(path) + 1:]
+        suffix = f[len(path) + 1 :]
         if not suffix.isdigit():
             continue
         with open(f) as fh:
             ev = json.load(fh)
         ev = ev if isinstance(ev, list) else ev["traceEvents"]
-        names = {e["tid"]: e["args"]["name"] for e in ev
-                 if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        names = {
+            e["tid"]: e["args"]["name"]
+            for e in ev
+            if e.get("ph") == "M" and e.get("name") == "thread_name"
+        }
         out[int(suffix)] = (names, [e for e in ev if e.get("ph") == "X"])
     if not out:
         raise SystemExit("no timeline files %s.N" % path)
@@ -60,8 +64,9 @@ def steps_of(names, events):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path")
-    ap.add_argument("--step", type=int, default=None,
-                    help="first step drawn (default: the middle of the run)")
+    ap.add_argument(
+        "--step", type=int, default=None, help="first step drawn (default: the middle of the run)"
+    )
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--png", default=None)
     args = ap.parse_args()
@@ -73,53 +78,76 @@ def main():
     first = args.step if args.step is not None else (count - args.steps) // 2
     chosen = range(first, first + args.steps)
     big = max(per_rank[0][first], key=lambda t: per_rank[0][first][t]["allreduce"]["args"]["bytes"])
-    shift = {r: per_rank[0][first][big]["allreduce"]["ts"] - per_rank[r][first][big]["allreduce"]["ts"]
-             for r in per_rank}
-    origin = min(e["negotiate"]["ts"] + shift[r] for r in per_rank
-                 for e in per_rank[r][first].values())
+    shift = {
+        r: per_rank[0][first][big]["allreduce"]["ts"] - per_rank[r][first][big]["allreduce"]["ts"]
+        for r in per_rank
+    }
+    origin = min(
+        e["negotiate"]["ts"] + shift[r] for r in per_rank for e in per_rank[r][first].values()
+    )
     ms = lambda r, t: (t + shift[r] - origin) / 1000.0  # noqa: E731
-    print("steps %d..%d of %d; times in ms from the first drawn step's first submission "
-          "(rank 0's clock)" % (first, first + args.steps - 1, count))
+    print(
+        "steps %d..%d of %d; times in ms from the first drawn step's first submission "
+        "(rank 0's clock)" % (first, first + args.steps - 1, count)
+    )
     for k in chosen:
         s0 = per_rank[0][k]
         order = sorted(s0, key=lambda t: s0[t]["negotiate"]["ts"])
         start = min(ms(0, s0[t]["negotiate"]["ts"]) for t in order)
         print("\nstep %d (starts at %.2f ms)" % (k, start))
-        print("  %-44s %9s %9s %9s %9s %9s %9s" % ("tensor", "bytes", "submit0", "submit1",
-                                                   "agreed", "ar start", "ar end"))
+        print(
+            "  %-44s %9s %9s %9s %9s %9s %9s"
+            % ("tensor", "bytes", "submit0", "submit1", "agreed", "ar start", "ar end")
+        )
         for t in order:
             e0 = s0[t]
             sub = [ms(r, per_rank[r][k][t]["negotiate"]["ts"]) for r in sorted(per_rank)]
             neg = e0["negotiate"]
             ar = e0["allreduce"]
             fused = ar["args"].get("fused_tensors", 1)
-            print("  %-44s %9d %9.2f %9s %9.2f %9.2f %9.2f%s" % (
-                t[-44:], ar["args"]["bytes"], sub[0],
-                "%.2f" % sub[1] if len(sub) > 1 else "-", ms(0, neg["ts"] + neg["dur"]),
-                ms(0, ar["ts"]), ms(0, ar["ts"] + ar["dur"]),
-                "  (fused: %d tensors)" % fused if fused > 1 else ""))
+            print(
+                "  %-44s %9d %9.2f %9s %9.2f %9.2f %9.2f%s"
+                % (
+                    t[-44:],
+                    ar["args"]["bytes"],
+                    sub[0],
+                    "%.2f" % sub[1] if len(sub) > 1 else "-",
+                    ms(0, neg["ts"] + neg["dur"]),
+                    ms(0, ar["ts"]),
+                    ms(0, ar["ts"] + ar["dur"]),
+                    "  (fused: %d tensors)" % fused if fused > 1 else "",
+                )
+            )
     if args.png:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        tensors = sorted(per_rank[0][first],
-                         key=lambda t: per_rank[0][first][t]["negotiate"]["ts"])
+
+        tensors = sorted(per_rank[0][first], key=lambda t: per_rank[0][first][t]["negotiate"]["ts"])
         rows = []
         for r in sorted(per_rank):
             rows.append((r, "engine"))
             rows += [(r, t) for t in tensors]
         fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.5))
         lo = ms(0, min(e["negotiate"]["ts"] for e in per_rank[0][first].values())) - 1
-        hi = max(ms(r, e["allreduce"]["ts"] + e["allreduce"]["dur"]) for r in per_rank
-                 for e in per_rank[r][first + args.steps - 1].values()) + 1
+        hi = (
+            max(
+                ms(r, e["allreduce"]["ts"] + e["allreduce"]["dur"])
+                for r in per_rank
+                for e in per_rank[r][first + args.steps - 1].values()
+            )
+            + 1
+        )
         colours = {"negotiate": "#9ecae1", "queue": "#bdbdbd", "allreduce": "#08519c"}
         for y, (r, t) in enumerate(rows):
             if t == "engine":
                 names, events = ranks[r]
                 for e in events:
                     if e["name"] == "CYCLE" and lo <= ms(r, e["ts"]) <= hi:
-                        ax.barh(y, max(e["dur"] / 1000.0, 0.05), left=ms(r, e["ts"]),
-                                color="#fd8d3c")
+                        ax.barh(
+                            y, max(e["dur"] / 1000.0, 0.05), left=ms(r, e["ts"]), color="#fd8d3c"
+                        )
                 continue
             for k in chosen:
                 for kind, c in colours.items():
@@ -130,8 +158,11 @@ def main():
         ax.invert_yaxis()
         ax.set_xlim(lo, hi)
         ax.set_xlabel("ms (rank 0's clock)")
-        ax.set_title("%d training steps: negotiation (light), queue (grey), allreduce (dark), "
-                     "engine cycles (orange)" % args.steps, fontsize=10)
+        ax.set_title(
+            "%d training steps: negotiation (light), queue (grey), allreduce (dark), "
+            "engine cycles (orange)" % args.steps,
+            fontsize=10,
+        )
         fig.tight_layout()
         fig.savefig(args.png, dpi=110)
         print("\nwrote", args.png)

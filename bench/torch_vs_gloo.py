@@ -32,7 +32,7 @@ def timed(fn, k):
 
 def compare(make_call, k, rounds, groups):
     times = {name: [] for name in groups}
-    for name, g in groups.items():  # warm-up
+    for g in groups.values():  # warm-up
         timed(make_call(g), max(1, k // 4))
     for _ in range(rounds):
         for name, g in groups.items():
@@ -45,8 +45,11 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=4)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--collectives", default="all_reduce,broadcast,all_gather_into_tensor,"
-                    "reduce_scatter_tensor,all_to_all_single,ddp")
+    ap.add_argument(
+        "--collectives",
+        default="all_reduce,broadcast,all_gather_into_tensor,"
+        "reduce_scatter_tensor,all_to_all_single,ddp",
+    )
     args = ap.parse_args()
     dist.init_process_group("mtxcomm")
     n, r = dist.get_world_size(), dist.get_rank()
@@ -64,10 +67,12 @@ def main():
         calls = {
             "all_reduce": lambda g: (lambda: dist.all_reduce(x, group=g)),
             "broadcast": lambda g: (lambda: dist.broadcast(x, 0, group=g)),
-            "all_gather_into_tensor": lambda g: (lambda: dist.all_gather_into_tensor(
-                out, x, group=g)),
-            "reduce_scatter_tensor": lambda g: (lambda: dist.reduce_scatter_tensor(
-                part, x, group=g)),
+            "all_gather_into_tensor": lambda g: (
+                lambda: dist.all_gather_into_tensor(out, x, group=g)
+            ),
+            "reduce_scatter_tensor": lambda g: (
+                lambda: dist.reduce_scatter_tensor(part, x, group=g)
+            ),
             "all_to_all_single": lambda g: (lambda: dist.all_to_all_single(a2a, x, group=g)),
         }
         for name in wanted:
@@ -92,9 +97,13 @@ def ddp_rows(groups, rounds):
     for width in (256, 2048):
         models = {}
         for name, g in groups.items():
-            m = torch.nn.Sequential(torch.nn.Linear(784, width), torch.nn.ReLU(),
-                                    torch.nn.Linear(width, width), torch.nn.ReLU(),
-                                    torch.nn.Linear(width, 10))
+            m = torch.nn.Sequential(
+                torch.nn.Linear(784, width),
+                torch.nn.ReLU(),
+                torch.nn.Linear(width, width),
+                torch.nn.ReLU(),
+                torch.nn.Linear(width, 10),
+            )
             ddp = torch.nn.parallel.DistributedDataParallel(m, process_group=g)
             models[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.01))
         xb, yb = torch.randn(64, 784), torch.randint(0, 10, (64,))
@@ -106,7 +115,9 @@ def ddp_rows(groups, rounds):
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
                 opt.step()
+
             return step
+
         t = compare(make, 10, rounds, groups)
         params = sum(p.numel() for p in models["mtxcomm"][0].parameters())
         rows.append(("DDP step, MLP %d params" % params, params * 4, t["mtxcomm"], t["gloo"]))

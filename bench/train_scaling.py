@@ -17,6 +17,7 @@ Then the binding's overhead once per run: mtxrun -np 2 python bench/tf_op_latenc
 median over its interleaved blocks of allreduce minus x * 2).
 Ratios: throughput = 1 / (ms per step); np2 vs 1p is the speedup of the same global batch.
 """
+
 import argparse
 import json
 import os
@@ -34,10 +35,14 @@ DIGITS = os.path.join(REPO, "examples", "keras_digits.py")
 
 
 def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "TF_NUM_", "OMP_NUM", "MTXCOMM_"))}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               TF_CPP_MIN_LOG_LEVEL="2")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OMPI_", "PMIX_", "TF_NUM_", "OMP_NUM", "MTXCOMM_"))
+    }
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TF_CPP_MIN_LOG_LEVEL="2"
+    )
     env.update(extra)
     return env
 
@@ -68,16 +73,24 @@ def mwms(epochs):
     procs = []
     for i in range(2):
         cfg = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})
-        procs.append(subprocess.Popen([PY, MLP, "--strategy", "mwms", "--epochs", str(epochs)],
-                                      env=clean_env(TF_CONFIG=cfg), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, cwd=REPO))
+        procs.append(
+            subprocess.Popen(
+                [PY, MLP, "--strategy", "mwms", "--epochs", str(epochs)],
+                env=clean_env(TF_CONFIG=cfg),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+            )
+        )
     outs = [p.communicate(timeout=1200) for p in procs]
     # A worker that finishes first may make the other report its missing heartbeats at exit:
     # the figure is the step time either worker measured (the same steps, synchronised).
     times = [float(v) for o, _ in outs for v in re.findall(r"ms per step: ([0-9.]+)", o)]
     if not times:
-        raise SystemExit("mwms workers failed:\n" + "\n".join(o[-2000:] + e[-3000:]
-                                                            for o, e in outs))
+        raise SystemExit(
+            "mwms workers failed:\n" + "\n".join(o[-2000:] + e[-3000:] for o, e in outs)
+        )
     return max(times)
 
 
@@ -93,22 +106,46 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     e = str(args.epochs)
-    res = {k: [] for k in ("mlp 1p", "mlp 1p 1core", "mlp mtxcomm np2", "mlp mwms np2",
-                           "digits 1p", "digits np2", "op ms", "allreduce ms", "overhead us")}
+    res = {
+        k: []
+        for k in (
+            "mlp 1p",
+            "mlp 1p 1core",
+            "mlp mtxcomm np2",
+            "mlp mwms np2",
+            "digits 1p",
+            "digits np2",
+            "op ms",
+            "allreduce ms",
+            "overhead us",
+        )
+    }
     for run in range(args.runs):
         res["mlp 1p"].append(ms_per_step(out([PY, MLP, "--epochs", e], clean_env())))
-        res["mlp 1p 1core"].append(ms_per_step(out(
-            ["taskset", "-c", "0", PY, MLP, "--epochs", e],
-            clean_env(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1"))))
-        res["mlp mtxcomm np2"].append(ms_per_step(out(
-            [MTXRUN, "-np", "2", "--transparent", PY, MLP, "--epochs", e], clean_env())))
+        res["mlp 1p 1core"].append(
+            ms_per_step(
+                out(
+                    ["taskset", "-c", "0", PY, MLP, "--epochs", e],
+                    clean_env(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1"),
+                )
+            )
+        )
+        res["mlp mtxcomm np2"].append(
+            ms_per_step(
+                out([MTXRUN, "-np", "2", "--transparent", PY, MLP, "--epochs", e], clean_env())
+            )
+        )
         res["mlp mwms np2"].append(mwms(args.epochs))
         d = ["--epochs", str(args.digits_epochs), "--verbose", "0"]
         res["digits 1p"].append(seconds_per_epoch(out([PY, DIGITS] + d, clean_env())))
-        res["digits np2"].append(seconds_per_epoch(out(
-            [MTXRUN, "-np", "2", "--transparent", PY, DIGITS] + d, clean_env())))
-        lat = out([MTXRUN, "-np", "2", PY, os.path.join(REPO, "bench", "tf_op_latency.py")],
-                  clean_env())
+        res["digits np2"].append(
+            seconds_per_epoch(
+                out([MTXRUN, "-np", "2", "--transparent", PY, DIGITS] + d, clean_env())
+            )
+        )
+        lat = out(
+            [MTXRUN, "-np", "2", PY, os.path.join(REPO, "bench", "tf_op_latency.py")], clean_env()
+        )
         vals = [float(v) for v in re.findall(r"median ([0-9.]+) us", lat)]
         res["op ms"].append(vals[0] / 1e3)
         res["allreduce ms"].append(vals[1] / 1e3)
@@ -117,8 +154,9 @@ def main():
     med = {k: statistics.median(v) for k, v in res.items()}
     print("\nmedians of %d interleaved runs:" % args.runs)
     for k, v in med.items():
-        unit = ("s/epoch" if k.startswith("digits") else "" if k.endswith((" ms", " us"))
-                else "ms/step")
+        unit = (
+            "s/epoch" if k.startswith("digits") else "" if k.endswith((" ms", " us")) else "ms/step"
+        )
         print("  %-16s %.3f %s" % (k, v, unit))
     ratios = {
         "mtxcomm np2 vs 1p (throughput)": med["mlp 1p"] / med["mlp mtxcomm np2"],

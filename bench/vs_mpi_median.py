@@ -9,6 +9,7 @@ ratio measured in the same run, repeated, is the figure to quote.
 With --floor among the extra arguments it also prints, per size, the medians of the floor, of
 the collective's average over the floor and of its best call over the floor (bench_floor.h).
 """
+
 import argparse
 import json
 import math
@@ -34,17 +35,29 @@ def main():
     per_size = {}
     for run in range(args.runs):
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            cmd = ["mpirun", "-np", str(args.np), "--oversubscribe", args.bench, args.collective,
-                   "--vs-mpi", "--json", f.name] + args.extra
-            res = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 text=True)
+            cmd = [
+                "mpirun",
+                "-np",
+                str(args.np),
+                "--oversubscribe",
+                args.bench,
+                args.collective,
+                "--vs-mpi",
+                "--json",
+                f.name,
+            ] + args.extra
+            res = subprocess.run(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
             if res.returncode != 0:
                 sys.exit(f"run {run}: {' '.join(cmd)} failed:\n{res.stderr}")
             for row in json.load(open(f.name))["rows"]:
                 per_size.setdefault(row["size"], []).append(row)
 
-    print(f"# {args.collective}, {args.np} ranks, {args.runs} runs, medians; extra args: "
-          f"{' '.join(args.extra) or '(none)'}")
+    print(
+        f"# {args.collective}, {args.np} ranks, {args.runs} runs, medians; extra args: "
+        f"{' '.join(args.extra) or '(none)'}"
+    )
     floor = "--floor" in args.extra
     extra_head = f" {'floor(us)':>10} {'/floor':>7} {'best/floor':>10}" if floor else ""
     print(f"# {'Size':>10} {'mtxcomm(us)':>12} {'MPI(us)':>12} {'ratio':>7}{extra_head}  algorithm")
@@ -57,20 +70,27 @@ def main():
         algos = sorted({r["algorithm"] for r in rows})
         extra = ""
         if floor and all(r.get("best_x_floor") is not None for r in rows):
-            extra = (f" {statistics.median(r['floor_us'] for r in rows):>10.2f}"
-                     f" {statistics.median(r['x_floor'] for r in rows):>7.2f}"
-                     f" {statistics.median(r['best_x_floor'] for r in rows):>10.2f}")
+            extra = (
+                f" {statistics.median(r['floor_us'] for r in rows):>10.2f}"
+                f" {statistics.median(r['x_floor'] for r in rows):>7.2f}"
+                f" {statistics.median(r['best_x_floor'] for r in rows):>10.2f}"
+            )
         elif floor:
             extra = f" {'-':>10} {'-':>7} {'-':>10}"
         print(f"  {size:>10} {ours:>12.2f} {mpi:>12.2f} {ratio:>7.2f}{extra}  {','.join(algos)}")
         if args.geomean_from <= size <= args.geomean_to:
             in_range.append(ratio)
-    below = [statistics.median(r["ratio"] for r in per_size[s]) for s in per_size
-             if s < args.geomean_from]
+    below = [
+        statistics.median(r["ratio"] for r in per_size[s])
+        for s in per_size
+        if s < args.geomean_from
+    ]
     if in_range:
         gm = math.exp(sum(math.log(r) for r in in_range) / len(in_range))
-        print(f"# geometric mean of the ratio over {args.geomean_from}..{args.geomean_to} B: "
-              f"{gm:.2f}; max {max(in_range):.2f}")
+        print(
+            f"# geometric mean of the ratio over {args.geomean_from}..{args.geomean_to} B: "
+            f"{gm:.2f}; max {max(in_range):.2f}"
+        )
     if below:
         print(f"# below {args.geomean_from} B: max ratio {max(below):.2f}")
 

@@ -29,16 +29,14 @@ import mtxcomm.torch  # noqa: F401  (registers the "mtxcomm" backend)
 
 def data():
     X, y = load_digits(return_X_y=True)
-    X_train, X_test, y_train, y_test = train_test_split(X / 16.0, y, test_size=0.25,
-                                                        random_state=0)
+    X_train, X_test, y_train, y_test = train_test_split(X / 16.0, y, test_size=0.25, random_state=0)
     f = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
     return f(X_train), torch.tensor(y_train), f(X_test), torch.tensor(y_test)
 
 
 def model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                               torch.nn.Linear(128, 10))
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
 
 
 def main():
@@ -65,7 +63,7 @@ def main():
     start = time.perf_counter()
     for step in range(args.steps):
         first = (step * args.batch) % (len(X) - args.batch)
-        idx = order[first:first + args.batch][rank * share:(rank + 1) * share]
+        idx = order[first : first + args.batch][rank * share : (rank + 1) * share]
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(ddp(X[idx]), y[idx])
         loss.backward()
@@ -74,12 +72,24 @@ def main():
     with torch.no_grad():
         acc = (net(X_test).argmax(1) == y_test).float().mean().item()
     if rank == 0:
-        print("ranks %d backend %s: %d steps in %.2f s (%.2f ms/step), loss %.4f, test "
-              "accuracy %.3f" % (size, args.backend, args.steps, elapsed,
-                                 1e3 * elapsed / args.steps, loss.item(), acc))
+        print(
+            "ranks %d backend %s: %d steps in %.2f s (%.2f ms/step), loss %.4f, test "
+            "accuracy %.3f"
+            % (
+                size,
+                args.backend,
+                args.steps,
+                elapsed,
+                1e3 * elapsed / args.steps,
+                loss.item(),
+                acc,
+            )
+        )
     if args.save_weights and (rank == 0 or "{rank}" in args.save_weights):
-        torch.save([p.detach().clone() for p in net.parameters()],
-                   args.save_weights.replace("{rank}", str(rank)))
+        torch.save(
+            [p.detach().clone() for p in net.parameters()],
+            args.save_weights.replace("{rank}", str(rank)),
+        )
     dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ Layers, lowest first. A file may include headers of its own layer and of lower o
 bindings sit over the public C API only (include/mtxcomm and bindings/ itself): they never see
 the library's internals. tests/ may include anything.
 """
+
 import ast
 import os
 import re
@@ -36,8 +37,18 @@ LAYERS = [
     ("examples", 8),
     ("tests", 9),
 ]
-NAMES = {0: "public API", 1: "base", 2: "transports", 3: "algorithms", 4: "gpu",
-         5: "communicator", 6: "programs", 7: "bindings", 8: "examples", 9: "tests"}
+NAMES = {
+    0: "public API",
+    1: "base",
+    2: "transports",
+    3: "algorithms",
+    4: "gpu",
+    5: "communicator",
+    6: "programs",
+    7: "bindings",
+    8: "examples",
+    9: "tests",
+}
 # Headers that are generated into the build tree, and the folder they belong to.
 GENERATED = {"mtxcomm_build_info.h": "lib/comm"}
 SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp", ".c", ".cu", ".cuh")
@@ -94,8 +105,14 @@ PY_LAYERS = [
     ("mtxcomm.bench_report", 5),
     ("mtxcomm", 5),  # the package's front: the array API and the exit handling, re-exported
 ]
-PY_NAMES = {0: "extension", 1: "shared", 2: "array API", 3: "framework binding",
-            4: "transparent mode", 5: "front and programs"}
+PY_NAMES = {
+    0: "extension",
+    1: "shared",
+    2: "array API",
+    3: "framework binding",
+    4: "transparent mode",
+    5: "front and programs",
+}
 FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
 EXTENSIONS = ("mtxcomm._core", "mtxcomm.tensorflow._mtxcomm_tf")  # compiled: no .py file
 
@@ -139,7 +156,9 @@ def py_imports(path, name, is_pkg, modules):
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                mod = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                mod = ".".join(
+                    parts[: len(parts) - node.level + 1] + ([node.module] if node.module else [])
+                )
             else:
                 mod = node.module or ""
             for a in node.names:
@@ -158,13 +177,17 @@ def check_python(root, graph):
         for target, line in py_imports(path, name, is_pkg, modules):
             top = target.split(".")[0]
             if name.startswith("mtxcomm._arrays") and top in FRAMEWORKS:
-                bad.append(f"{rel}:{line}: imports {target}; the array API imports no framework "
-                           "(it finds a framework's module in sys.modules)")
+                bad.append(
+                    f"{rel}:{line}: imports {target}; the array API imports no framework "
+                    "(it finds a framework's module in sys.modules)"
+                )
             if top != "mtxcomm":
                 continue
             if target not in modules and target not in EXTENSIONS:
                 # a name of a module (a function, a class): the module itself
-                target = target.rpartition(".")[0] if target.rpartition(".")[0] in modules else target
+                target = (
+                    target.rpartition(".")[0] if target.rpartition(".")[0] in modules else target
+                )
             if target == name:
                 continue
             edges.setdefault(name, set()).add(target)
@@ -172,12 +195,15 @@ def check_python(root, graph):
             if own is None or theirs is None:
                 continue
             if theirs[1] > own[1]:
-                bad.append(f"{rel}:{line} ({PY_NAMES[own[1]]}, layer {own[1]}) imports {target} "
-                           f"({PY_NAMES[theirs[1]]}, layer {theirs[1]}): a layer never imports one "
-                           "above it")
+                bad.append(
+                    f"{rel}:{line} ({PY_NAMES[own[1]]}, layer {own[1]}) imports {target} "
+                    f"({PY_NAMES[theirs[1]]}, layer {theirs[1]}): a layer never imports one "
+                    "above it"
+                )
             elif theirs[1] == own[1] == 3 and theirs[0] != own[0]:
-                bad.append(f"{rel}:{line}: imports {target}; one framework binding never imports "
-                           "another")
+                bad.append(
+                    f"{rel}:{line}: imports {target}; one framework binding never imports another"
+                )
     # Cycles: Tarjan's strongly connected components of the import graph.
     index, low, stack, on, sccs = {}, {}, [], set(), []
 
@@ -243,12 +269,16 @@ def main(argv):
             if own[1] == 9:  # tests include anything
                 continue
             if own[0] == "bindings" and theirs[1] not in (0, 7):
-                bad.append(f"{src}: includes \"{inc}\" ({NAMES[theirs[1]]}); a binding uses the "
-                           "public C API (include/mtxcomm) and bindings/ only")
+                bad.append(
+                    f'{src}: includes "{inc}" ({NAMES[theirs[1]]}); a binding uses the '
+                    "public C API (include/mtxcomm) and bindings/ only"
+                )
             elif theirs[1] > own[1]:
-                bad.append(f"{src} ({NAMES[own[1]]}, layer {own[1]}) includes \"{inc}\" "
-                           f"({NAMES[theirs[1]]}, layer {theirs[1]}): a layer never includes one "
-                           "above it")
+                bad.append(
+                    f'{src} ({NAMES[own[1]]}, layer {own[1]}) includes "{inc}" '
+                    f"({NAMES[theirs[1]]}, layer {theirs[1]}): a layer never includes one "
+                    "above it"
+                )
     if graph:
         print("include graph between folders (count of #include lines):")
         for (a, b), n in sorted(edges.items()):
@@ -258,11 +288,15 @@ def main(argv):
     for b in bad + py_bad:
         print("check_layers: " + b)
     if bad or py_bad:
-        print(f"check_layers: {len(bad)} include(s) and {len(py_bad)} Python import(s) against "
-              "the layer order")
+        print(
+            f"check_layers: {len(bad)} include(s) and {len(py_bad)} Python import(s) against "
+            "the layer order"
+        )
         return 1
-    print(f"check_layers: {len(seen)} C/C++ files, every include goes down the layers; "
-          f"{py_count} Python modules, every import goes down the layers, no cycle")
+    print(
+        f"check_layers: {len(seen)} C/C++ files, every include goes down the layers; "
+        f"{py_count} Python modules, every import goes down the layers, no cycle"
+    )
     return 0
 
 

@@ -37,14 +37,18 @@ def main():
     keras.utils.set_random_seed(1)
 
     def build():
-        model = keras.Sequential([
-            keras.Input((64,)),
-            keras.layers.Dense(1024, activation="relu"),
-            keras.layers.Dense(1024, activation="relu"),
-            keras.layers.Dense(10),
-        ])
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = keras.Sequential(
+            [
+                keras.Input((64,)),
+                keras.layers.Dense(1024, activation="relu"),
+                keras.layers.Dense(1024, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
         return model
 
     if args.strategy == "mwms":
@@ -52,14 +56,15 @@ def main():
         # converting its PerReplica values), so the MWMS version is TensorFlow's documented
         # custom loop: strategy.run over a distributed dataset, loss scaled to the global batch.
         import tensorflow as tf
+
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         with strategy.scope():
             model = build()
             opt = keras.optimizers.SGD(0.01)
-            loss_fn = keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True, reduction="none")
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
         data = strategy.experimental_distribute_dataset(
-            tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch))
+            tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch)
+        )
 
         @tf.function
         def step(iterator):
@@ -70,6 +75,7 @@ def main():
                 grads = tape.gradient(loss, model.trainable_variables)
                 opt.apply_gradients(zip(grads, model.trainable_variables))
                 return loss
+
             xb, yb = next(iterator)
             return strategy.run(replica, args=(xb, yb))
 
@@ -82,8 +88,11 @@ def main():
                 step(it)
             seconds.append(time.perf_counter() - t)
         median = sorted(seconds[1:])[(len(seconds) - 1) // 2]
-        print("ms per step: %.2f (median epoch of %d, steps %d, global batch %d)"
-              % (median / steps * 1e3, len(seconds) - 1, steps, args.batch), flush=True)
+        print(
+            "ms per step: %.2f (median epoch of %d, steps %d, global batch %d)"
+            % (median / steps * 1e3, len(seconds) - 1, steps, args.batch),
+            flush=True,
+        )
         return
     else:
         model = build()
@@ -102,8 +111,11 @@ def main():
     model.fit(*fit_args, epochs=args.epochs, verbose=0, callbacks=[Timer()], **fit_kwargs)
     steps = rows // args.batch
     median = sorted(seconds[1:])[(len(seconds) - 1) // 2]
-    print("ms per step: %.2f (median epoch of %d, steps %d, global batch %d)"
-          % (median / steps * 1e3, len(seconds) - 1, steps, args.batch), flush=True)
+    print(
+        "ms per step: %.2f (median epoch of %d, steps %d, global batch %d)"
+        % (median / steps * 1e3, len(seconds) - 1, steps, args.batch),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -19,20 +19,43 @@ not load its module.
 """
 
 from mtxcomm.common import exit_handling as _exit_handling
-from mtxcomm.common.exit_handling import (  # noqa: F401  (this package's names for them)
-    end_job_on_uncaught_exception as _end_job_on_uncaught_exception,
-    ended_the_program as _ended_the_program,
-    exiting_on_error,
-)
+
+# This package's names for the exit handling (common/exit_handling.py).
+exiting_on_error = _exit_handling.exiting_on_error
+_ended_the_program = _exit_handling.ended_the_program
+_end_job_on_uncaught_exception = _exit_handling.end_job_on_uncaught_exception
 
 __version__ = "0.1.0"
 
-_ARRAY_API = frozenset((
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier",
-    "ReduceOp", "SUM", "PROD", "MIN", "MAX", "AVG", "ADASUM",
-    "Error", "InvalidArgumentError", "InvalidUsageError", "RemoteError", "TimeoutError",
-))
+_ARRAY_API = frozenset(
+    (
+        "init",
+        "shutdown",
+        "is_initialized",
+        "rank",
+        "size",
+        "local_rank",
+        "local_size",
+        "allreduce",
+        "broadcast",
+        "allgather",
+        "reduce_scatter",
+        "alltoall",
+        "barrier",
+        "ReduceOp",
+        "SUM",
+        "PROD",
+        "MIN",
+        "MAX",
+        "AVG",
+        "ADASUM",
+        "Error",
+        "InvalidArgumentError",
+        "InvalidUsageError",
+        "RemoteError",
+        "TimeoutError",
+    )
+)
 
 
 def _shutdown_or_exit(shutdown, at_exit):
@@ -44,12 +67,14 @@ def _shutdown_or_exit(shutdown, at_exit):
 def _array_error(code, message):
     """The array API's exception for a C API code; its module is loaded only to raise one."""
     from mtxcomm import _arrays
+
     return _arrays._error(code, message)
 
 
 def __getattr__(name):
     if name in _ARRAY_API:
         from mtxcomm import _arrays
+
         value = getattr(_arrays, name)
         globals()[name] = value
         return value

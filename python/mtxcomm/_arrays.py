@@ -35,17 +35,40 @@ from mtxcomm.common import exit_handling
 exit_handling.end_job_on_uncaught_exception()
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier",
-    "ReduceOp", "SUM", "PROD", "MIN", "MAX", "AVG", "ADASUM",
-    "Error", "InvalidArgumentError", "InvalidUsageError", "RemoteError", "TimeoutError",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "allreduce",
+    "broadcast",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "barrier",
+    "ReduceOp",
+    "SUM",
+    "PROD",
+    "MIN",
+    "MAX",
+    "AVG",
+    "ADASUM",
+    "Error",
+    "InvalidArgumentError",
+    "InvalidUsageError",
+    "RemoteError",
+    "TimeoutError",
 ]
 
 
 # ---- reduction ops ---------------------------------------------------------------------------
 
+
 class ReduceOp(enum.IntEnum):
     """Reduction ops, numbered as the C API's ``mtxcomm_op_t``."""
+
     SUM = 0
     PROD = 1
     MIN = 2
@@ -61,10 +84,19 @@ MAX = ReduceOp.MAX
 AVG = ReduceOp.AVG
 ADASUM = ReduceOp.ADASUM
 
-_OP_BY_NAME = {"sum": SUM, "prod": PROD, "product": PROD, "min": MIN, "max": MAX, "avg": AVG,
-               "average": AVG, "adasum": ADASUM}
-_OP_WORDS = ("'sum', 'avg', 'min', 'max', 'prod' or 'adasum' (or mtxcomm.SUM, AVG, MIN, MAX, "
-             "PROD, ADASUM)")
+_OP_BY_NAME = {
+    "sum": SUM,
+    "prod": PROD,
+    "product": PROD,
+    "min": MIN,
+    "max": MAX,
+    "avg": AVG,
+    "average": AVG,
+    "adasum": ADASUM,
+}
+_OP_WORDS = (
+    "'sum', 'avg', 'min', 'max', 'prod' or 'adasum' (or mtxcomm.SUM, AVG, MIN, MAX, PROD, ADASUM)"
+)
 
 
 def _integer(v):
@@ -94,9 +126,17 @@ def _op(op, what):
 # ---- errors ----------------------------------------------------------------------------------
 
 # The C API's mtxcomm_result_t.
-_CODE_NAMES = {0: "MTXCOMM_SUCCESS", 1: "MTXCOMM_INVALID_ARGUMENT", 2: "MTXCOMM_INVALID_USAGE",
-               3: "MTXCOMM_SYSTEM_ERROR", 4: "MTXCOMM_REMOTE_ERROR", 5: "MTXCOMM_TIMEOUT",
-               6: "MTXCOMM_CUDA_ERROR", 7: "MTXCOMM_INTERNAL_ERROR", 8: "MTXCOMM_UNSUPPORTED"}
+_CODE_NAMES = {
+    0: "MTXCOMM_SUCCESS",
+    1: "MTXCOMM_INVALID_ARGUMENT",
+    2: "MTXCOMM_INVALID_USAGE",
+    3: "MTXCOMM_SYSTEM_ERROR",
+    4: "MTXCOMM_REMOTE_ERROR",
+    5: "MTXCOMM_TIMEOUT",
+    6: "MTXCOMM_CUDA_ERROR",
+    7: "MTXCOMM_INTERNAL_ERROR",
+    8: "MTXCOMM_UNSUPPORTED",
+}
 _INVALID_ARGUMENT, _INVALID_USAGE, _REMOTE_ERROR, _TIMEOUT = 1, 2, 4, 5
 
 
@@ -140,8 +180,12 @@ class TimeoutError(builtins.TimeoutError):
         self.code_name = _CODE_NAMES.get(self.code, str(self.code))
 
 
-_ERROR_CLASSES = {_INVALID_ARGUMENT: InvalidArgumentError, _INVALID_USAGE: InvalidUsageError,
-                  _REMOTE_ERROR: RemoteError, _TIMEOUT: TimeoutError}
+_ERROR_CLASSES = {
+    _INVALID_ARGUMENT: InvalidArgumentError,
+    _INVALID_USAGE: InvalidUsageError,
+    _REMOTE_ERROR: RemoteError,
+    _TIMEOUT: TimeoutError,
+}
 
 
 def _error(code, message):
@@ -151,11 +195,25 @@ def _error(code, message):
 # ---- datatypes -------------------------------------------------------------------------------
 
 # The C API's mtxcomm_datatype_t, by NumPy (kind, itemsize); bfloat16 (ml_dtypes) by name.
-_NUMPY_CODES = {("i", 1): 0, ("u", 1): 1, ("i", 4): 2, ("u", 4): 3, ("i", 8): 4, ("u", 8): 5,
-                ("f", 2): 6, ("f", 4): 8, ("f", 8): 9, ("i", 2): 10, ("u", 2): 11, ("b", 1): 12}
+_NUMPY_CODES = {
+    ("i", 1): 0,
+    ("u", 1): 1,
+    ("i", 4): 2,
+    ("u", 4): 3,
+    ("i", 8): 4,
+    ("u", 8): 5,
+    ("f", 2): 6,
+    ("f", 4): 8,
+    ("f", 8): 9,
+    ("i", 2): 10,
+    ("u", 2): 11,
+    ("b", 1): 12,
+}
 _BFLOAT16, _BOOL = 7, 12
-_SUPPORTED = ("int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16 "
-              "(ml_dtypes.bfloat16, torch.bfloat16), float32, float64, bool")
+_SUPPORTED = (
+    "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16 "
+    "(ml_dtypes.bfloat16, torch.bfloat16), float32, float64, bool"
+)
 
 
 def _dtype_code(dtype, what, name):
@@ -167,8 +225,10 @@ def _dtype_code(dtype, what, name):
             code = _BFLOAT16
     if code is None:
         shown = str(dtype) if dtype.isnative else "%s (non-native byte order)" % dtype.str
-        raise TypeError("mtxcomm.%s: %s has dtype %s, which mtxcomm does not support; "
-                        "supported: %s" % (what, name, shown, _SUPPORTED))
+        raise TypeError(
+            "mtxcomm.%s: %s has dtype %s, which mtxcomm does not support; "
+            "supported: %s" % (what, name, shown, _SUPPORTED)
+        )
     return code
 
 
@@ -179,11 +239,19 @@ def _torch_dtypes(torch):
     """torch dtype -> (mtxcomm code, the dtype NumPy sees it as through DLPack, or None)."""
     global _torch_table
     if _torch_table is None:
-        table = {torch.int8: (0, None), torch.uint8: (1, None), torch.int16: (10, None),
-                 torch.int32: (2, None), torch.int64: (4, None), torch.float16: (6, None),
-                 torch.float32: (8, None), torch.float64: (9, None),
-                 # NumPy has no bfloat16 and its DLPack bool support varies: same-size views.
-                 torch.bfloat16: (_BFLOAT16, torch.int16), torch.bool: (_BOOL, torch.uint8)}
+        table = {
+            torch.int8: (0, None),
+            torch.uint8: (1, None),
+            torch.int16: (10, None),
+            torch.int32: (2, None),
+            torch.int64: (4, None),
+            torch.float16: (6, None),
+            torch.float32: (8, None),
+            torch.float64: (9, None),
+            # NumPy has no bfloat16 and its DLPack bool support varies: same-size views.
+            torch.bfloat16: (_BFLOAT16, torch.int16),
+            torch.bool: (_BOOL, torch.uint8),
+        }
         for name, code in (("uint16", 11), ("uint32", 3), ("uint64", 5)):
             if hasattr(torch, name):
                 table[getattr(torch, name)] = (code, None)
@@ -193,8 +261,19 @@ def _torch_dtypes(torch):
 
 # ---- arrays in and out -----------------------------------------------------------------------
 
-_DLPACK_DEVICES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
-                   9: "VPI", 10: "ROCm", 11: "ROCm host", 13: "CUDA managed", 14: "oneAPI"}
+_DLPACK_DEVICES = {
+    1: "CPU",
+    2: "CUDA",
+    3: "CUDA host",
+    4: "OpenCL",
+    7: "Vulkan",
+    8: "Metal",
+    9: "VPI",
+    10: "ROCm",
+    11: "ROCm host",
+    13: "CUDA managed",
+    14: "oneAPI",
+}
 
 
 class _Array:
@@ -212,10 +291,11 @@ class _Array:
 
 
 def _device_error(what, name, where):
-    return ValueError("mtxcomm.%s: %s is on a %s device; the array API takes host (CPU) memory "
-                      "only (the mtxcomm package is built for the CPU): copy it to the host "
-                      "first (e.g. tensor.cpu(), jax.device_get, cupy.asnumpy)"
-                      % (what, name, where))
+    return ValueError(
+        "mtxcomm.%s: %s is on a %s device; the array API takes host (CPU) memory "
+        "only (the mtxcomm package is built for the CPU): copy it to the host "
+        "first (e.g. tensor.cpu(), jax.device_get, cupy.asnumpy)" % (what, name, where)
+    )
 
 
 def _view(x, what, name):
@@ -225,12 +305,16 @@ def _view(x, what, name):
         if x.device.type != "cpu":
             raise _device_error(what, name, str(x.device))
         if x.layout != torch.strided:
-            raise TypeError("mtxcomm.%s: %s is a %s torch tensor; only dense (strided) tensors "
-                            "are supported" % (what, name, x.layout))
+            raise TypeError(
+                "mtxcomm.%s: %s is a %s torch tensor; only dense (strided) tensors "
+                "are supported" % (what, name, x.layout)
+            )
         found = _torch_dtypes(torch).get(x.dtype)
         if found is None:
-            raise TypeError("mtxcomm.%s: %s has dtype %s, which mtxcomm does not support; "
-                            "supported: %s" % (what, name, x.dtype, _SUPPORTED))
+            raise TypeError(
+                "mtxcomm.%s: %s has dtype %s, which mtxcomm does not support; "
+                "supported: %s" % (what, name, x.dtype, _SUPPORTED)
+            )
         code, as_dtype = found
         t = x.detach()
         if as_dtype is not None:
@@ -255,17 +339,19 @@ def _view(x, what, name):
         device = x.__dlpack_device__()
         kind = int(device[0])
         if kind != 1:
-            raise _device_error(what, name, "%s (DLPack device %d)"
-                                % (_DLPACK_DEVICES.get(kind, "non-CPU"), kind))
+            raise _device_error(
+                what, name, "%s (DLPack device %d)" % (_DLPACK_DEVICES.get(kind, "non-CPU"), kind)
+            )
         a = np.from_dlpack(x)
         return _Array(a, _dtype_code(a.dtype, what, name), "numpy", x)
     try:
         mv = memoryview(x)
     except TypeError:
-        raise TypeError("mtxcomm.%s: %s must be an array: an object with __dlpack__ (a NumPy "
-                        "array, a PyTorch CPU tensor, a JAX CPU array) or with the buffer "
-                        "protocol (bytes, bytearray, array.array); got %s"
-                        % (what, name, type(x).__name__)) from None
+        raise TypeError(
+            "mtxcomm.%s: %s must be an array: an object with __dlpack__ (a NumPy "
+            "array, a PyTorch CPU tensor, a JAX CPU array) or with the buffer "
+            "protocol (bytes, bytearray, array.array); got %s" % (what, name, type(x).__name__)
+        ) from None
     a = np.asarray(mv)
     return _Array(a, _dtype_code(a.dtype, what, name), "numpy", x)
 
@@ -289,28 +375,39 @@ def _output(out, x, what, shape=None):
         return None
     jax = sys.modules.get("jax")
     if jax is not None and isinstance(out, jax.Array):
-        raise ValueError("mtxcomm.%s: out is a JAX array; JAX arrays are immutable, so mtxcomm "
-                         "never writes them: omit out and use the returned array" % what)
+        raise ValueError(
+            "mtxcomm.%s: out is a JAX array; JAX arrays are immutable, so mtxcomm "
+            "never writes them: omit out and use the returned array" % what
+        )
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(out, torch.Tensor) and out.requires_grad:
-        raise ValueError("mtxcomm.%s: out requires grad; writing it in place would bypass "
-                         "autograd: pass a tensor that does not require grad (or out.detach())"
-                         % what)
+        raise ValueError(
+            "mtxcomm.%s: out requires grad; writing it in place would bypass "
+            "autograd: pass a tensor that does not require grad (or out.detach())" % what
+        )
     o = _view(out, what, "out")
     a = o.array
     if not a.flags.writeable:
-        raise ValueError("mtxcomm.%s: out is read-only (%s); mtxcomm never writes memory its "
-                         "producer does not allow writing: pass a writable array, or omit out"
-                         % (what, type(out).__name__))
+        raise ValueError(
+            "mtxcomm.%s: out is read-only (%s); mtxcomm never writes memory its "
+            "producer does not allow writing: pass a writable array, or omit out"
+            % (what, type(out).__name__)
+        )
     if not (a.flags.c_contiguous and a.flags.aligned):
-        raise ValueError("mtxcomm.%s: out must be C-contiguous and aligned (got strides %s); "
-                         "omit out, or pass a contiguous array" % (what, a.strides))
+        raise ValueError(
+            "mtxcomm.%s: out must be C-contiguous and aligned (got strides %s); "
+            "omit out, or pass a contiguous array" % (what, a.strides)
+        )
     if o.code != x.code:
-        raise TypeError("mtxcomm.%s: out has dtype %s but x has dtype %s"
-                        % (what, _shown_dtype(o), _shown_dtype(x)))
+        raise TypeError(
+            "mtxcomm.%s: out has dtype %s but x has dtype %s"
+            % (what, _shown_dtype(o), _shown_dtype(x))
+        )
     if shape is not None and tuple(a.shape) != tuple(shape):
-        raise ValueError("mtxcomm.%s: out has shape %s but the result has shape %s"
-                         % (what, tuple(a.shape), tuple(shape)))
+        raise ValueError(
+            "mtxcomm.%s: out has shape %s but the result has shape %s"
+            % (what, tuple(a.shape), tuple(shape))
+        )
     return o
 
 
@@ -332,9 +429,14 @@ def _check_overlap(x, o, what, in_place_ok):
         return
     if in_place_ok and xs == os_:
         return
-    raise ValueError("mtxcomm.%s: out overlaps x%s; pass a separate out%s"
-                     % (what, "" if not in_place_ok else " without being exactly x's memory",
-                        "" if not in_place_ok else ", or out=x for in place"))
+    raise ValueError(
+        "mtxcomm.%s: out overlaps x%s; pass a separate out%s"
+        % (
+            what,
+            "" if not in_place_ok else " without being exactly x's memory",
+            "" if not in_place_ok else ", or out=x for in place",
+        )
+    )
 
 
 def _framework(name):
@@ -372,7 +474,8 @@ def _run(kind, x, what, op=SUM, root=0, splits=None, out=None):
     ob = None if out is None else out.array.reshape(-1).view(np.uint8)
     out_shape = [] if out is None else list(out.array.shape)
     code, message, result, shape, received = _core.run(
-        kind, xb, x.code, list(x.array.shape), int(op), int(root), splits, ob, out_shape)
+        kind, xb, x.code, list(x.array.shape), int(op), int(root), splits, ob, out_shape
+    )
     if code:
         raise _error(code, message)
     if result is not None:
@@ -385,6 +488,7 @@ def _finish(x, out, result):
 
 
 # ---- process -------------------------------------------------------------------------------
+
 
 def init():
     """Starts mtxcomm on every rank (collective): creates the world communicator from the
@@ -411,8 +515,7 @@ def shutdown():
     exit_handling.shutdown_or_exit(_core.shutdown, at_exit=False, error=_error)
 
 
-atexit.register(lambda: exit_handling.shutdown_or_exit(_core.shutdown, at_exit=True,
-                                                      error=_error))
+atexit.register(lambda: exit_handling.shutdown_or_exit(_core.shutdown, at_exit=True, error=_error))
 
 
 def is_initialized():
@@ -422,8 +525,10 @@ def is_initialized():
 
 def _fact(value, what):
     if value < 0:
-        raise InvalidUsageError("mtxcomm.%s(): mtxcomm is not initialised; call mtxcomm.init() "
-                                "first" % what, _INVALID_USAGE)
+        raise InvalidUsageError(
+            "mtxcomm.%s(): mtxcomm is not initialised; call mtxcomm.init() first" % what,
+            _INVALID_USAGE,
+        )
     return int(value)
 
 
@@ -475,6 +580,7 @@ def _doc(text):
     def apply(f):
         f.__doc__ = text + _COMMON_DOC
         return f
+
     return apply
 
 
@@ -538,11 +644,14 @@ def allgather(x, out=None):
     what = "allgather"
     xv = _input(x, what)
     ov = _output(out, xv, what)
-    if ov is not None and (ov.array.ndim != xv.array.ndim or
-                           ov.array.shape[1:] != xv.array.shape[1:]):
-        raise ValueError("mtxcomm.allgather: out has shape %s but the result has shape "
-                         "(N,) + %s (N: the sum of dimension 0 over the ranks)"
-                         % (tuple(ov.array.shape), tuple(xv.array.shape[1:])))
+    if ov is not None and (
+        ov.array.ndim != xv.array.ndim or ov.array.shape[1:] != xv.array.shape[1:]
+    ):
+        raise ValueError(
+            "mtxcomm.allgather: out has shape %s but the result has shape "
+            "(N,) + %s (N: the sum of dimension 0 over the ranks)"
+            % (tuple(ov.array.shape), tuple(xv.array.shape[1:]))
+        )
     _check_overlap(xv, ov, what, in_place_ok=False)
     result, _ = _run(_core.KIND_ALLGATHER, xv, what, out=ov)
     return _finish(xv, ov, result)
@@ -581,8 +690,10 @@ def _splits(splits):
         splits = splits.detach().cpu().numpy()
     a = np.asarray(splits)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
-        raise TypeError("mtxcomm.alltoall: splits must be a 1-d sequence of ints (rows of x to "
-                        "send to each rank), got %r" % (splits,))
+        raise TypeError(
+            "mtxcomm.alltoall: splits must be a 1-d sequence of ints (rows of x to "
+            "send to each rank), got %r" % (splits,)
+        )
     return [int(v) for v in a]
 
 

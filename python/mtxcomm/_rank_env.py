@@ -13,8 +13,12 @@ the program (os.execvp), which keeps the rank's pid, signals and exit status.
 import os
 import sys
 
-_FROM = (("RANK", "OMPI_COMM_WORLD_RANK"), ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
-         ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"))
+_FROM = (
+    ("RANK", "OMPI_COMM_WORLD_RANK"),
+    ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+)
 
 
 def main(argv):

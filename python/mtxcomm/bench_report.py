@@ -61,8 +61,7 @@ def _save(fig, out_dir, name):
     return paths, base64.b64encode(buf.getvalue()).decode()
 
 
-def _finish(fig, ax, out_dir, name, title, xlabel, ylabel, logy=True, legend=7, ncol=1,
-            plt=None):
+def _finish(fig, ax, out_dir, name, title, xlabel, ylabel, logy=True, legend=7, ncol=1, plt=None):
     """The common end of every plot: log axes, labels, grid, legend; saved as PNG and SVG.
     Returns the base64 PNG."""
     ax.set_xscale("log", base=2)
@@ -104,9 +103,15 @@ def _plots(doc, out_dir, plt):
         if x:
             ax.plot(x, y, color="grey", linestyle=":", label="floor (least data movement)")
         images[coll]["latency"] = _finish(
-            fig, ax, out_dir, "%s_latency" % coll, "%s: latency" % coll,
-            "message size (bytes; %s)" % auto.get("size_meaning", "")[:60], "latency (us)",
-            plt=plt)
+            fig,
+            ax,
+            out_dir,
+            "%s_latency" % coll,
+            "%s: latency" % coll,
+            "message size (bytes; %s)" % auto.get("size_meaning", "")[:60],
+            "latency (us)",
+            plt=plt,
+        )
         # busbw.
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         for run in _shown(runs):
@@ -115,16 +120,33 @@ def _plots(doc, out_dir, plt):
         factor = _busbw_factor(auto, doc)
         mx, my = _series(auto, "mpi_avg_us")
         if mx and factor is not None:
-            ax.plot(mx, [s / (t * 1e-6) / 1e9 * factor for s, t in zip(mx, my)], "k--",
-                    marker="x", label="Open MPI")
+            ax.plot(
+                mx,
+                [s / (t * 1e-6) / 1e9 * factor for s, t in zip(mx, my)],
+                "k--",
+                marker="x",
+                label="Open MPI",
+            )
         fx, fy = _series(auto, "floor_us")
         if fx and factor is not None:
-            ax.plot(fx, [s / (t * 1e-6) / 1e9 * factor if t > 0 else float("nan")
-                         for s, t in zip(fx, fy)], color="grey", linestyle=":",
-                    label="floor")
+            ax.plot(
+                fx,
+                [s / (t * 1e-6) / 1e9 * factor if t > 0 else float("nan") for s, t in zip(fx, fy)],
+                color="grey",
+                linestyle=":",
+                label="floor",
+            )
         images[coll]["busbw"] = _finish(
-            fig, ax, out_dir, "%s_busbw" % coll, "%s: bus bandwidth" % coll,
-            "message size (bytes)", "busbw (GB/s)", logy=False, plt=plt)
+            fig,
+            ax,
+            out_dir,
+            "%s_busbw" % coll,
+            "%s: bus bandwidth" % coll,
+            "message size (bytes)",
+            "busbw (GB/s)",
+            logy=False,
+            plt=plt,
+        )
         # Ratios of the automatic choice.
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
         x, y = _series(auto, "ratio")
@@ -138,8 +160,15 @@ def _plots(doc, out_dir, plt):
             ax.plot(x, y, marker="^", label="mtxcomm auto best call / floor")
         ax.axhline(1.0, color="k", linewidth=0.8)
         images[coll]["ratio"] = _finish(
-            fig, ax, out_dir, "%s_ratio" % coll, "%s: ratios" % coll, "message size (bytes)",
-            "time ratio (< 1: mtxcomm faster)", plt=plt)
+            fig,
+            ax,
+            out_dir,
+            "%s_ratio" % coll,
+            "%s: ratios" % coll,
+            "message size (bytes)",
+            "time ratio (< 1: mtxcomm faster)",
+            plt=plt,
+        )
     images[""] = {}
     # Measured vs predicted (allreduce, every algorithm that ran as itself).
     runs = _runs_by_collective(doc).get("allreduce", [])
@@ -148,30 +177,49 @@ def _plots(doc, out_dir, plt):
         for run in _shown(runs):
             x, y = _series(run, "avg_us")
             px, py = _series(run, "predicted_us")
-            line, = ax.plot(x, y, marker=".", label=_label(run) + " measured")
+            (line,) = ax.plot(x, y, marker=".", label=_label(run) + " measured")
             if px:
-                ax.plot(px, py, linestyle="--", color=line.get_color(),
-                        label=_label(run) + " predicted")
+                ax.plot(
+                    px, py, linestyle="--", color=line.get_color(), label=_label(run) + " predicted"
+                )
         images[""]["predicted"] = _finish(
-            fig, ax, out_dir, "allreduce_predicted",
-            "allreduce: measured vs the cost model's prediction", "message size (bytes)",
-            "latency (us)", legend=6, plt=plt)
+            fig,
+            ax,
+            out_dir,
+            "allreduce_predicted",
+            "allreduce: measured vs the cost model's prediction",
+            "message size (bytes)",
+            "latency (us)",
+            legend=6,
+            plt=plt,
+        )
     proj = doc.get("projection")
     if proj and proj.get("rows"):
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         for size in sorted({r["bytes"] for r in proj["rows"]}):
             rows = [r for r in proj["rows"] if r["bytes"] == size]
-            for name, style in (("ring", "-"), ("recursive_doubling", "--"),
-                                ("hierarchical", ":")):
+            for name, style in (("ring", "-"), ("recursive_doubling", "--"), ("hierarchical", ":")):
                 pts = [(r["nodes"], r["predicted_seconds"].get(name)) for r in rows]
                 pts = [(n, s * 1e3) for n, s in pts if s is not None]
                 if pts:
-                    ax.plot(*zip(*pts), linestyle=style, marker=".",
-                            label="%s %s" % (_human(size), name))
+                    ax.plot(
+                        *zip(*pts),
+                        linestyle=style,
+                        marker=".",
+                        label="%s %s" % (_human(size), name),
+                    )
         images[""]["projection"] = _finish(
-            fig, ax, out_dir, "projection", "projection with the tuned parameters",
+            fig,
+            ax,
+            out_dir,
+            "projection",
+            "projection with the tuned parameters",
             "nodes (x %d ranks per node)" % proj["rows"][0]["ranks_per_node"],
-            "predicted allreduce time (ms)", legend=6, ncol=3, plt=plt)
+            "predicted allreduce time (ms)",
+            legend=6,
+            ncol=3,
+            plt=plt,
+        )
     return images
 
 
@@ -185,8 +233,7 @@ def _busbw_factor(auto, doc):
 
 
 def _table(headers, rows):
-    out = ["<table><tr>" + "".join("<th>%s</th>" % html.escape(str(h)) for h in headers)
-           + "</tr>"]
+    out = ["<table><tr>" + "".join("<th>%s</th>" % html.escape(str(h)) for h in headers) + "</tr>"]
     for row in rows:
         out.append("<tr>" + "".join("<td>%s</td>" % c for c in row) + "</tr>")
     out.append("</table>")
@@ -202,35 +249,54 @@ def _fmt(v, digits=2):
 def _machine_html(doc):
     m = doc.get("machine", {})
     lay = doc.get("layout", {})
-    caches = ", ".join("L%s %s %s" % (c.get("level"), c.get("type", "").lower(), c.get("size"))
-                       for c in m.get("caches", []))
-    rows = [("CPU", html.escape(m.get("cpu", "?"))),
-            ("logical CPUs (rank 0's host)", m.get("logical_cpus", "?")),
-            ("caches (cpu0)", html.escape(caches or "?")),
-            ("memory", "%.1f GiB" % (m.get("memory_bytes", 0) / 2 ** 30)),
-            ("host", html.escape(m.get("host", "?"))),
-            ("job", "%s ranks on %s node(s), %s per node" % (
-                lay.get("ranks", "?"), lay.get("nodes", "?"), lay.get("ranks_per_node", "?"))),
-            ("sizes", html.escape(doc.get("sizes", "")))]
+    caches = ", ".join(
+        "L%s %s %s" % (c.get("level"), c.get("type", "").lower(), c.get("size"))
+        for c in m.get("caches", [])
+    )
+    rows = [
+        ("CPU", html.escape(m.get("cpu", "?"))),
+        ("logical CPUs (rank 0's host)", m.get("logical_cpus", "?")),
+        ("caches (cpu0)", html.escape(caches or "?")),
+        ("memory", "%.1f GiB" % (m.get("memory_bytes", 0) / 2**30)),
+        ("host", html.escape(m.get("host", "?"))),
+        (
+            "job",
+            "%s ranks on %s node(s), %s per node"
+            % (lay.get("ranks", "?"), lay.get("nodes", "?"), lay.get("ranks_per_node", "?")),
+        ),
+        ("sizes", html.escape(doc.get("sizes", ""))),
+    ]
     return _table(("", ""), rows)
 
 
 def _collective_html(coll, runs, images):
     auto = next((r for r in runs if r["algorithm"] == "auto"), runs[0])
-    parts = ["<h2 id='%s'>%s</h2>" % (coll, coll),
-             "<p class='note'>%s; transport %s</p>" % (
-                 html.escape(auto.get("size_meaning", "")), html.escape(auto.get("transport", "")))]
+    parts = [
+        "<h2 id='%s'>%s</h2>" % (coll, coll),
+        "<p class='note'>%s; transport %s</p>"
+        % (html.escape(auto.get("size_meaning", "")), html.escape(auto.get("transport", ""))),
+    ]
     for kind in PLOT_KINDS:
         if kind in images.get(coll, {}):
-            parts.append("<img class='plot' alt='%s %s' src='data:image/png;base64,%s'>"
-                         % (coll, kind, images[coll][kind]))
+            parts.append(
+                "<img class='plot' alt='%s %s' src='data:image/png;base64,%s'>"
+                % (coll, kind, images[coll][kind])
+            )
     algos = [r for r in runs if r["algorithm"] != "auto"]
     declined = [r["algorithm"] for r in algos if r.get("declined")]
     rows = []
     for r in auto["rows"]:
-        cells = [_human(r.get("size", 0)), _fmt(r.get("avg_us")), html.escape(r.get("algorithm", "")),
-                 _fmt(r.get("mpi_avg_us")), _fmt(r.get("ratio")), _fmt(r.get("floor_us")),
-                 _fmt(r.get("x_floor")), _fmt(r.get("best_x_floor")), _fmt(r.get("predicted_us"))]
+        cells = [
+            _human(r.get("size", 0)),
+            _fmt(r.get("avg_us")),
+            html.escape(r.get("algorithm", "")),
+            _fmt(r.get("mpi_avg_us")),
+            _fmt(r.get("ratio")),
+            _fmt(r.get("floor_us")),
+            _fmt(r.get("x_floor")),
+            _fmt(r.get("best_x_floor")),
+            _fmt(r.get("predicted_us")),
+        ]
         # The fastest algorithm measured at this size.
         best, best_us = None, None
         for run in algos:
@@ -245,16 +311,34 @@ def _collective_html(coll, runs, images):
         cls = " class='bad'" if ratio is not None and ratio > 1.0 else ""
         cells[4] = "<span%s>%s</span>" % (cls, cells[4])
         rows.append(cells)
-    parts.append(_table(("size", "auto (us)", "auto's choice", "Open MPI (us)", "/ Open MPI",
-                         "floor (us)", "/ floor", "best call / floor", "predicted (us)",
-                         "fastest measured"), rows))
+    parts.append(
+        _table(
+            (
+                "size",
+                "auto (us)",
+                "auto's choice",
+                "Open MPI (us)",
+                "/ Open MPI",
+                "floor (us)",
+                "/ floor",
+                "best call / floor",
+                "predicted (us)",
+                "fastest measured",
+            ),
+            rows,
+        )
+    )
     if declined:
-        parts.append("<p class='note'>Declined on this layout (fell back to another algorithm, "
-                     "not plotted): %s</p>" % html.escape(", ".join(declined)))
+        parts.append(
+            "<p class='note'>Declined on this layout (fell back to another algorithm, "
+            "not plotted): %s</p>" % html.escape(", ".join(declined))
+        )
     bad = [r for r in runs if r.get("status") not in ("ok", None)]
     if bad:
-        parts.append("<p class='bad'>%s</p>" % html.escape("; ".join(
-            "%s: %s" % (r["algorithm"], r["status"]) for r in bad)))
+        parts.append(
+            "<p class='bad'>%s</p>"
+            % html.escape("; ".join("%s: %s" % (r["algorithm"], r["status"]) for r in bad))
+        )
     return "\n".join(parts)
 
 
@@ -262,38 +346,68 @@ def _projection_html(doc, images):
     proj = doc.get("projection")
     if not proj:
         return "<p>No projection (the tuner did not finish: %s).</p>" % html.escape(
-            str(doc.get("projection_error", "interrupted")))
+            str(doc.get("projection_error", "interrupted"))
+        )
     rows = []
     for r in proj["rows"]:
         p = r["predicted_seconds"]
-        rows.append([r["nodes"], r["ranks"], _human(r["bytes"])] +
-                    [_fmt((p.get(n) or float("nan")) * 1e3, 3) for n in
-                     ("ring", "recursive_doubling", "hierarchical")] + [html.escape(r["selected"])])
+        rows.append(
+            [r["nodes"], r["ranks"], _human(r["bytes"])]
+            + [
+                _fmt((p.get(n) or float("nan")) * 1e3, 3)
+                for n in ("ring", "recursive_doubling", "hierarchical")
+            ]
+            + [html.escape(r["selected"])]
+        )
     intra, inter = proj["intra"], proj["inter"]
     parts = ["<h2 id='projection'>Projection: allreduce at 2 to 1024 nodes</h2>"]
     if "projection" in images.get("", {}):
-        parts.append("<img class='plot' alt='projection' src='data:image/png;base64,%s'>"
-                     % images[""]["projection"])
+        parts.append(
+            "<img class='plot' alt='projection' src='data:image/png;base64,%s'>"
+            % images[""]["projection"]
+        )
     parts.append(
         "<p>Parameters (%s): intra-node alpha %.3g s, beta %.3g s/B, gamma %.3g s/B; "
-        "inter-node alpha %.3g s, beta %.3g s/B, gamma %.3g s/B.</p>" % (
-            html.escape(proj["parameters"]), intra["alpha"], intra["beta"], intra["gamma"],
-            inter["alpha"], inter["beta"], inter["gamma"]))
-    network = ("measured: this job spans nodes, and the tuner fitted the inter-node alpha and "
-               "beta to broadcasts and allreduces between the node leaders"
-               if proj.get("network_measured") else
-               "assumed: this job runs on one node, so there was no network to measure; the "
-               "inter-node level is the library's default (20 us per message, 10 Gb/s), to be "
-               "replaced by a report run across two nodes or more")
+        "inter-node alpha %.3g s, beta %.3g s/B, gamma %.3g s/B.</p>"
+        % (
+            html.escape(proj["parameters"]),
+            intra["alpha"],
+            intra["beta"],
+            intra["gamma"],
+            inter["alpha"],
+            inter["beta"],
+            inter["gamma"],
+        )
+    )
+    network = (
+        "measured: this job spans nodes, and the tuner fitted the inter-node alpha and "
+        "beta to broadcasts and allreduces between the node leaders"
+        if proj.get("network_measured")
+        else "assumed: this job runs on one node, so there was no network to measure; the "
+        "inter-node level is the library's default (20 us per message, 10 Gb/s), to be "
+        "replaced by a report run across two nodes or more"
+    )
     parts.append(
         "<p class='note'>Measured: the intra-node alpha and beta (fitted to shared-memory "
         "broadcasts and allreduces of this job) and gamma (this CPU's float32 sum). The "
         "network: %s. Assumed: the model itself (Hockney's alpha-beta with a reduction term "
         "per level, one link per node shared by its concurrent flows, no congestion in the "
-        "network's core, uniform nodes), and the same ranks per node as this job.</p>"
-        % network)
-    parts.append(_table(("nodes", "ranks", "size", "ring (ms)", "recursive doubling (ms)",
-                         "hierarchical (ms)", "selected"), rows))
+        "network's core, uniform nodes), and the same ranks per node as this job.</p>" % network
+    )
+    parts.append(
+        _table(
+            (
+                "nodes",
+                "ranks",
+                "size",
+                "ring (ms)",
+                "recursive doubling (ms)",
+                "hierarchical (ms)",
+                "selected",
+            ),
+            rows,
+        )
+    )
     return "\n".join(parts)
 
 
@@ -307,6 +421,7 @@ img.plot{display:block;max-width:100%;margin:.5em 0;border:1px solid #ddd}
 def render(out_dir):
     """Writes the plots and index.html of out_dir/results.json; returns index.html's path."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -316,24 +431,34 @@ def render(out_dir):
     by_coll = _runs_by_collective(doc)
     body = ["<h1>mtxcomm cluster report</h1>"]
     if not doc.get("complete"):
-        body.append("<p class='bad'>Incomplete: the report was interrupted; what finished is "
-                    "shown.</p>")
+        body.append(
+            "<p class='bad'>Incomplete: the report was interrupted; what finished is shown.</p>"
+        )
     body.append(_machine_html(doc))
-    body.append("<p>" + " | ".join("<a href='#%s'>%s</a>" % (c, c) for c in by_coll) +
-                " | <a href='#projection'>projection</a></p>")
-    body.append("<p class='note'>Every collective is timed with every result checked (-c), in "
-                "blocks alternating with Open MPI's own collective on the same buffers "
-                "(--vs-mpi); the floor is the time of the least data movement the collective "
-                "needs on this layout, measured on this machine (bench/bench_floor.h). Ratios "
-                "< 1: mtxcomm is faster.</p>")
+    body.append(
+        "<p>"
+        + " | ".join("<a href='#%s'>%s</a>" % (c, c) for c in by_coll)
+        + " | <a href='#projection'>projection</a></p>"
+    )
+    body.append(
+        "<p class='note'>Every collective is timed with every result checked (-c), in "
+        "blocks alternating with Open MPI's own collective on the same buffers "
+        "(--vs-mpi); the floor is the time of the least data movement the collective "
+        "needs on this layout, measured on this machine (bench/bench_floor.h). Ratios "
+        "< 1: mtxcomm is faster.</p>"
+    )
     for coll, runs in by_coll.items():
         body.append(_collective_html(coll, runs, images))
     if "predicted" in images.get("", {}):
-        body.append("<h2>Measured vs predicted</h2><img class='plot' alt='predicted' "
-                    "src='data:image/png;base64,%s'>" % images[""]["predicted"])
+        body.append(
+            "<h2>Measured vs predicted</h2><img class='plot' alt='predicted' "
+            "src='data:image/png;base64,%s'>" % images[""]["predicted"]
+        )
     body.append(_projection_html(doc, images))
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>mtxcomm report</title>"
-            "<style>%s</style></head><body>%s</body></html>" % (CSS, "\n".join(body)))
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>mtxcomm report</title>"
+        "<style>%s</style></head><body>%s</body></html>" % (CSS, "\n".join(body))
+    )
     path = os.path.join(out_dir, "index.html")
     with open(path, "w") as f:
         f.write(page)
@@ -343,8 +468,10 @@ def render(out_dir):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m mtxcomm.bench_report DIR (DIR/results.json from "
-                         "mtxcomm_bench report -o DIR)\n")
+        sys.stderr.write(
+            "usage: python -m mtxcomm.bench_report DIR (DIR/results.json from "
+            "mtxcomm_bench report -o DIR)\n"
+        )
         return 2
     if not os.path.isfile(os.path.join(argv[0], "results.json")):
         sys.stderr.write("mtxcomm.bench_report: %s has no results.json\n" % argv[0])
@@ -352,8 +479,10 @@ def main(argv=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        sys.stderr.write("mtxcomm.bench_report: matplotlib is not installed (pip install "
-                         "matplotlib, or scripts/setup_python.sh)\n")
+        sys.stderr.write(
+            "mtxcomm.bench_report: matplotlib is not installed (pip install "
+            "matplotlib, or scripts/setup_python.sh)\n"
+        )
         return 2
     print(render(argv[0]))
     return 0

@@ -35,27 +35,58 @@ def _parser():
     p = argparse.ArgumentParser(
         prog="mtxrun",
         description="Launch a (TensorFlow/Keras) program on N ranks through Open MPI's mpirun.",
-        epilog="Example: mtxrun -np 2 --transparent python examples/keras_digits.py")
-    p.add_argument("-np", "--num-proc", dest="np", type=int, required=True,
-                   help="number of ranks (processes) to start")
-    p.add_argument("-H", "--host", "--hosts", dest="hosts",
-                   help="hosts and slots, e.g. node1:4,node2:4 (mpirun's --host)")
+        epilog="Example: mtxrun -np 2 --transparent python examples/keras_digits.py",
+    )
+    p.add_argument(
+        "-np",
+        "--num-proc",
+        dest="np",
+        type=int,
+        required=True,
+        help="number of ranks (processes) to start",
+    )
+    p.add_argument(
+        "-H",
+        "--host",
+        "--hosts",
+        dest="hosts",
+        help="hosts and slots, e.g. node1:4,node2:4 (mpirun's --host)",
+    )
     p.add_argument("--hostfile", help="mpirun hostfile")
-    p.add_argument("--transparent", action="store_true",
-                   help="make an unmodified Keras script data-parallel (see README)")
-    p.add_argument("--all-ranks-output", action="store_true",
-                   help="with --transparent: keep the standard output of every rank (default: "
-                        "rank 0 only)")
-    p.add_argument("--threads-per-rank", type=int, default=None, metavar="N",
-                   help="threads (and cores) per rank instead of this machine's cores // ranks")
-    p.add_argument("--timeline", metavar="PATH",
-                   help="write a Chrome trace per rank (MTXCOMM_TIMELINE; \"{rank}\" in PATH "
-                        "is replaced by the rank, else rank r writes PATH.r)")
-    p.add_argument("--mpi-args", default="",
-                   help="extra arguments for mpirun, one string (e.g. \"--mca btl tcp,self\")")
+    p.add_argument(
+        "--transparent",
+        action="store_true",
+        help="make an unmodified Keras script data-parallel (see README)",
+    )
+    p.add_argument(
+        "--all-ranks-output",
+        action="store_true",
+        help="with --transparent: keep the standard output of every rank (default: rank 0 only)",
+    )
+    p.add_argument(
+        "--threads-per-rank",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads (and cores) per rank instead of this machine's cores // ranks",
+    )
+    p.add_argument(
+        "--timeline",
+        metavar="PATH",
+        help='write a Chrome trace per rank (MTXCOMM_TIMELINE; "{rank}" in PATH '
+        "is replaced by the rank, else rank r writes PATH.r)",
+    )
+    p.add_argument(
+        "--mpi-args",
+        default="",
+        help='extra arguments for mpirun, one string (e.g. "--mca btl tcp,self")',
+    )
     p.add_argument("--dry-run", action="store_true", help="print the mpirun command, run nothing")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the program and its arguments (e.g. python train.py --epochs 3)")
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="the program and its arguments (e.g. python train.py --epochs 3)",
+    )
     return p
 
 
@@ -85,16 +116,18 @@ _THREAD_VARS = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THR
 def placement(args, env):
     """(mpirun arguments, {variable: value} to set, [lines saying why])."""
     if args.threads_per_rank is not None and args.threads_per_rank < 1:
-        raise SystemExit("mtxrun: --threads-per-rank must be >= 1, got %d"
-                         % args.threads_per_rank)
+        raise SystemExit("mtxrun: --threads-per-rank must be >= 1, got %d" % args.threads_per_rank)
     mode = env.get("MTXCOMM_PLACEMENT") or "auto"
     if mode not in ("auto", "off"):
-        raise SystemExit("mtxrun: MTXCOMM_PLACEMENT must be auto or off, got %r"
-                         % env["MTXCOMM_PLACEMENT"])
+        raise SystemExit(
+            "mtxrun: MTXCOMM_PLACEMENT must be auto or off, got %r" % env["MTXCOMM_PLACEMENT"]
+        )
     why = []
     if args.hosts or args.hostfile:
-        why.append("hosts given: mpirun binds nothing; mtxcomm binds each rank to its share of "
-                   "its node's cores at init and sizes TensorFlow's pools from it")
+        why.append(
+            "hosts given: mpirun binds nothing; mtxcomm binds each rank to its share of "
+            "its node's cores at init and sizes TensorFlow's pools from it"
+        )
         threads = {}
         if args.threads_per_rank:
             threads = {v: str(args.threads_per_rank) for v in _THREAD_VARS}
@@ -102,24 +135,32 @@ def placement(args, env):
     cores = physical_cores()
     if args.np > cores:
         share = args.threads_per_rank or 1
-        why.append("%d ranks on %d cores: the ranks share the cores (not bound), %d thread(s) "
-                   "each" % (args.np, cores, share))
+        why.append(
+            "%d ranks on %d cores: the ranks share the cores (not bound), %d thread(s) "
+            "each" % (args.np, cores, share)
+        )
         # (mtxcomm itself warns once, on the node's first rank, at init.)
         mpi = ["--bind-to", "none", "--oversubscribe"]
     else:
         share = args.threads_per_rank or max(1, cores // args.np)
         if mode == "off":
             mpi = ["--bind-to", "none"]
-            why.append("MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
-                       "for %d rank(s) on %d cores" % (share, args.np, cores))
+            why.append(
+                "MTXCOMM_PLACEMENT=off: not bound (--bind-to none); %d thread(s) per rank "
+                "for %d rank(s) on %d cores" % (share, args.np, cores)
+            )
         elif args.np * share <= cores:
             mpi = ["--map-by", "slot:PE=%d" % share, "--bind-to", "core"]
-            why.append("%d rank(s) on %d cores: %d core(s) per rank, bound by mpirun (%s)"
-                       % (args.np, cores, share, " ".join(mpi)))
+            why.append(
+                "%d rank(s) on %d cores: %d core(s) per rank, bound by mpirun (%s)"
+                % (args.np, cores, share, " ".join(mpi))
+            )
         else:
             mpi = ["--bind-to", "none"]
-            why.append("--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
-                       % (share, args.np, cores))
+            why.append(
+                "--threads-per-rank %d x %d ranks exceeds the %d cores: not bound"
+                % (share, args.np, cores)
+            )
     threads = {v: str(share) for v in _THREAD_VARS}
     return mpi, threads, why
 
@@ -157,8 +198,9 @@ def build_command(args, environ=None):
         raise SystemExit("mtxrun: no program given (e.g. mtxrun -np 2 python train.py)")
     mpirun = shutil.which("mpirun", path=env.get("PATH"))
     if mpirun is None:
-        raise SystemExit("mtxrun: Open MPI's mpirun is not on PATH (Debian/Ubuntu: "
-                         "apt install openmpi-bin)")
+        raise SystemExit(
+            "mtxrun: Open MPI's mpirun is not on PATH (Debian/Ubuntu: apt install openmpi-bin)"
+        )
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise SystemExit("mtxrun: --hostfile %s does not exist" % args.hostfile)
     mpi_placement, threads, why = placement(args, env)
@@ -178,10 +220,11 @@ def build_command(args, environ=None):
         # "mtxrun --timeline python train.py" (PATH forgotten): argparse took the program for
         # the PATH and would run train.py as the program.
         if not os.path.dirname(args.timeline) and shutil.which(args.timeline):
-            raise SystemExit("mtxrun: --timeline takes a PATH for the trace, got %r, which is a "
-                             "program on PATH; write e.g. mtxrun -np %d --timeline trace.json "
-                             "%s" % (args.timeline, args.np,
-                                     " ".join([args.timeline] + list(args.command))))
+            raise SystemExit(
+                "mtxrun: --timeline takes a PATH for the trace, got %r, which is a "
+                "program on PATH; write e.g. mtxrun -np %d --timeline trace.json "
+                "%s" % (args.timeline, args.np, " ".join([args.timeline] + list(args.command)))
+            )
         env["MTXCOMM_TIMELINE"] = os.path.abspath(args.timeline)
     if not env.get("MTXCOMM_JOB_SECRET") and not env.get("MTXCOMM_JOB_SECRET_FILE"):
         # The job's secret (256 random bits): what every bootstrap connection between its ranks
@@ -190,8 +233,10 @@ def build_command(args, environ=None):
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     if args.all_ranks_output and not args.transparent:
-        sys.stderr.write("mtxrun: --all-ranks-output has no effect without --transparent "
-                         "(every rank's output is kept)\n")
+        sys.stderr.write(
+            "mtxrun: --all-ranks-output has no effect without --transparent "
+            "(every rank's output is kept)\n"
+        )
     if args.transparent:
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_transparent")
         parts = [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -215,7 +260,7 @@ def build_command(args, environ=None):
     try:
         argv += shlex.split(args.mpi_args)
     except ValueError as e:
-        raise SystemExit("mtxrun: --mpi-args %r: %s" % (args.mpi_args, e))
+        raise SystemExit("mtxrun: --mpi-args %r: %s" % (args.mpi_args, e)) from None
     rank_env = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank_env.py")
     argv += [sys.executable, rank_env] + command
     build_command.why = why

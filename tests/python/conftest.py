@@ -93,15 +93,23 @@ def expected_reduce(arrays, op, dtype):
         return (stack.any(0) if op in ("sum", "max") else stack.all(0)).astype(bool)
     if dtype.kind in "iu":
         stack = np.stack([np.asarray(a).astype(np.int64) for a in arrays])
-        r = {"sum": lambda: stack.sum(0), "avg": lambda: trunc_div(stack.sum(0), n),
-             "min": lambda: stack.min(0), "max": lambda: stack.max(0),
-             "prod": lambda: stack.prod(0)}[op]()
+        r = {
+            "sum": lambda: stack.sum(0),
+            "avg": lambda: trunc_div(stack.sum(0), n),
+            "min": lambda: stack.min(0),
+            "max": lambda: stack.max(0),
+            "prod": lambda: stack.prod(0),
+        }[op]()
         return np.asarray(r).astype(dtype)
     acc = np.float32 if dtype.itemsize == 2 else dtype.type
     stack = np.stack([np.asarray(a).astype(acc) for a in arrays])
-    r = {"sum": lambda: stack.sum(0), "avg": lambda: stack.sum(0) / acc(n),
-         "min": lambda: stack.min(0), "max": lambda: stack.max(0),
-         "prod": lambda: stack.prod(0)}[op]()
+    r = {
+        "sum": lambda: stack.sum(0),
+        "avg": lambda: stack.sum(0) / acc(n),
+        "min": lambda: stack.min(0),
+        "max": lambda: stack.max(0),
+        "prod": lambda: stack.prod(0),
+    }[op]()
     return np.asarray(r).astype(dtype)
 
 
@@ -118,8 +126,13 @@ def assert_same(got, want, op="sum"):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """One line per rank, so that the interleaved output of an mpirun session says who failed."""
-    counts = {k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "error", "skipped")}
-    failed = [r.nodeid for r in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])]
+    counts = {
+        k: len(terminalreporter.stats.get(k, [])) for k in ("passed", "failed", "error", "skipped")
+    }
+    failed = [
+        r.nodeid
+        for r in terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
+    ]
     terminalreporter.write_line(
         f"[rank {launched_rank()} of {launched_size()}] "
         + ", ".join(f"{v} {k}" for k, v in counts.items())

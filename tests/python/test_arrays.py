@@ -16,8 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import (assert_same, expected_reduce, launched_rank, launched_size, rank_values,
-                      values)
+from conftest import assert_same, expected_reduce, launched_rank, launched_size, rank_values, values
 
 SIZE = launched_size()
 RANK = launched_rank()
@@ -43,8 +42,21 @@ if jax is not None:
     import jax.numpy as jnp
 
 BF16 = ml_dtypes.bfloat16 if ml_dtypes is not None else None
-DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
-          np.float16, "bfloat16", np.float32, np.float64, np.bool_]
+DTYPES = [
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.uint16,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    "bfloat16",
+    np.float32,
+    np.float64,
+    np.bool_,
+]
 DTYPE_IDS = [np.dtype(d).name if d != "bfloat16" else d for d in DTYPES]
 OPS = ["sum", "avg", "min", "max", "prod"]
 needs_torch = pytest.mark.skipif(torch is None, reason=MISSING.get("torch", ""))
@@ -72,6 +84,7 @@ def rows_of(d0, n, r):
 def mc():
     """mtxcomm's array API, initialised once per session; shut down at the end."""
     import mtxcomm
+
     assert not mtxcomm.is_initialized()
     mtxcomm.init()
     mtxcomm.init()  # a second init is a no-op
@@ -83,10 +96,12 @@ def mc():
 @pytest.fixture(scope="session")
 def core(mc):
     from mtxcomm import _core
+
     return _core
 
 
 # ---- process facts ---------------------------------------------------------------------------
+
 
 def test_process_facts(mc):
     assert mc.is_initialized()
@@ -96,23 +111,28 @@ def test_process_facts(mc):
 
 
 def test_the_package_loads_the_array_module_only_when_used():
-    code = ("import sys, mtxcomm, mtxcomm.run; "
-            "print('mtxcomm._core' in sys.modules, 'mtxcomm._arrays' in sys.modules)")
+    code = (
+        "import sys, mtxcomm, mtxcomm.run; "
+        "print('mtxcomm._core' in sys.modules, 'mtxcomm._arrays' in sys.modules)"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE"))}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
 
 
 # ---- allreduce -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_allreduce_every_op_and_dtype(mc, dtype, op):
     dt = np_dtype(dtype)
     if dt == np.bool_ and op == "avg":
-        with pytest.raises(mc.InvalidArgumentError, match="op avg is not defined for datatype "
-                                                          "bool"):
+        with pytest.raises(
+            mc.InvalidArgumentError, match="op avg is not defined for datatype bool"
+        ):
             mc.allreduce(values((3,), dt, RANK), op=op)  # refused on every rank
         return
     shape = (2, 3, 4)
@@ -122,12 +142,14 @@ def test_allreduce_every_op_and_dtype(mc, dtype, op):
     assert_same(got, want, op)
 
 
-@pytest.mark.parametrize("shape", [(), (1,), (0,), (0, 3), (7, 1, 5), (1001,)],
-                         ids=["scalar", "1", "empty", "empty2d", "3d", "1001"])
+@pytest.mark.parametrize(
+    "shape",
+    [(), (1,), (0,), (0, 3), (7, 1, 5), (1001,)],
+    ids=["scalar", "1", "empty", "empty2d", "3d", "1001"],
+)
 def test_allreduce_shapes(mc, shape):
     got = mc.allreduce(values(shape, np.float32, RANK), op="sum")
-    want = expected_reduce([values(shape, np.float32, k) for k in range(SIZE)], "sum",
-                           np.float32)
+    want = expected_reduce([values(shape, np.float32, k) for k in range(SIZE)], "sum", np.float32)
     assert_same(got, want)
 
 
@@ -152,33 +174,36 @@ def adasum_tree(arrays, dtype):
         cur[r - q] = rnd(adasum_pair(cur[r - q], cur[r]))
     d = 1
     while d < q:
-        cur = [rnd(adasum_pair(cur[min(r, r ^ d)], cur[max(r, r ^ d)])) for r in range(q)] + \
-            cur[q:]
+        cur = [rnd(adasum_pair(cur[min(r, r ^ d)], cur[max(r, r ^ d)])) for r in range(q)] + cur[q:]
         d *= 2
     return cur[0].astype(dtype).reshape(np.asarray(arrays[0]).shape)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, "bfloat16", np.float32, np.float64],
-                         ids=["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float16, "bfloat16", np.float32, np.float64],
+    ids=["float16", "bfloat16", "float32", "float64"],
+)
 def test_allreduce_adasum(mc, dtype):
     dt = np_dtype(dtype)
     x = (values((3, 5), np.float64, RANK) * (RANK + 1) + 0.25 * RANK).astype(dt)
     got = mc.allreduce(x, op="adasum")
     same = mc.allreduce(values((4,), dt, 1), op=mc.ADASUM)  # equal vectors give the vector
     one_hot = mc.allreduce(np.eye(SIZE, dtype=dt)[RANK], op="adasum")  # orthogonal ones add
-    want = adasum_tree([(values((3, 5), np.float64, k) * (k + 1) + 0.25 * k).astype(dt)
-                        for k in range(SIZE)], dt)
+    want = adasum_tree(
+        [(values((3, 5), np.float64, k) * (k + 1) + 0.25 * k).astype(dt) for k in range(SIZE)], dt
+    )
     tol = {2: 2e-2, 4: 1e-5, 8: 1e-12}[dt.itemsize]
     assert got.dtype == dt and got.shape == (3, 5)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
-                               atol=tol)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
     assert_same(same, values((4,), dt, 1))
     assert_same(one_hot, np.ones(SIZE, dt))
 
 
 def test_adasum_is_refused_for_integers_and_reduce_scatter_on_every_rank(mc):
-    with pytest.raises(mc.InvalidArgumentError, match="op adasum is not defined for datatype "
-                                                      "int32"):
+    with pytest.raises(
+        mc.InvalidArgumentError, match="op adasum is not defined for datatype int32"
+    ):
         mc.allreduce(values((3,), np.int32, RANK), op="adasum")
     with pytest.raises(ValueError, match="adasum"):
         mc.reduce_scatter(values((SIZE, 2), np.float32, RANK), op="adasum")
@@ -188,8 +213,10 @@ def test_adasum_is_refused_for_integers_and_reduce_scatter_on_every_rank(mc):
 
 def test_allreduce_op_spellings(mc):
     x = values((4,), np.int32, RANK)
-    results = [mc.allreduce(x, op=op)
-               for op in (mc.SUM, mc.ReduceOp.MAX, "MIN", "Prod", 4, np.int64(2), "average")]
+    results = [
+        mc.allreduce(x, op=op)
+        for op in (mc.SUM, mc.ReduceOp.MAX, "MIN", "Prod", 4, np.int64(2), "average")
+    ]
     arrays = [values((4,), np.int32, k) for k in range(SIZE)]
     for got, op in zip(results, ["sum", "max", "min", "prod", "avg", "min", "avg"]):
         assert_same(got, expected_reduce(arrays, op, np.int32), op)
@@ -209,8 +236,10 @@ def test_allreduce_out_is_written_and_returned_zero_copy(mc, core):
     assert got is out
     assert np.shares_memory(got, out)
     assert (engine_in, engine_out) == (address(x), address(out))
-    assert_same(out, expected_reduce([values((5, 3), np.float64, k) for k in range(SIZE)],
-                                     "max", np.float64))
+    assert_same(
+        out,
+        expected_reduce([values((5, 3), np.float64, k) for k in range(SIZE)], "max", np.float64),
+    )
     np.testing.assert_array_equal(x, values((5, 3), np.float64, RANK))  # x not written
 
 
@@ -220,13 +249,15 @@ def test_allreduce_in_place(mc, core):
     engine_in, engine_out = core.last_buffers()
     assert got is x
     assert engine_in == engine_out == address(x)
-    assert_same(x, expected_reduce([values((6,), np.int64, k) for k in range(SIZE)], "sum",
-                                   np.int64))
+    assert_same(
+        x, expected_reduce([values((6,), np.int64, k) for k in range(SIZE)], "sum", np.int64)
+    )
     # A view of the same memory is in place too.
     y = values((2, 3), np.float32, RANK)
     mc.allreduce(y, op="sum", out=y.reshape(6).reshape(2, 3))
-    assert_same(y, expected_reduce([values((2, 3), np.float32, k) for k in range(SIZE)], "sum",
-                                   np.float32))
+    assert_same(
+        y, expected_reduce([values((2, 3), np.float32, k) for k in range(SIZE)], "sum", np.float32)
+    )
 
 
 def test_the_input_is_not_copied_and_the_result_is_the_engines_memory(mc, core):
@@ -246,10 +277,12 @@ def test_a_non_contiguous_input_is_copied_first(mc, core):
     got = mc.allreduce(x)
     engine_in, _ = core.last_buffers()
     got_t = mc.allreduce(t)
-    want = expected_reduce([values((4, 6), np.float32, k)[:, ::2] for k in range(SIZE)], "sum",
-                           np.float32)
-    want_t = expected_reduce([values((4, 6), np.float32, k).T for k in range(SIZE)], "sum",
-                             np.float32)
+    want = expected_reduce(
+        [values((4, 6), np.float32, k)[:, ::2] for k in range(SIZE)], "sum", np.float32
+    )
+    want_t = expected_reduce(
+        [values((4, 6), np.float32, k).T for k in range(SIZE)], "sum", np.float32
+    )
     assert engine_in != address(base)
     assert_same(got, want)
     assert_same(got_t, want_t)
@@ -274,8 +307,9 @@ def test_read_only_memory_is_never_written(mc):
     np.testing.assert_array_equal(xr, values((4,), np.float32, RANK))
     # A read-only input is fine (it is only read).
     got = mc.allreduce(xr)
-    assert_same(got, expected_reduce([values((4,), np.float32, k) for k in range(SIZE)], "sum",
-                                     np.float32))
+    assert_same(
+        got, expected_reduce([values((4,), np.float32, k) for k in range(SIZE)], "sum", np.float32)
+    )
 
 
 def test_bad_out_arguments_are_refused_before_anything_is_sent(mc):
@@ -293,11 +327,14 @@ def test_bad_out_arguments_are_refused_before_anything_is_sent(mc):
         mc.allgather(big[:8].reshape(4, 2), out=big[:8].reshape(4, 2))  # no in place
     # Still in step: a collective after the refusals works.
     got = mc.allreduce(x)
-    assert_same(got, expected_reduce([values((4, 2), np.float32, k) for k in range(SIZE)],
-                                     "sum", np.float32))
+    assert_same(
+        got,
+        expected_reduce([values((4, 2), np.float32, k) for k in range(SIZE)], "sum", np.float32),
+    )
 
 
 # ---- broadcast -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_broadcast_from_every_root(mc, dtype):
@@ -332,6 +369,7 @@ def test_broadcast_root_out_of_range_fails_on_every_rank(mc):
 
 # ---- allgather -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_allgather_uneven_rows(mc, dtype):
     dt = np_dtype(dtype)
@@ -349,8 +387,11 @@ def test_allgather_out_and_a_wrong_dim0(mc):
     out = np.zeros((total, 2), np.int32)
     got = mc.allgather(values((RANK + 1, 2), np.int32, RANK), out=out)
     wrong = np.full((total + 1, 2), 7, np.int32)
-    with pytest.raises(ValueError, match=r"out has shape \(%d, 2\) but the result has shape "
-                                         r"\(%d, 2\)" % (total + 1, total)):
+    with pytest.raises(
+        ValueError,
+        match=r"out has shape \(%d, 2\) but the result has shape "
+        r"\(%d, 2\)" % (total + 1, total),
+    ):
         mc.allgather(values((RANK + 1, 2), np.int32, RANK), out=wrong)
     with pytest.raises(ValueError, match="out has shape"):
         mc.allgather(values((RANK + 1, 2), np.int32, RANK), out=np.zeros((total, 3), np.int32))
@@ -368,20 +409,22 @@ def test_allgather_of_a_scalar_fails_on_every_rank(mc):
 
 # ---- reduce_scatter --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_reduce_scatter_every_op_and_dtype(mc, dtype, op):
     dt = np_dtype(dtype)
     d0 = 2 * SIZE + 1  # not divisible: the first d0 % size ranks get one more row
     if dt == np.bool_ and op == "avg":
-        with pytest.raises(mc.InvalidArgumentError, match="op avg is not defined for datatype "
-                                                          "bool"):
+        with pytest.raises(
+            mc.InvalidArgumentError, match="op avg is not defined for datatype bool"
+        ):
             mc.reduce_scatter(values((d0, 2), dt, RANK), op=op)
         return
     got = mc.reduce_scatter(values((d0, 2), dt, RANK), op=op)
     full = expected_reduce([values((d0, 2), dt, k) for k in range(SIZE)], op, dt)
     start = sum(rows_of(d0, SIZE, r) for r in range(RANK))
-    assert_same(got, full[start:start + rows_of(d0, SIZE, RANK)], op)
+    assert_same(got, full[start : start + rows_of(d0, SIZE, RANK)], op)
 
 
 def test_reduce_scatter_fewer_rows_than_ranks_and_out(mc):
@@ -390,20 +433,24 @@ def test_reduce_scatter_fewer_rows_than_ranks_and_out(mc):
     mine = rows_of(4 * SIZE, SIZE, RANK)
     out = np.zeros((mine, 2), np.int64)
     got2 = mc.reduce_scatter(values((4 * SIZE, 2), np.int64, RANK), op="max", out=out)
-    full = expected_reduce([values((d0, 3), np.float32, k) for k in range(SIZE)], "sum",
-                           np.float32)
+    full = expected_reduce([values((d0, 3), np.float32, k) for k in range(SIZE)], "sum", np.float32)
     start = sum(rows_of(d0, SIZE, r) for r in range(RANK))
-    assert_same(got, full[start:start + rows_of(d0, SIZE, RANK)])
+    assert_same(got, full[start : start + rows_of(d0, SIZE, RANK)])
     assert got2 is out
-    full2 = expected_reduce([values((4 * SIZE, 2), np.int64, k) for k in range(SIZE)], "max",
-                            np.int64)
-    assert_same(out, full2[RANK * mine:(RANK + 1) * mine], "max")
-    with pytest.raises(ValueError, match=r"out has shape \(1, 2\) but the result has shape "
-                                         r"\(4, 2\)"):
+    full2 = expected_reduce(
+        [values((4 * SIZE, 2), np.int64, k) for k in range(SIZE)], "max", np.int64
+    )
+    assert_same(out, full2[RANK * mine : (RANK + 1) * mine], "max")
+    with pytest.raises(
+        ValueError,
+        match=r"out has shape \(1, 2\) but the result has shape "
+        r"\(4, 2\)",
+    ):
         mc.reduce_scatter(values((4 * SIZE, 2), np.int64, RANK), out=np.zeros((1, 2), np.int64))
 
 
 # ---- alltoall --------------------------------------------------------------------------------
+
 
 def a2a_splits(r, n):
     """Rows rank r sends to each rank: (r + j) % 3, and one more to itself."""
@@ -422,7 +469,7 @@ def a2a_expected(me, n, dt):
     for j in range(n):
         s = a2a_splits(j, n)
         start = sum(s[:me])
-        parts.append(a2a_input(j, n, dt)[start:start + s[me]])
+        parts.append(a2a_input(j, n, dt)[start : start + s[me]])
     return np.concatenate(parts), [a2a_splits(j, n)[me] for j in range(n)]
 
 
@@ -440,8 +487,9 @@ def test_alltoall_even_split_and_numpy_splits(mc):
     x = values((2 * SIZE, 3), np.float64, RANK)
     got = mc.alltoall(x)  # no splits: only the result
     got2, received = mc.alltoall(x, splits=np.full(SIZE, 2, np.int64))
-    want = np.concatenate([values((2 * SIZE, 3), np.float64, k)[2 * RANK:2 * RANK + 2]
-                           for k in range(SIZE)])
+    want = np.concatenate(
+        [values((2 * SIZE, 3), np.float64, k)[2 * RANK : 2 * RANK + 2] for k in range(SIZE)]
+    )
     assert isinstance(got, np.ndarray)
     assert_same(got, want)
     assert_same(got2, want)
@@ -454,8 +502,11 @@ def test_alltoall_bad_splits_fail_on_every_rank_naming_the_rank(mc):
     if RANK == 0 and SIZE > 1:
         splits[0] = 2  # ... but on rank 0 at np > 1
     bad = 1 if SIZE > 1 else 0
-    with pytest.raises(ValueError, match="rank %d passed splits summing to %d, but its "
-                                         "dimension 0 is %d" % (bad, SIZE, SIZE + 1)):
+    with pytest.raises(
+        ValueError,
+        match="rank %d passed splits summing to %d, but its "
+        "dimension 0 is %d" % (bad, SIZE, SIZE + 1),
+    ):
         mc.alltoall(x, splits=splits)
     with pytest.raises(TypeError, match="splits must be a 1-d sequence of ints"):
         mc.alltoall(x, splits=[0.5] * SIZE)
@@ -465,6 +516,7 @@ def test_alltoall_bad_splits_fail_on_every_rank_naming_the_rank(mc):
 
 # ---- barrier ---------------------------------------------------------------------------------
 
+
 def test_barrier(mc):
     for _ in range(3):
         mc.barrier()
@@ -472,10 +524,12 @@ def test_barrier(mc):
 
 # ---- the GIL ---------------------------------------------------------------------------------
 
+
 @multi_rank
 def test_the_gil_is_released_while_a_call_waits(mc):
     import threading
     import time
+
     ticks = []
     stop = threading.Event()
 
@@ -499,6 +553,7 @@ def test_the_gil_is_released_while_a_call_waits(mc):
 
 # ---- buffer protocol -------------------------------------------------------------------------
 
+
 def test_buffer_protocol_inputs_give_numpy_results(mc):
     raw = bytes([RANK, 1, 2, 3])
     got = mc.allreduce(raw, op="max")
@@ -513,6 +568,7 @@ def test_buffer_protocol_inputs_give_numpy_results(mc):
 
 
 # ---- errors ----------------------------------------------------------------------------------
+
 
 def test_unsupported_dtypes_and_objects_are_type_errors(mc):
     with pytest.raises(TypeError, match="dtype complex64"):
@@ -586,27 +642,38 @@ def test_an_error_at_shutdown_is_raised_and_fails_the_exit():
     if RANK != 0 or SIZE != 1:
         pytest.skip("runs once, in the np=1 session")
     import mtxcomm
+
     message = "rank 0 of 2: mtxcomm_comm_destroy (transport shm): the ranks disagree on the call"
     with pytest.raises(mtxcomm.InvalidUsageError, match="disagree on the call"):
         mtxcomm._shutdown_or_exit(lambda: (2, message), at_exit=False)
     mtxcomm._shutdown_or_exit(lambda: (0, ""), at_exit=False)
-    code = ("import atexit, mtxcomm\n"
-            "atexit.register(mtxcomm._shutdown_or_exit, lambda: (2, %r), at_exit=True)\n"
-            "print('END OF PROGRAM')\n" % message)
+    code = (
+        "import atexit, mtxcomm\n"
+        "atexit.register(mtxcomm._shutdown_or_exit, lambda: (2, %r), at_exit=True)\n"
+        "print('END OF PROGRAM')\n" % message
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE"))}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
     assert "END OF PROGRAM" in out.stdout, out.stdout
     assert "mtxcomm: error at exit: " + message in out.stderr, out.stderr
 
 
 def test_error_classes_map_the_codes():
-    from mtxcomm import _arrays
     import builtins
-    cases = {1: (ValueError, "InvalidArgumentError"), 2: (RuntimeError, "InvalidUsageError"),
-             3: (RuntimeError, "Error"), 4: (RuntimeError, "RemoteError"),
-             5: (builtins.TimeoutError, "TimeoutError"), 7: (RuntimeError, "Error")}
+
+    from mtxcomm import _arrays
+
+    cases = {
+        1: (ValueError, "InvalidArgumentError"),
+        2: (RuntimeError, "InvalidUsageError"),
+        3: (RuntimeError, "Error"),
+        4: (RuntimeError, "RemoteError"),
+        5: (builtins.TimeoutError, "TimeoutError"),
+        7: (RuntimeError, "Error"),
+    }
     for code, (base, name) in cases.items():
         e = _arrays._error(code, "mtxcomm x failed on rank 3: why")
         assert type(e).__name__ == name and isinstance(e, base), (code, type(e))
@@ -620,7 +687,8 @@ def test_timeout_and_remote_errors_in_a_job_of_their_own(tmp_path):
     if RANK != 0 or SIZE != 1:
         pytest.skip("runs once, in the np=1 session")
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys, time
         import numpy as np
         import mtxcomm
@@ -659,13 +727,25 @@ def test_timeout_and_remote_errors_in_a_job_of_their_own(tmp_path):
             mtxcomm.rank()
         except mtxcomm.InvalidUsageError as e:
             print("DOWN %d %s" % (r, e), flush=True)
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX", "PRTE"))}
-    env.update(MTXCOMM_SIZE="2", MTXCOMM_STORE="file:%s" % (tmp_path / "store"),
-               MTXCOMM_STALL_TIMEOUT="2", MTXCOMM_STALL_WARNING="0")
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "flag")],
-                              env=dict(env, MTXCOMM_RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    env.update(
+        MTXCOMM_SIZE="2",
+        MTXCOMM_STORE="file:%s" % (tmp_path / "store"),
+        MTXCOMM_STALL_TIMEOUT="2",
+        MTXCOMM_STALL_WARNING="0",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / "flag")],
+            env=dict(env, MTXCOMM_RANK=str(r)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outs = []
     for p in procs:
         try:
@@ -690,8 +770,21 @@ def test_timeout_and_remote_errors_in_a_job_of_their_own(tmp_path):
 
 # ---- PyTorch ---------------------------------------------------------------------------------
 
-TORCH_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-                "float16", "bfloat16", "float32", "float64", "bool"]
+TORCH_DTYPES = [
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "bool",
+]
 
 
 def torch_values(shape, name, rank, offset=0):
@@ -718,8 +811,11 @@ def test_torch_allreduce_every_dtype(mc, name):
     op = "max" if name == "bool" else "sum"
     got = mc.allreduce(torch_values((3, 4), name, RANK), op=op)
     assert isinstance(got, torch.Tensor) and got.dtype == getattr(torch, name)
-    want = expected_reduce([from_torch(torch_values((3, 4), name, k)) for k in range(SIZE)],
-                           op, from_torch(torch_values((1,), name, 0)).dtype)
+    want = expected_reduce(
+        [from_torch(torch_values((3, 4), name, k)) for k in range(SIZE)],
+        op,
+        from_torch(torch_values((1,), name, 0)).dtype,
+    )
     assert_same(from_torch(got), want)
 
 
@@ -733,15 +829,23 @@ def test_torch_zero_copy_in_place_and_out(mc, core):
     engine_in2, engine_out2 = core.last_buffers()
     out = torch.zeros(3, dtype=torch.int64)
     got_out = mc.broadcast(torch_values((3,), "int64", RANK), root=0, out=out)
-    want = expected_reduce([from_torch(torch_values((4, 5), "float32", k)) for k in range(SIZE)],
-                           "sum", np.float32)
+    want = expected_reduce(
+        [from_torch(torch_values((4, 5), "float32", k)) for k in range(SIZE)], "sum", np.float32
+    )
     assert engine_in == t.data_ptr()
     assert engine_out == got.data_ptr()  # the result wraps the engine's buffer: no copy
     assert_same(got.numpy(), want)
     assert same is inplace and engine_in2 == engine_out2 == inplace.data_ptr()
-    assert from_torch(inplace).astype(np.float64).tolist() == \
-        expected_reduce([from_torch(torch_values((6,), "bfloat16", k)) for k in range(SIZE)],
-                        "sum", from_torch(inplace).dtype).astype(np.float64).tolist()
+    assert (
+        from_torch(inplace).astype(np.float64).tolist()
+        == expected_reduce(
+            [from_torch(torch_values((6,), "bfloat16", k)) for k in range(SIZE)],
+            "sum",
+            from_torch(inplace).dtype,
+        )
+        .astype(np.float64)
+        .tolist()
+    )
     assert got_out is out and out.tolist() == torch_values((3,), "int64", 0).tolist()
 
 
@@ -751,8 +855,9 @@ def test_torch_non_contiguous_grad_and_device_tensors(mc):
     got = mc.allreduce(base.t())  # non-contiguous: copied first
     leaf = torch.ones(2, requires_grad=True)
     got_grad = mc.allreduce(leaf)  # read through detach()
-    want = expected_reduce([from_torch(torch_values((3, 4), "float64", k)).T
-                            for k in range(SIZE)], "sum", np.float64)
+    want = expected_reduce(
+        [from_torch(torch_values((3, 4), "float64", k)).T for k in range(SIZE)], "sum", np.float64
+    )
     assert_same(got.numpy(), want)
     assert got_grad.tolist() == [float(SIZE)] * 2 and not got_grad.requires_grad
     with pytest.raises(ValueError, match="out requires grad"):
@@ -771,12 +876,15 @@ def test_torch_allgather_reduce_scatter_alltoall(mc):
     x = torch.from_numpy(a2a_input(RANK, SIZE, np.int64))
     exchanged, received = mc.alltoall(x, splits=torch.tensor(a2a_splits(RANK, SIZE)))
     assert isinstance(gathered, torch.Tensor) and gathered.dtype == torch.float16
-    assert_same(gathered.numpy(), np.concatenate(
-        [from_torch(torch_values((k + 1, 2), "float16", k)) for k in range(SIZE)]))
-    full = expected_reduce([from_torch(torch_values((d0, 2), "int32", k)) for k in range(SIZE)],
-                           "min", np.int32)
+    assert_same(
+        gathered.numpy(),
+        np.concatenate([from_torch(torch_values((k + 1, 2), "float16", k)) for k in range(SIZE)]),
+    )
+    full = expected_reduce(
+        [from_torch(torch_values((d0, 2), "int32", k)) for k in range(SIZE)], "min", np.int32
+    )
     start = sum(rows_of(d0, SIZE, r) for r in range(RANK))
-    assert_same(scattered.numpy(), full[start:start + rows_of(d0, SIZE, RANK)], "min")
+    assert_same(scattered.numpy(), full[start : start + rows_of(d0, SIZE, RANK)], "min")
     want, want_received = a2a_expected(RANK, SIZE, np.int64)
     assert isinstance(exchanged, torch.Tensor) and isinstance(received, torch.Tensor)
     assert_same(exchanged.numpy(), want)
@@ -784,6 +892,7 @@ def test_torch_allgather_reduce_scatter_alltoall(mc):
 
 
 # ---- JAX -------------------------------------------------------------------------------------
+
 
 @needs_jax
 def test_jax_arrays(mc, core):
@@ -795,31 +904,42 @@ def test_jax_arrays(mc, core):
     gathered = mc.allgather(jnp.asarray(values((RANK + 1,), np.int32, RANK)))
     assert isinstance(got, jax.Array)
     assert engine_in == x.unsafe_buffer_pointer()  # read in place
-    assert_same(np.asarray(got), expected_reduce(
-        [values((4, 3), np.float32, k) for k in range(SIZE)], "max", np.float32))
+    assert_same(
+        np.asarray(got),
+        expected_reduce([values((4, 3), np.float32, k) for k in range(SIZE)], "max", np.float32),
+    )
     assert isinstance(got_b, jax.Array) and got_b.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(got_b, np.float64), expected_reduce(
-        [values((5,), np.float32, k) for k in range(SIZE)], "sum", np.float32))
-    assert_same(np.asarray(gathered), np.concatenate(
-        [values((k + 1,), np.int32, k) for k in range(SIZE)]))
+    np.testing.assert_array_equal(
+        np.asarray(got_b, np.float64),
+        expected_reduce([values((5,), np.float32, k) for k in range(SIZE)], "sum", np.float32),
+    )
+    assert_same(
+        np.asarray(gathered), np.concatenate([values((k + 1,), np.int32, k) for k in range(SIZE)])
+    )
     with pytest.raises(ValueError, match="JAX arrays are immutable"):
         mc.allreduce(x, out=x)
 
 
 # ---- one engine with mtxcomm.tensorflow --------------------------------------------------------
 
+
 def test_one_engine_and_communicator_with_mtxcomm_tensorflow(mc, core):
     if SIZE > 2:
         pytest.skip("run at np=1 and 2: importing TensorFlow costs about 10 s of CPU per rank")
     try:
         import tensorflow as tf
+
         import mtxcomm.tensorflow as hvd
     except Exception as e:  # noqa: BLE001
         pytest.skip("mtxcomm.tensorflow is not importable: %s: %s" % (type(e).__name__, e))
     assert hvd.is_initialized()  # started by mtxcomm.init()
     hvd.init()  # a no-op: the engine runs
-    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == \
-        (mc.rank(), mc.size(), mc.local_rank(), mc.local_size())
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (
+        mc.rank(),
+        mc.size(),
+        mc.local_rank(),
+        mc.local_size(),
+    )
     before = core.collective_count()
     tf_sum = hvd.allreduce(tf.constant([1.0, float(RANK)]), op=hvd.Sum, name="arrays.tf").numpy()
     np_sum = mc.allreduce(np.array([1.0, float(RANK)], np.float32))

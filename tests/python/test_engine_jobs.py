@@ -37,22 +37,31 @@ INFO = os.path.join(REPO, "build", "mtxcomm_info")
 @pytest.mark.parametrize("np_", [2, 3])
 def test_a_tensor_some_ranks_never_submit_fails_after_the_stall_timeout(tmp, np_):
     records = tmp / ("flight_np%d" % np_)
-    job = run(["-np", str(np_), "python", os.path.join(SCRIPTS, "stall.py")], tmp,
-              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0",
-                   "MTXCOMM_FLIGHT_RECORDER_DIR": str(records)})
+    job = run(
+        ["-np", str(np_), "python", os.path.join(SCRIPTS, "stall.py")],
+        tmp,
+        env={
+            "MTXCOMM_STALL_TIMEOUT": "3",
+            "MTXCOMM_STALL_WARNING": "0",
+            "MTXCOMM_FLIGHT_RECORDER_DIR": str(records),
+        },
+    )
     job.check_ok()
     # The stall error wrote every rank's flight record, the missing rank's too, and
     # mtxcomm_info --why-stuck names the tensor and the rank that never submitted it.
     for r in range(np_):
         assert (records / ("world.rank%d.json" % r)).exists(), sorted(os.listdir(records))
     import subprocess
-    why = subprocess.run([INFO, "--why-stuck", str(records)], capture_output=True, text=True,
-                         timeout=60)
+
+    why = subprocess.run(
+        [INFO, "--why-stuck", str(records)], capture_output=True, text=True, timeout=60
+    )
     assert why.returncode == 0, why.stderr
     ranks = "0,1" if np_ == 2 else "0-2"
     assert "records from ranks %s." % ranks in why.stdout, why.stdout
-    assert "lonely was submitted" in why.stdout and "not by rank %d" % (np_ - 1) in why.stdout, \
+    assert "lonely was submitted" in why.stdout and "not by rank %d" % (np_ - 1) in why.stdout, (
         why.stdout
+    )
     errors = re.findall(r"STALL_ERROR (\d+) after ([0-9.]+) s: (.*)", job.stdout)
     assert sorted(int(e[0]) for e in errors) == list(range(np_ - 1)), job.describe()
     for _, seconds, message in errors:
@@ -70,9 +79,14 @@ def test_a_rank_ended_by_an_uncaught_stall_error_ends_the_job(tmp):
     # the job ran on. An exception that ends a program now skips the MPI_Finalize of an MPI that
     # mtxcomm started (sys.excepthook -> mtxcomm_exiting_on_error), and mpirun ends the job.
     import time
+
     start = time.monotonic()
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall_uncaught.py")], tmp,
-              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"}, timeout=120)
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "stall_uncaught.py")],
+        tmp,
+        env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"},
+        timeout=120,
+    )
     took = time.monotonic() - start
     assert job.returncode != 0, job.describe()
     assert "SUBMITTED 0" in job.stdout and "RETURNED 0" not in job.stdout, job.describe()
@@ -87,6 +101,7 @@ def test_a_reported_exception_leaves_the_exit_alone_and_a_failing_exit_ends_the_
     # and calls sys.exit(3) after mtxcomm.exiting_on_error(), or whose own excepthook replaced
     # whatever came before, ends the job without waiting for the busy rank.
     import time
+
     script = os.path.join(SCRIPTS, "exit_paths.py")
     job = run(["-np", "2", "python", script, "reported"], tmp, timeout=120)
     job.check_ok()
@@ -94,8 +109,12 @@ def test_a_reported_exception_leaves_the_exit_alone_and_a_failing_exit_ends_the_
     assert "MPI_Finalize" not in job.stderr, job.describe()
     for mode in ("exit3", "late_hook"):
         start = time.monotonic()
-        job = run(["-np", "2", "python", script, mode], tmp, timeout=120,
-                  env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"})
+        job = run(
+            ["-np", "2", "python", script, mode],
+            tmp,
+            timeout=120,
+            env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"},
+        )
         took = time.monotonic() - start
         assert job.returncode != 0 and "exits without MPI_Finalize" in job.stderr, job.describe()
         assert took < 60, f"{mode}: the job took {took:.0f} s to end after a 3 s stall timeout"
@@ -105,8 +124,12 @@ def test_a_reported_exception_leaves_the_exit_alone_and_a_failing_exit_ends_the_
 def test_transparent_ranks_whose_inputs_differ_in_length_fail_saying_so(tmp):
     # A generator that depends on the process: the transparent mode's own collectives stall;
     # the error says what usually causes it, and the job ends (the first rank to fail exits).
-    job = run(["-np", "2", "--transparent", "python", os.path.join(SCRIPTS, "uneven_input.py")],
-              tmp, env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"}, timeout=120)
+    job = run(
+        ["-np", "2", "--transparent", "python", os.path.join(SCRIPTS, "uneven_input.py")],
+        tmp,
+        env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0"},
+        timeout=120,
+    )
     assert job.returncode != 0 and "FIT_RETURNED" not in job.stdout, job.describe()
     assert "DeadlineExceededError" in job.stderr, job.describe()
     assert "did the ranks' inputs give different numbers of batches" in job.stderr, job.describe()
@@ -115,8 +138,12 @@ def test_transparent_ranks_whose_inputs_differ_in_length_fail_saying_so(tmp):
 def test_init_after_a_peer_exited_fails_within_the_timeout(tmp):
     # Under mpirun a rank that initialises again after its peer exited (or a peer that never
     # calls init) waited in MPI's communicator setup forever; MTXCOMM_TIMEOUT now bounds it.
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "reinit_after_peer_exit.py")], tmp,
-              env={"MTXCOMM_TIMEOUT": "3"}, timeout=120)
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "reinit_after_peer_exit.py")],
+        tmp,
+        env={"MTXCOMM_TIMEOUT": "3"},
+        timeout=120,
+    )
     failed = re.findall(r"REINIT_FAILED ([0-9.]+) (.*)", job.stdout)
     assert len(failed) == 1 and "REINIT_RETURNED" not in job.stdout, job.describe()
     seconds, message = float(failed[0][0]), failed[0][1]
@@ -128,11 +155,17 @@ def test_the_stall_warning_comes_on_time_on_every_rank(tmp):
     # MTXCOMM_STALL_WARNING=1 < MTXCOMM_STALL_TIMEOUT=3: an idle engine wakes for the warning
     # (it used to warn only when a cycle happened to run, so 'lonely', cancelled at 3 s, was
     # never warned about). Every rank warns from its own table, naming the tensor and the ranks.
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")], tmp,
-              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "1"})
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")],
+        tmp,
+        env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "1"},
+    )
     job.check_ok()
-    warned = re.findall(r"rank (\d+)\] WARN allreduce 'lonely' submitted by rank 0 has waited 1 s "
-                        r"for rank 1", job.stderr)
+    warned = re.findall(
+        r"rank (\d+)\] WARN allreduce 'lonely' submitted by rank 0 has waited 1 s "
+        r"for rank 1",
+        job.stderr,
+    )
     assert sorted(warned) == ["0", "1"], job.describe()
     assert re.search(r"STALL_ERROR 0 after ([0-9.]+) s", job.stdout), job.describe()
 
@@ -143,8 +176,10 @@ def test_the_stall_warning_comes_on_time_on_every_rank(tmp):
 def test_join_with_10_10_11_batches_at_np3(tmp):
     job = run(["-np", "3", "python", os.path.join(SCRIPTS, "join.py")], tmp)
     job.check_ok()
-    reports = {r["rank"]: r for r in
-               (json.loads(line) for line in re.findall(r"^JOIN (.*)$", job.stdout, re.M))}
+    reports = {
+        r["rank"]: r
+        for r in (json.loads(line) for line in re.findall(r"^JOIN (.*)$", job.stdout, re.M))
+    }
     assert sorted(reports) == [0, 1, 2], job.describe()
     for r in (0, 1):
         assert reports[r]["results"] == [6.0] * 10, reports[r]
@@ -163,9 +198,11 @@ def test_join_with_10_10_11_batches_at_np3(tmp):
 
 def test_timeline_is_valid_json_after_a_sigkill(tmp):
     path = tmp / "trace.json"
-    job = run(["-np", "2", "--timeline", str(path), "python",
-               os.path.join(SCRIPTS, "timeline_kill.py")], tmp,
-              env={"MTXCOMM_TIMEOUT": "10"})
+    job = run(
+        ["-np", "2", "--timeline", str(path), "python", os.path.join(SCRIPTS, "timeline_kill.py")],
+        tmp,
+        env={"MTXCOMM_TIMEOUT": "10"},
+    )
     assert "TIMELINE_NO_ERROR" not in job.stdout, job.describe()
     for r in (0, 1):
         f = tmp / ("trace.json.%d" % r)
@@ -189,8 +226,11 @@ def test_ranks_arriving_apart_agree_in_one_cycle_per_collective(tmp, np_):
     # rank's): 76 cycles for 40 calls at np=2.
     calls = 40
     path = tmp / ("skew%d.json" % np_)
-    job = run(["-np", str(np_), "python", os.path.join(SCRIPTS, "skewed_arrivals.py")], tmp,
-              env={"MTXCOMM_TIMELINE": str(path), "CALLS": str(calls), "SKEW_US": "300"})
+    job = run(
+        ["-np", str(np_), "python", os.path.join(SCRIPTS, "skewed_arrivals.py")],
+        tmp,
+        env={"MTXCOMM_TIMELINE": str(path), "CALLS": str(calls), "SKEW_US": "300"},
+    )
     job.check_ok()
     # sum over k of sum over r of (r + k)
     expected = sum(n * k + n * (n - 1) // 2 for n in [np_] for k in range(calls))
@@ -199,8 +239,9 @@ def test_ranks_arriving_apart_agree_in_one_cycle_per_collective(tmp, np_):
     for r in range(np_):
         events = json.loads((tmp / ("skew%d.json.%d" % (np_, r))).read_text())
         cycles = sum(1 for e in events if e.get("name") == "CYCLE")
-        assert calls <= cycles <= calls * 5 // 4 + 4, \
+        assert calls <= cycles <= calls * 5 // 4 + 4, (
             f"rank {r}: {cycles} cycles for {calls} allreduces"
+        )
 
 
 def test_a_long_cycle_time_delays_neither_a_stall_error_nor_a_shutdown(tmp):
@@ -208,15 +249,20 @@ def test_a_long_cycle_time_delays_neither_a_stall_error_nor_a_shutdown(tmp):
     # longer than 1 ms, whatever MTXCOMM_CYCLE_TIME says: the peer's cycle may carry a stall
     # verdict or a shutdown. Waiting the whole MTXCOMM_CYCLE_TIME=1 made the stall error come at
     # 4.5 s instead of 3 and rank 0's shutdown() take 1 s.
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")], tmp,
-              env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0",
-                   "MTXCOMM_CYCLE_TIME": "1"})
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "stall.py")],
+        tmp,
+        env={"MTXCOMM_STALL_TIMEOUT": "3", "MTXCOMM_STALL_WARNING": "0", "MTXCOMM_CYCLE_TIME": "1"},
+    )
     job.check_ok()
     errors = re.findall(r"STALL_ERROR 0 after ([0-9.]+) s", job.stdout)
     assert len(errors) == 1, job.describe()
     assert 2.5 <= float(errors[0]) < 4.0, f"failed after {errors[0]} s, the timeout is 3 s"
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "shutdown_idle.py")], tmp,
-              env={"MTXCOMM_CYCLE_TIME": "1"})
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "shutdown_idle.py")],
+        tmp,
+        env={"MTXCOMM_CYCLE_TIME": "1"},
+    )
     job.check_ok()
     took = re.findall(r"^SHUTDOWN 0 ([0-9.]+)$", job.stdout, re.M)
     assert len(took) == 1, job.describe()
@@ -227,8 +273,10 @@ def test_a_long_cycle_time_delays_neither_a_stall_error_nor_a_shutdown(tmp):
 
 
 def placements(job):
-    return {p["rank"]: p for p in
-            (json.loads(x) for x in re.findall(r"^PLACEMENT (.*)$", job.stdout, re.M))}
+    return {
+        p["rank"]: p
+        for p in (json.loads(x) for x in re.findall(r"^PLACEMENT (.*)$", job.stdout, re.M))
+    }
 
 
 def test_mtxrun_gives_each_rank_its_share_of_cores(tmp):
@@ -247,33 +295,55 @@ def test_mtxrun_gives_each_rank_its_share_of_cores(tmp):
 
 
 def test_a_thread_count_the_user_set_wins(tmp):
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp,
-              env={"TF_NUM_INTRAOP_THREADS": "3"})
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")],
+        tmp,
+        env={"TF_NUM_INTRAOP_THREADS": "3"},
+    )
     job.check_ok()
-    for r, p in placements(job).items():
+    for p in placements(job).values():
         assert p["intra"] == 3, p
         assert p["env"]["TF_NUM_INTRAOP_THREADS"] == "3", p
 
 
 def test_placement_off_leaves_mtxrun_ranks_unbound(tmp):
     cores = sorted(os.sched_getaffinity(0))
-    job = run(["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")], tmp,
-              env={"MTXCOMM_PLACEMENT": "off"})
+    job = run(
+        ["-np", "2", "python", os.path.join(SCRIPTS, "placement_probe.py")],
+        tmp,
+        env={"MTXCOMM_PLACEMENT": "off"},
+    )
     job.check_ok()
     p = placements(job)
     assert sorted(p) == [0, 1], job.describe()
     for r in (0, 1):
         assert p[r]["cpus"] == cores, f"rank {r} was bound with MTXCOMM_PLACEMENT=off: {p[r]}"
         assert p[r]["intra"] == p[r]["share"], p[r]
-    bad = Job(mtxrun() + ["-np", "2", "--dry-run", "python", "x.py"], cwd=str(tmp),
-              extra_env={"MTXCOMM_PLACEMENT": "none"}, timeout=TIMEOUT)
-    assert bad.returncode != 0 and "MTXCOMM_PLACEMENT must be auto or off, got 'none'" in \
-        bad.stderr, bad.describe()
+    bad = Job(
+        mtxrun() + ["-np", "2", "--dry-run", "python", "x.py"],
+        cwd=str(tmp),
+        extra_env={"MTXCOMM_PLACEMENT": "none"},
+        timeout=TIMEOUT,
+    )
+    assert (
+        bad.returncode != 0 and "MTXCOMM_PLACEMENT must be auto or off, got 'none'" in bad.stderr
+    ), bad.describe()
 
 
 def test_plain_mpirun_without_binding_is_placed_at_init(tmp):
-    job = Job(["mpirun", "-np", "2", "--bind-to", "none", "python",
-               os.path.join(SCRIPTS, "placement_probe.py")], cwd=str(tmp), timeout=TIMEOUT)
+    job = Job(
+        [
+            "mpirun",
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "python",
+            os.path.join(SCRIPTS, "placement_probe.py"),
+        ],
+        cwd=str(tmp),
+        timeout=TIMEOUT,
+    )
     job.check_ok()
     p = placements(job)
     if len(os.sched_getaffinity(0)) >= 2:
@@ -299,28 +369,46 @@ def test_transparent_np2_follows_np1_and_evaluates_and_predicts_alike(tmp, kind)
     script = os.path.join(SCRIPTS, "train_eval.py")
     one = Job(["python", script, kind, "one.%s.{rank}.json" % kind], cwd=str(tmp), timeout=TIMEOUT)
     one.check_ok()
-    run(["-np", "2", "--transparent", "python", script, kind, "two.%s.{rank}.json" % kind],
-        tmp).check_ok()
+    run(
+        ["-np", "2", "--transparent", "python", script, kind, "two.%s.{rank}.json" % kind], tmp
+    ).check_ok()
     a = json.loads((tmp / ("one.%s.0.json" % kind)).read_text())
     for r in (0, 1):
         b = json.loads((tmp / ("two.%s.%d.json" % (kind, r))).read_text())
         for wa, wb in zip(a["weights"], b["weights"]):
-            np.testing.assert_allclose(np.array(wb), np.array(wa), atol=1e-4,
-                                       err_msg=f"rank {r}: weights after 2 epochs")
+            np.testing.assert_allclose(
+                np.array(wb), np.array(wa), atol=1e-4, err_msg=f"rank {r}: weights after 2 epochs"
+            )
         for key in ("loss", "accuracy"):
-            np.testing.assert_allclose(b["evaluate"][key], a["evaluate"][key], rtol=1e-4, atol=1e-5,
-                                       err_msg=f"rank {r}: evaluate {key}")
+            np.testing.assert_allclose(
+                b["evaluate"][key],
+                a["evaluate"][key],
+                rtol=1e-4,
+                atol=1e-5,
+                err_msg=f"rank {r}: evaluate {key}",
+            )
         # predict keeps the input order: row i of np=2 is row i of np=1
-        np.testing.assert_allclose(np.array(b["predict"]), np.array(a["predict"]), atol=1e-4,
-                                   err_msg=f"rank {r}: predictions")
+        np.testing.assert_allclose(
+            np.array(b["predict"]),
+            np.array(a["predict"]),
+            atol=1e-4,
+            err_msg=f"rank {r}: predictions",
+        )
 
 
 def test_mtxrun_refuses_a_program_given_as_the_timeline_path(tmp):
     # "mtxrun --timeline sh job.sh": the PATH was forgotten, and argparse took the program for it.
-    bad = Job(mtxrun() + ["-np", "2", "--dry-run", "--timeline", "sh", "job.sh"], cwd=str(tmp),
-              timeout=TIMEOUT)
-    assert bad.returncode != 0 and "--timeline takes a PATH for the trace, got 'sh'" in \
-        bad.stderr, bad.describe()
-    ok = Job(mtxrun() + ["-np", "2", "--dry-run", "--timeline", "trace.json", "sh", "job.sh"],
-             cwd=str(tmp), timeout=TIMEOUT)
+    bad = Job(
+        mtxrun() + ["-np", "2", "--dry-run", "--timeline", "sh", "job.sh"],
+        cwd=str(tmp),
+        timeout=TIMEOUT,
+    )
+    assert (
+        bad.returncode != 0 and "--timeline takes a PATH for the trace, got 'sh'" in bad.stderr
+    ), bad.describe()
+    ok = Job(
+        mtxrun() + ["-np", "2", "--dry-run", "--timeline", "trace.json", "sh", "job.sh"],
+        cwd=str(tmp),
+        timeout=TIMEOUT,
+    )
     assert ok.returncode == 0 and ok.stdout.rstrip().endswith("sh job.sh"), ok.describe()

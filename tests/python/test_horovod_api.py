@@ -14,8 +14,19 @@ from conftest import launched_size, rank_values
 SIZE = launched_size()
 multi_rank = pytest.mark.skipif(SIZE < 2, reason="needs at least 2 ranks")
 
-A2A_DTYPES = [tf.uint8, tf.int8, tf.int16, tf.uint16, tf.int32, tf.int64, tf.float16,
-              tf.bfloat16, tf.float32, tf.float64, tf.bool]
+A2A_DTYPES = [
+    tf.uint8,
+    tf.int8,
+    tf.int16,
+    tf.uint16,
+    tf.int32,
+    tf.int64,
+    tf.float16,
+    tf.bfloat16,
+    tf.float32,
+    tf.float64,
+    tf.bool,
+]
 
 
 def wide(a):
@@ -59,8 +70,9 @@ def test_alltoall_without_splits_sends_equal_shares(hvd):
     x = tf.constant(np.arange(2 * SIZE, dtype=np.float32) + 100 * r)
     got = hvd.alltoall(x, name="a2a_even")
     assert not isinstance(got, tuple), "without splits alltoall returns one tensor"
-    want = np.concatenate([np.arange(2 * r, 2 * r + 2, dtype=np.float32) + 100 * i
-                           for i in range(SIZE)])
+    want = np.concatenate(
+        [np.arange(2 * r, 2 * r + 2, dtype=np.float32) + 100 * i for i in range(SIZE)]
+    )
     np.testing.assert_array_equal(got.numpy(), want)
 
 
@@ -92,8 +104,7 @@ def test_alltoall_gradient_sends_rows_back(hvd, mode):
         return tape.gradient(loss, x)
 
     grad = (tf.function(run) if mode == "function" else run)(x)
-    want = np.concatenate([np.full([rows_sent(r, j), 2], j + 1, np.float32)
-                           for j in range(SIZE)])
+    want = np.concatenate([np.full([rows_sent(r, j), 2], j + 1, np.float32) for j in range(SIZE)])
     np.testing.assert_array_equal(grad.numpy(), want)
 
 
@@ -106,8 +117,9 @@ def test_alltoall_bad_splits_raise_invalid_argument_on_every_rank(hvd):
     assert "rank 0 passed splits summing to" in str(e.value), str(e.value)
     # no splits: dimension 0 must be a multiple of size() (with one rank, a scalar has none)
     with pytest.raises(tf.errors.InvalidArgumentError) as e:
-        hvd.alltoall(tf.ones([SIZE + 1]) if SIZE > 1 else tf.constant(1.0),
-                     name="a2a_uneven").numpy()
+        hvd.alltoall(
+            tf.ones([SIZE + 1]) if SIZE > 1 else tf.constant(1.0), name="a2a_uneven"
+        ).numpy()
     if SIZE > 1:
         assert "not a multiple of the number of ranks" in str(e.value), str(e.value)
 
@@ -118,8 +130,11 @@ def test_alltoall_bad_splits_raise_invalid_argument_on_every_rank(hvd):
 
 def test_grouped_allgather_mixed(hvd):
     r = hvd.rank()
-    xs = [tf.constant(np.full([r + 1, 2], r, np.float32)), tf.constant([r, -r], tf.int64),
-          tf.constant(np.array([r % 2 == 0]), tf.bool)]
+    xs = [
+        tf.constant(np.full([r + 1, 2], r, np.float32)),
+        tf.constant([r, -r], tf.int64),
+        tf.constant(np.array([r % 2 == 0]), tf.bool),
+    ]
     got = hvd.grouped_allgather(xs, name="gag")
     want0 = np.concatenate([np.full([k + 1, 2], k, np.float32) for k in range(SIZE)])
     np.testing.assert_array_equal(got[0].numpy(), want0)
@@ -131,18 +146,23 @@ def test_grouped_allgather_mixed(hvd):
 def test_grouped_reducescatter(hvd, op):
     r = hvd.rank()
     dim0 = 2 * SIZE + 1  # uneven: the first ranks get one more row
-    xs = [tf.constant(rank_values((dim0, 3), np.float32, r)),
-          tf.constant(rank_values((dim0,), np.int32, r, offset=2))]
+    xs = [
+        tf.constant(rank_values((dim0, 3), np.float32, r)),
+        tf.constant(rank_values((dim0,), np.int32, r, offset=2)),
+    ]
     got = hvd.grouped_reducescatter(xs, op=getattr(hvd, op), name=f"grs_{op}")
     start = sum(dim0 // SIZE + (k < dim0 % SIZE) for k in range(r))
     rows = dim0 // SIZE + (r < dim0 % SIZE)
-    for g, dtype, shape, offset in ((got[0], np.float32, (dim0, 3), 0),
-                                    (got[1], np.int32, (dim0,), 2)):
-        total = sum(rank_values(shape, dtype, k, offset=offset).astype(np.int64)
-                    for k in range(SIZE))
+    for g, dtype, shape, offset in (
+        (got[0], np.float32, (dim0, 3), 0),
+        (got[1], np.int32, (dim0,), 2),
+    ):
+        total = sum(
+            rank_values(shape, dtype, k, offset=offset).astype(np.int64) for k in range(SIZE)
+        )
         if op == "Average":
             total = np.trunc(total / SIZE) if dtype == np.int32 else total / SIZE
-        np.testing.assert_allclose(wide(g.numpy()), total[start:start + rows], rtol=1e-6)
+        np.testing.assert_allclose(wide(g.numpy()), total[start : start + rows], rtol=1e-6)
 
 
 def test_grouped_reducescatter_gradient(hvd):
@@ -152,8 +172,9 @@ def test_grouped_reducescatter_gradient(hvd):
         ys = hvd.grouped_reducescatter([x, x * 2], op=hvd.Sum, name="grs_grad")
         loss = tf.reduce_sum(ys[0]) + tf.reduce_sum(ys[1])
     # Horovod's gradient of a Sum reduce-scatter: the gathered upstream gradient times size
-    np.testing.assert_array_equal(tape.gradient(loss, x).numpy(),
-                                  np.full([2 * SIZE, 2], 3 * SIZE, np.float32))
+    np.testing.assert_array_equal(
+        tape.gradient(loss, x).numpy(), np.full([2 * SIZE, 2], 3 * SIZE, np.float32)
+    )
 
 
 def test_grouped_allgather_gradient_is_averaged(hvd):
@@ -174,8 +195,11 @@ def test_grouped_allgather_gradient_is_averaged(hvd):
 @pytest.mark.parametrize("root", range(SIZE))
 def test_broadcast_in_place(hvd, root):
     r = hvd.rank()
-    vs = [tf.Variable(np.full([3], r, np.float32)), tf.Variable(np.array([r % 2 == 1])),
-          tf.Variable(np.full([2, 2], r, np.int16))]
+    vs = [
+        tf.Variable(np.full([3], r, np.float32)),
+        tf.Variable(np.array([r % 2 == 1])),
+        tf.Variable(np.full([2, 2], r, np.int16)),
+    ]
     out = hvd.broadcast_(vs, root, name=f"bc_inplace_{root}")
     np.testing.assert_array_equal(vs[0].numpy(), np.full([3], root, np.float32))
     assert vs[1].numpy().tolist() == [root % 2 == 1]
@@ -226,6 +250,7 @@ def test_broadcast_global_variables_eagerly_is_a_runtime_error(hvd):
 
 def test_build_queries_are_truthful(hvd):
     import mtxcomm.tensorflow._library as lib
+
     assert hvd.mpi_built() == lib.engine.build_feature("mpi")
     assert hvd.nccl_built() is False and hvd.cuda_built() is False  # the pip package is CPU
     for q in (hvd.gloo_built, hvd.gloo_enabled, hvd.ccl_built, hvd.ddl_built, hvd.rocm_built):
@@ -241,8 +266,9 @@ def test_build_queries_are_truthful(hvd):
 # scaling, error classes
 
 
-@pytest.mark.parametrize("dtype", [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dtype", [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64], ids=lambda d: d.name
+)
 def test_prescale_postscale_of_integers_in_float64(hvd, dtype):
     r = hvd.rank()
     x = tf.constant(np.arange(6) % 4 + r, dtype=dtype)
@@ -300,6 +326,7 @@ def test_local_sources_keep_their_gradient_divided_by_size(hvd):
 
 def test_partial_distributed_gradient_tape_splits_local_and_global(hvd):
     import keras
+
     r = hvd.rank()
     dense_a = keras.layers.Dense(2, kernel_initializer=keras.initializers.Constant(r + 1.0))
     dense_b = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(1.0))
@@ -315,8 +342,9 @@ def test_partial_distributed_gradient_tape_splits_local_and_global(hvd):
         np.testing.assert_allclose(g.numpy(), p.numpy() / SIZE, rtol=1e-6)
     # dense_b's kernel gradient is dense_a's output, (r + 1) * 3 per unit: averaged over ranks
     kernel_grad = dict((id(v), g) for v, g in glob)[id(dense_b.kernel)]
-    np.testing.assert_allclose(kernel_grad.numpy(), np.full([2, 1], 3 * (SIZE + 1) / 2.0),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        kernel_grad.numpy(), np.full([2, 1], 3 * (SIZE + 1) / 2.0), rtol=1e-5
+    )
 
 
 def test_legacy_optimizer_averages_compute_gradients(hvd):
@@ -372,21 +400,24 @@ def test_bool_reductions_are_logical_and_average_is_refused(hvd):
     with pytest.raises(tf.errors.InvalidArgumentError, match="bool"):
         hvd.allreduce(x, name="bool_avg").numpy()  # Average, the default
     # the refusal failed only that call: the engine goes on
-    np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after_bool").numpy(),
-                                  [SIZE, SIZE])
+    np.testing.assert_array_equal(
+        hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after_bool").numpy(), [SIZE, SIZE]
+    )
 
 
 @multi_rank
 def test_a_second_request_of_a_name_in_flight_is_refused_not_mispaired(hvd):
     import threading
     import time
+
     r = hvd.rank()
     results = {}
 
     def call(key):
         try:
-            results[key] = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum,
-                                         name="dup").numpy().tolist()
+            results[key] = (
+                hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum, name="dup").numpy().tolist()
+            )
         except tf.errors.FailedPreconditionError as e:
             results[key] = e
 
@@ -410,11 +441,12 @@ def test_a_second_request_of_a_name_in_flight_is_refused_not_mispaired(hvd):
 
 
 def test_alltoall_splits_are_never_truncated(hvd):
-    splits = tf.constant([2 ** 32 + 1] + [0] * (SIZE - 1), tf.int64)
+    splits = tf.constant([2**32 + 1] + [0] * (SIZE - 1), tf.int64)
     with pytest.raises(tf.errors.InvalidArgumentError, match="summing to 4294967297"):
         hvd.alltoall(tf.ones([1, 2]), splits=splits, name="a2a_int64").numpy()
-    got, received = hvd.alltoall(tf.ones([SIZE, 2]), splits=tf.ones([SIZE], tf.int64),
-                                 name="a2a_int64_ok")
+    got, received = hvd.alltoall(
+        tf.ones([SIZE, 2]), splits=tf.ones([SIZE], tf.int64), name="a2a_int64_ok"
+    )
     assert tuple(got.shape) == (SIZE, 2) and received.numpy().tolist() == [1] * SIZE
     with pytest.raises(ValueError, match="integers"):
         hvd.alltoall(tf.ones([SIZE]), splits=[0.5] * SIZE)

@@ -7,12 +7,11 @@ global batches, mean gradients over ranks) are computed locally on each rank wit
 collectives, the distributed results are then compared on every rank.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import launched_size
-
-import keras
 
 SIZE = launched_size()
 B = 8  # rows per rank in each global batch
@@ -58,7 +57,9 @@ def global_data(steps=STEPS, seed=1234):
 def local_rows(n, rank, steps=STEPS):
     """Indices of RANK's share: rows [rank*B, (rank+1)*B) of every global batch of SIZE*B."""
     g = SIZE * B
-    return np.concatenate([np.arange(i * g + rank * B, i * g + (rank + 1) * B) for i in range(steps)])
+    return np.concatenate(
+        [np.arange(i * g + rank * B, i * g + (rank + 1) * B) for i in range(steps)]
+    )
 
 
 def loss_fn():
@@ -86,8 +87,10 @@ def assert_equal_across_ranks(hvd, arrays, name):
 
 
 def max_abs_diff(a_list, b_list):
-    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
-               for a, b in zip(a_list, b_list))
+    return max(
+        float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+        for a, b in zip(a_list, b_list)
+    )
 
 
 def reference_fit(init_weights, x, y, optimizer, epochs, policy=None):
@@ -121,7 +124,9 @@ def test_distributed_optimizer_fit_matches_single_process(hvd, hvdk):
     ref = reference_fit(rank0_initial_weights(), x, y, keras.optimizers.SGD(0.1, momentum=0.9), 2)
     init = rank0_initial_weights()
     assert max_abs_diff(final, init) > 1e-2, "training did not change the weights"
-    assert max_abs_diff(final, ref) <= 1e-5, f"differs from the 1-process run by {max_abs_diff(final, ref)}"
+    assert max_abs_diff(final, ref) <= 1e-5, (
+        f"differs from the 1-process run by {max_abs_diff(final, ref)}"
+    )
 
 
 def test_distributed_optimizer_custom_loop_adam_matches_single_process(hvd, hvdk):
@@ -146,7 +151,9 @@ def test_distributed_optimizer_custom_loop_adam_matches_single_process(hvd, hvdk
     ref_model = make_model(seed=0)
     train(ref_model, keras.optimizers.Adam(1e-2), x, y, SIZE * B)
     ref = weights_of(ref_model)
-    assert max_abs_diff(final, ref) <= 1e-5, f"differs from the 1-process run by {max_abs_diff(final, ref)}"
+    assert max_abs_diff(final, ref) <= 1e-5, (
+        f"differs from the 1-process run by {max_abs_diff(final, ref)}"
+    )
 
 
 def test_distributed_optimizer_none_gradients_pass_through(hvd, hvdk):
@@ -192,7 +199,9 @@ def mean_embedding_grad():
 
 
 def embedding_and_loss(rank):
-    emb = keras.layers.Embedding(VOCAB, DIM, embeddings_initializer=keras.initializers.RandomUniform(seed=5))
+    emb = keras.layers.Embedding(
+        VOCAB, DIM, embeddings_initializer=keras.initializers.RandomUniform(seed=5)
+    )
     emb.build((None,))
     ids, coef = tf.constant(rank_ids(rank)), tf.constant(rank_coef(rank))
     return emb, lambda: tf.reduce_sum(emb(ids) * coef)
@@ -206,9 +215,13 @@ def test_distributed_optimizer_embedding_gradients(hvd, hvdk, sparse_as_dense):
         value = loss()
     grads = tape.gradient(value, [emb.embeddings])
     assert isinstance(grads[0], tf.IndexedSlices), "the Embedding gradient should be IndexedSlices"
-    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), sparse_as_dense=sparse_as_dense)
+    opt = hvdk.DistributedOptimizer(
+        keras.optimizers.SGD(learning_rate=1.0), sparse_as_dense=sparse_as_dense
+    )
     opt.apply_gradients(zip(grads, [emb.embeddings]))
-    np.testing.assert_allclose(before - emb.embeddings.numpy(), mean_embedding_grad(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        before - emb.embeddings.numpy(), mean_embedding_grad(), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("sparse_as_dense", [False, True], ids=["sparse", "sparse_as_dense"])
@@ -221,8 +234,12 @@ def test_distributed_gradient_tape_embedding(hvd, sparse_as_dense):
     if sparse_as_dense:
         assert not isinstance(grad, tf.IndexedSlices), "sparse_as_dense=True returned IndexedSlices"
     else:
-        assert isinstance(grad, tf.IndexedSlices), f"sparse gradient came back as {type(grad).__name__}"
-    np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), mean_embedding_grad(), rtol=1e-5, atol=1e-6)
+        assert isinstance(grad, tf.IndexedSlices), (
+            f"sparse gradient came back as {type(grad).__name__}"
+        )
+    np.testing.assert_allclose(
+        tf.convert_to_tensor(grad).numpy(), mean_embedding_grad(), rtol=1e-5, atol=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,8 +334,10 @@ def test_gradient_collectives_of_a_traced_step_overlap_the_backward_pass(hvd, hv
     assert collective_overlaps(optimizer_step).get("MtxcommAllreduce") == [True]
     fwd_bwd = collective_overlaps(through_a_collective, x)
     assert sorted(fwd_bwd.get("MtxcommAllreduce", [])) == [False, True], fwd_bwd
-    assert collective_overlaps(plain, x) == {"MtxcommAllreduce": [False],
-                                             "MtxcommBroadcast": [False]}
+    assert collective_overlaps(plain, x) == {
+        "MtxcommAllreduce": [False],
+        "MtxcommBroadcast": [False],
+    }
     # The traced steps still compute the right values.
     grads = tape_step()
     np.testing.assert_allclose(grads[0].numpy(), (SIZE + 1) * np.array([1.0, -1.0]), rtol=1e-6)
@@ -359,7 +378,8 @@ def test_loss_scale_optimizer(hvd, hvdk, nesting):
     # float16 arithmetic differs between B-row and global batches; averaging twice (or not at
     # all) would be off by ~(1 - 1/size) of the step
     assert max_abs_diff(final, ref) <= 0.05 * moved, (
-        f"differs from the 1-process mixed-precision run by {max_abs_diff(final, ref)} (step {moved})"
+        f"differs from the 1-process mixed-precision run by {max_abs_diff(final, ref)} "
+        f"(step {moved})"
     )
 
 
@@ -370,7 +390,9 @@ def test_loss_scale_optimizer(hvd, hvdk, nesting):
 def test_backward_passes_per_step_2(hvd, hvdk):
     r = hvd.rank()
     v = tf.Variable(np.zeros((4,), np.float32))
-    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), backward_passes_per_step=2)
+    opt = hvdk.DistributedOptimizer(
+        keras.optimizers.SGD(learning_rate=1.0), backward_passes_per_step=2
+    )
 
     def coef(k, step):
         return np.array([1.0, 2.0, 3.0, 4.0], np.float32) * (k + 1) + step
@@ -423,13 +445,20 @@ def test_broadcast_global_variables_callback(hvd, hvdk):
     model = make_model(seed=hvd.rank())  # different on every rank
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.0), loss=loss_fn())
     model.fit(
-        x, y, batch_size=SIZE * B, epochs=1, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=SIZE * B,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
         callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0)],
     )
     final = weights_of(model)
     assert_equal_across_ranks(hvd, final, "bcast_cb")
     for i, (got, want) in enumerate(zip(final, rank0_initial_weights())):
-        np.testing.assert_array_equal(got, want, err_msg=f"weight {i} is not rank 0's initial value")
+        np.testing.assert_array_equal(
+            got, want, err_msg=f"weight {i} is not rank 0's initial value"
+        )
 
 
 def test_broadcast_callback_with_distributed_optimizer_keeps_ranks_equal(hvd, hvdk):
@@ -438,7 +467,12 @@ def test_broadcast_callback_with_distributed_optimizer_keeps_ranks_equal(hvd, hv
     model = make_model(seed=10 + hvd.rank())
     model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.Adam(1e-2)), loss=loss_fn())
     model.fit(
-        x[mine], y[mine], batch_size=B, epochs=1, shuffle=False, verbose=0,
+        x[mine],
+        y[mine],
+        batch_size=B,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
         callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0)],
     )
     assert_equal_across_ranks(hvd, weights_of(model), "bcast_cb_dopt")
@@ -450,7 +484,12 @@ def test_metric_average_callback(hvd, hvdk):
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss_fn(), metrics=["accuracy"])
     before, after = Recorder(), Recorder()
     history = model.fit(
-        x, y, batch_size=B, epochs=2, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=B,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
         callbacks=[before, hvdk.callbacks.MetricAverageCallback(), after],
     )
     keys = ["loss", "accuracy"]
@@ -461,7 +500,9 @@ def test_metric_average_callback(hvd, hvdk):
     np.testing.assert_allclose(got, want, rtol=1e-5, err_msg="logs after MetricAverageCallback")
     np.testing.assert_allclose(history.history["loss"], want[:, 0], rtol=1e-5, err_msg="History")
     if SIZE > 1:
-        assert not np.allclose(every[0], every[1]), "test data should give different losses per rank"
+        assert not np.allclose(every[0], every[1]), (
+            "test data should give different losses per rank"
+        )
 
 
 @pytest.mark.parametrize("steps_per_epoch", [None, 4], ids=["autodetect", "given"])
@@ -473,7 +514,12 @@ def test_learning_rate_warmup_callback(hvd, hvdk, steps_per_epoch):
     model.compile(optimizer=opt, loss=loss_fn())
     rec = Recorder()
     model.fit(
-        x, y, batch_size=SIZE * B, epochs=epochs, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=SIZE * B,
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
         callbacks=[
             hvdk.callbacks.LearningRateWarmupCallback(
                 initial_lr, warmup_epochs=warmup, verbose=0, steps_per_epoch=steps_per_epoch
@@ -481,7 +527,8 @@ def test_learning_rate_warmup_callback(hvd, hvdk, steps_per_epoch):
             rec,
         ],
     )
-    # Horovod's schedule: at batch b of epoch e, lr = initial_lr / size * (t * (size-1) / warmup + 1)
+    # Horovod's schedule: at batch b of epoch e,
+    # lr = initial_lr / size * (t * (size-1) / warmup + 1)
     # with t = e + (b + 1) / steps_per_epoch, ending at initial_lr; unchanged after the warmup.
     want = []
     for e in range(epochs):
@@ -502,11 +549,20 @@ def test_learning_rate_schedule_callback(hvd, hvdk, staircase):
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=initial_lr), loss=loss_fn())
     rec = Recorder()
     model.fit(
-        x, y, batch_size=SIZE * B, epochs=epochs, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=SIZE * B,
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
         callbacks=[
             hvdk.callbacks.LearningRateScheduleCallback(
-                initial_lr, multiplier=lambda e: 0.5 ** e, start_epoch=1, end_epoch=3,
-                staircase=staircase),
+                initial_lr,
+                multiplier=lambda e: 0.5**e,
+                start_epoch=1,
+                end_epoch=3,
+                staircase=staircase,
+            ),
             rec,
         ],
     )
@@ -526,7 +582,12 @@ def test_broadcast_callback_keeps_local_variables(hvd, hvdk):
     local = model.layers[-1].kernel
     mine = keras.ops.convert_to_numpy(local).copy()
     model.fit(
-        x, y, batch_size=SIZE * B, epochs=1, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=SIZE * B,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
         callbacks=[hvdk.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[local])],
     )
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(local), mine)
@@ -542,8 +603,7 @@ def test_partial_distributed_optimizer_keeps_local_gradients(hvd, hvdk):
     local.build((None, 1))
     opt = hvdk.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=[local])
     # gradient (r + 1) for both kernels: the shared one is averaged, the local one divided by size
-    opt.apply([tf.fill([1, 1], r + 1.0), tf.fill([1, 1], r + 1.0)],
-              [shared.kernel, local.kernel])
+    opt.apply([tf.fill([1, 1], r + 1.0), tf.fill([1, 1], r + 1.0)], [shared.kernel, local.kernel])
     np.testing.assert_allclose(keras.ops.convert_to_numpy(shared.kernel), [[-(SIZE + 1) / 2.0]])
     np.testing.assert_allclose(keras.ops.convert_to_numpy(local.kernel), [[-(r + 1.0) / SIZE]])
 
@@ -552,16 +612,23 @@ def test_sync_batch_normalization_equals_batch_norm_on_the_global_batch(hvd, hvd
     r = hvd.rank()
     rng = np.random.default_rng(5)
     full = rng.normal(size=(SIZE * 3, 4)).astype(np.float32) * 3 + 1
-    mine = full[r * 3:(r + 1) * 3]
+    mine = full[r * 3 : (r + 1) * 3]
     bn = keras.layers.BatchNormalization(axis=1, momentum=0.5)
     sync = hvdk.SyncBatchNormalization(axis=1, momentum=0.5, fused=False)
-    want = keras.ops.convert_to_numpy(bn(full, training=True))[r * 3:(r + 1) * 3]
+    want = keras.ops.convert_to_numpy(bn(full, training=True))[r * 3 : (r + 1) * 3]
     got = keras.ops.convert_to_numpy(sync(mine, training=True))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(sync.moving_mean),
-                               keras.ops.convert_to_numpy(bn.moving_mean), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(sync.moving_variance),
-                               keras.ops.convert_to_numpy(bn.moving_variance), rtol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(sync.moving_mean),
+        keras.ops.convert_to_numpy(bn.moving_mean),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(sync.moving_variance),
+        keras.ops.convert_to_numpy(bn.moving_variance),
+        rtol=1e-5,
+    )
     assert hvd.SyncBatchNormalization is hvdk.SyncBatchNormalization
 
 
@@ -586,8 +653,10 @@ def test_epoch_iterators_are_destroyed_off_the_training_thread(hvd, hvdk):
     for cls in (keras.Sequential, Released):
         keras.utils.set_random_seed(5)
         model = cls(make_model(7).layers)
-        model.compile(optimizer=keras.optimizers.SGD(0.1),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
         held = []
 
         class Watch(keras.callbacks.Callback):
@@ -598,11 +667,13 @@ def test_epoch_iterators_are_destroyed_off_the_training_thread(hvd, hvdk):
                     it = function._held
                     assert it is not None and all(it is not h for h in held)
                     held.append(it)
-                    weakref.finalize(it, lambda: destroyed_on.append(
-                        threading.current_thread().name))
+                    weakref.finalize(
+                        it, lambda: destroyed_on.append(threading.current_thread().name)
+                    )
 
-        model.fit(x, y, batch_size=SIZE * B, epochs=3, verbose=0, shuffle=False,
-                  callbacks=[Watch()])
+        model.fit(
+            x, y, batch_size=SIZE * B, epochs=3, verbose=0, shuffle=False, callbacks=[Watch()]
+        )
         model.evaluate(x, y, batch_size=SIZE * B, verbose=0)
         if cls is Released:
             assert len(held) == 3
@@ -627,15 +698,19 @@ def test_jit_compile_with_distributed_optimizer_trains_without_xla(hvd, hvdk):
     rows = local_rows(len(x), hvd.rank())
     keras.utils.set_random_seed(3)
     model = make_model(11)
-    model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True)
+    model.compile(
+        optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
     with pytest.warns(UserWarning, match="without XLA"):
         model.fit(x[rows], y[rows], batch_size=B, epochs=1, verbose=0, shuffle=False)
     assert model.jit_compile is True  # evaluate/predict keep it
     reference = make_model(11)
-    reference.compile(optimizer=keras.optimizers.SGD(0.1),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    reference.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     reference.fit(x, y, batch_size=SIZE * B, epochs=1, verbose=0, shuffle=False)
     for a, b in zip(model.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

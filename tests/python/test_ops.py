@@ -153,8 +153,10 @@ def adasum_tree(vectors):
         v[r - q] = adasum_pair(v[r - q], v[r])
     d = 1
     while d < q:
-        v = [adasum_pair(v[r], v[r ^ d]) if r & d == 0 else adasum_pair(v[r ^ d], v[r])
-             for r in range(q)] + v[q:]
+        v = [
+            adasum_pair(v[r], v[r ^ d]) if r & d == 0 else adasum_pair(v[r ^ d], v[r])
+            for r in range(q)
+        ] + v[q:]
         d *= 2
     return v[0]
 
@@ -223,9 +225,7 @@ def test_allreduce(hvd, op, dtype, shape_id):
     shape = SHAPES[shape_id]
     x = tf.constant(rank_values(shape, npt(dtype), hvd.rank()), dtype=dtype)
     got = hvd.allreduce(x, op=op_const(hvd, op), name=f"ar_{op}_{dtype.name}_{shape_id}")
-    want = expected_reduce(
-        [rank_values(shape, npt(dtype), k) for k in range(SIZE)], op, dtype
-    )
+    want = expected_reduce([rank_values(shape, npt(dtype), k) for k in range(SIZE)], op, dtype)
     assert_reduced(got, want, dtype, op)
 
 
@@ -258,7 +258,9 @@ def test_integer_average_truncates_toward_zero(hvd, dtype):
     row = [r + 1, -(r + 1), first, -first, 4 * first, -4 * first, 5, -5, 2 * r + 1, -(2 * r + 1)]
     if dtype.is_unsigned:
         row = [abs(v) for v in row]
-    got = hvd.allreduce(tf.constant(row, dtype=dtype), op=hvd.Average, name=f"ar_trunc_{dtype.name}")
+    got = hvd.allreduce(
+        tf.constant(row, dtype=dtype), op=hvd.Average, name=f"ar_trunc_{dtype.name}"
+    )
     sums = np.zeros(len(row), np.int64)
     for k in range(SIZE):
         fk = 1 if k == 0 else 0
@@ -287,7 +289,9 @@ def test_half_accumulates_in_float32(hvd, dtype):
     np.testing.assert_array_equal(wide(got.numpy()), wide(want))
 
 
-@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64], ids=lambda d: d.name
+)
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_prescale_postscale(hvd, op, dtype):
     x = tf.constant(rank_values((7,), npt(dtype), hvd.rank(), offset=1), dtype=dtype)
@@ -313,8 +317,14 @@ def test_prescale_postscale(hvd, op, dtype):
 
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_grouped_allreduce_mixed_dtypes(hvd, op):
-    specs = [(tf.float32, (3,)), (tf.int32, (2, 2)), (tf.float16, (4,)), (tf.float64, ()),
-             (tf.int64, (0,)), (tf.bfloat16, (2, 3))]
+    specs = [
+        (tf.float32, (3,)),
+        (tf.int32, (2, 2)),
+        (tf.float16, (4,)),
+        (tf.float64, ()),
+        (tf.int64, (0,)),
+        (tf.bfloat16, (2, 3)),
+    ]
     tensors = [tf.constant(rank_values(s, npt(d), hvd.rank()), dtype=d) for d, s in specs]
     got = hvd.grouped_allreduce(tensors, op=op_const(hvd, op), name=f"grouped_mixed_{op}")
     assert isinstance(got, (list, tuple)) and len(got) == len(specs)
@@ -357,7 +367,8 @@ def test_grouped_allreduce_reduces_tensors_of_1mib_and_more_alone(hvd):
 
 
 @pytest.mark.parametrize(
-    "dtype", [tf.int8, tf.uint8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64],
+    "dtype",
+    [tf.int8, tf.uint8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64],
     ids=lambda d: d.name,
 )
 @pytest.mark.parametrize("trailing", [(), (3,), (2, 3)], ids=["1d", "2d", "3d"])
@@ -365,8 +376,9 @@ def test_allgather_rank_r_gives_r_plus_1_rows(hvd, dtype, trailing):
     def part(k):
         return rank_values((k + 1,) + trailing, npt(dtype), k, offset=k)
 
-    got = hvd.allgather(tf.constant(part(hvd.rank()), dtype=dtype),
-                        name=f"ag_{dtype.name}_{len(trailing)}")
+    got = hvd.allgather(
+        tf.constant(part(hvd.rank()), dtype=dtype), name=f"ag_{dtype.name}_{len(trailing)}"
+    )
     want = np.concatenate([part(k) for k in range(SIZE)], axis=0)
     assert got.dtype == dtype
     assert tuple(got.shape) == want.shape
@@ -393,7 +405,9 @@ def scatter_rows(dim0, size):
     return [dim0 // size + (1 if k < dim0 % size else 0) for k in range(size)]
 
 
-@pytest.mark.parametrize("dtype", [tf.int32, tf.float16, tf.float32, tf.float64], ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dtype", [tf.int32, tf.float16, tf.float32, tf.float64], ids=lambda d: d.name
+)
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 @pytest.mark.parametrize("dim0_id", ["2size+1", "size-1", "size", "1"])
 def test_reducescatter(hvd, op, dtype, dim0_id):
@@ -411,7 +425,9 @@ def test_reducescatter(hvd, op, dtype, dim0_id):
 def test_reducescatter_default_op_is_average(hvd):
     x = tf.constant(np.full((2 * SIZE, 2), hvd.rank(), np.float32))
     got = hvd.reducescatter(x, name="rs_default")
-    np.testing.assert_allclose(got.numpy(), np.full((2, 2), (SIZE - 1) / 2.0, np.float32), rtol=1e-6)
+    np.testing.assert_allclose(
+        got.numpy(), np.full((2, 2), (SIZE - 1) / 2.0, np.float32), rtol=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,7 +436,8 @@ def test_reducescatter_default_op_is_average(hvd):
 
 @pytest.mark.parametrize("shape_id", ["scalar", "1d", "3d", "empty"])
 @pytest.mark.parametrize(
-    "dtype", [tf.int8, tf.uint8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64],
+    "dtype",
+    [tf.int8, tf.uint8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64],
     ids=lambda d: d.name,
 )
 def test_broadcast_from_each_root(hvd, dtype, shape_id):
@@ -448,7 +465,9 @@ def test_broadcast_variables(hvd, root):
     ]
     hvd.broadcast_variables(variables, root_rank=root_rank)
     np.testing.assert_array_equal(variables[0].numpy(), np.full((3, 2), root_rank, np.float32))
-    np.testing.assert_array_equal(variables[1].numpy(), np.arange(4, dtype=np.int64) * (root_rank + 1))
+    np.testing.assert_array_equal(
+        variables[1].numpy(), np.arange(4, dtype=np.int64) * (root_rank + 1)
+    )
     assert variables[2].numpy() == np.float64(root_rank) + 0.5
     np.testing.assert_array_equal(variables[3].numpy(), np.full((2,), root_rank, np.float16))
 
@@ -467,9 +486,13 @@ def rank_slices(k):
 @pytest.mark.parametrize("op", ["Sum", "Average"])
 def test_allreduce_indexed_slices_equals_dense(hvd, op):
     idx, vals = rank_slices(hvd.rank())
-    slices = tf.IndexedSlices(tf.constant(vals), tf.constant(idx), dense_shape=tf.constant([10, 4], tf.int64))
+    slices = tf.IndexedSlices(
+        tf.constant(vals), tf.constant(idx), dense_shape=tf.constant([10, 4], tf.int64)
+    )
     got = hvd.allreduce(slices, op=op_const(hvd, op), name=f"ar_sparse_{op}")
-    dense_ref = hvd.allreduce(tf.convert_to_tensor(slices), op=op_const(hvd, op), name=f"ar_sparse_dense_{op}")
+    dense_ref = hvd.allreduce(
+        tf.convert_to_tensor(slices), op=op_const(hvd, op), name=f"ar_sparse_dense_{op}"
+    )
 
     want = np.zeros((10, 4), np.float64)
     for k in range(SIZE):
@@ -477,7 +500,9 @@ def test_allreduce_indexed_slices_equals_dense(hvd, op):
         np.add.at(want, ik, vk.astype(np.float64))
     if op == "Average":
         want /= SIZE
-    assert isinstance(got, tf.IndexedSlices), f"allreduce of IndexedSlices returned {type(got).__name__}"
+    assert isinstance(got, tf.IndexedSlices), (
+        f"allreduce of IndexedSlices returned {type(got).__name__}"
+    )
     dense = tf.convert_to_tensor(got).numpy()
     np.testing.assert_allclose(dense, want, rtol=1e-6)
     np.testing.assert_allclose(dense, dense_ref.numpy(), rtol=1e-6)
@@ -510,7 +535,9 @@ def test_allreduce_gradient(hvd, op, mode):
     x = tf.constant(rank_values((2, 3), np.float32, r))
     w = tf.constant(np.full((2, 3), r + 1, np.float32))
     grad = tape_grad(
-        lambda x: tf.reduce_sum(w * hvd.allreduce(x, op=op_const(hvd, op), name=f"g_ar_{op}_{mode}")),
+        lambda x: tf.reduce_sum(
+            w * hvd.allreduce(x, op=op_const(hvd, op), name=f"g_ar_{op}_{mode}")
+        ),
         x,
         mode == "function",
     )
@@ -530,7 +557,9 @@ def test_broadcast_gradient(hvd, mode):
         w = tf.constant(np.arange(4, dtype=np.float32) + r + 1)
         grads.append(
             tape_grad(
-                lambda x: tf.reduce_sum(w * hvd.broadcast(x, root_rank=root, name=f"g_bc_{root}_{mode}")),
+                lambda x: tf.reduce_sum(
+                    w * hvd.broadcast(x, root_rank=root, name=f"g_bc_{root}_{mode}")
+                ),
                 x,
                 mode == "function",
             )
@@ -575,7 +604,9 @@ def test_reducescatter_gradient(hvd, op, mode):
     x = tf.constant(rank_values((dim0, 2), np.float32, r))
     w = tf.constant(wk(r))
     grad = tape_grad(
-        lambda x: tf.reduce_sum(w * hvd.reducescatter(x, op=op_const(hvd, op), name=f"g_rs_{op}_{mode}")),
+        lambda x: tf.reduce_sum(
+            w * hvd.reducescatter(x, op=op_const(hvd, op), name=f"g_rs_{op}_{mode}")
+        ),
         x,
         mode == "function",
     )
@@ -615,7 +646,9 @@ def test_function_unused_allreduce_still_runs(hvd):
     after = hvd._collective_count()
     for got in results:
         np.testing.assert_array_equal(got, np.full((3,), hvd.rank() + 1, np.float32))
-    assert after - before == 10, f"10 calls of a function with an unused allreduce ran {after - before} collectives"
+    assert after - before == 10, (
+        f"10 calls of a function with an unused allreduce ran {after - before} collectives"
+    )
 
 
 def test_function_mixed_ops_values(hvd):

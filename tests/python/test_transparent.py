@@ -38,7 +38,9 @@ def job_env():
 def mtxrun():
     path = os.path.join(VENV_BIN, "mtxrun")
     if not os.path.exists(path):
-        pytest.fail(f"the mtxrun console script is not installed ({path} is missing)", pytrace=False)
+        pytest.fail(
+            f"the mtxrun console script is not installed ({path} is missing)", pytrace=False
+        )
     return [path]
 
 
@@ -49,7 +51,9 @@ class Job:
         env = job_env()
         env.update(extra_env or {})
         try:
-            p = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(
+                argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+            )
             self.returncode, self.stdout, self.stderr = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired as e:
             self.timed_out = True
@@ -61,7 +65,8 @@ class Job:
         tail = lambda s: "\n".join(s.splitlines()[-40:])  # noqa: E731
         return (
             f"command: {' '.join(self.argv)}\nreturn code: {self.returncode}"
-            f"{' (TIMED OUT)' if self.timed_out else ''}\n--- stdout (tail) ---\n{tail(self.stdout)}"
+            f"{' (TIMED OUT)' if self.timed_out else ''}\n"
+            f"--- stdout (tail) ---\n{tail(self.stdout)}"
             f"\n--- stderr (tail) ---\n{tail(self.stderr)}"
         )
 
@@ -107,7 +112,9 @@ def plain_run(tmp):
 
 @pytest.fixture(scope="module")
 def np2_run(tmp):
-    return example(2, tmp, *SHORT, "--save-weights", "W2.{rank}.npz", "--checkpoint", "ckpt.{rank}.keras")
+    return example(
+        2, tmp, *SHORT, "--save-weights", "W2.{rank}.npz", "--checkpoint", "ckpt.{rank}.keras"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +128,23 @@ def full_np2_run(tmp):
 
 def test_mtxrun_module_entry_point_launches_every_rank(tmp):
     # one write(2) per rank, so that the two ranks' lines cannot interleave
-    code = "import os; os.write(1, ('launched rank %s\\n' % os.environ.get('OMPI_COMM_WORLD_RANK')).encode())"
-    job = Job([sys.executable, "-m", "mtxcomm.run", "-np", "2", "python", "-c", code], cwd=str(tmp), timeout=120)
+    code = (
+        "import os; "
+        "os.write(1, ('launched rank %s\\n' % os.environ.get('OMPI_COMM_WORLD_RANK')).encode())"
+    )
+    job = Job(
+        [sys.executable, "-m", "mtxcomm.run", "-np", "2", "python", "-c", code],
+        cwd=str(tmp),
+        timeout=120,
+    )
     job.check_ok()
     assert sorted(re.findall(r"launched rank (\d)", job.stdout)) == ["0", "1"], job.describe()
 
 
 def test_mtxrun_console_script_np1(tmp):
-    job = Job(mtxrun() + ["-np", "1", "python", "-c", "print('mtxrun np1 ok')"], cwd=str(tmp), timeout=120)
+    job = Job(
+        mtxrun() + ["-np", "1", "python", "-c", "print('mtxrun np1 ok')"], cwd=str(tmp), timeout=120
+    )
     job.check_ok()
     assert "mtxrun np1 ok" in job.stdout, job.describe()
 
@@ -148,7 +164,9 @@ def test_transparent_np2_ranks_bitwise_equal(np2_run, tmp):
     w0, w1 = load_npz(tmp / "W2.0.npz"), load_npz(tmp / "W2.1.npz")
     assert len(w0) == len(w1) == 6
     for i, (a, b) in enumerate(zip(w0, w1)):
-        assert np.array_equal(a, b), f"weight {i} differs between rank 0 and rank 1 (max {np.max(np.abs(a - b))})"
+        assert np.array_equal(a, b), (
+            f"weight {i} differs between rank 0 and rank 1 (max {np.max(np.abs(a - b))})"
+        )
 
 
 def test_transparent_np2_follows_1_process_within_1e_4(np2_run, plain_run, tmp):
@@ -175,8 +193,11 @@ def test_transparent_np2_each_rank_computes_its_half_of_every_batch(tmp):
     probe = os.path.join(SCRIPTS, "transparent_probe.py")
     plain = Job(["python", probe, "probe1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT)
     plain.check_ok()
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
-              cwd=str(tmp), timeout=JOB_TIMEOUT)
+    job = Job(
+        mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    )
     job.check_ok()
     import json
 
@@ -184,12 +205,20 @@ def test_transparent_np2_each_rank_computes_its_half_of_every_batch(tmp):
     ranks = [json.loads((tmp / f"probe2.{r}.json").read_text())["steps"] for r in (0, 1)]
     assert len(whole) == 8 and all(len(b) == 32 for b in whole), whole
     for r in (0, 1):
-        assert len(ranks[r]) == len(whole), f"rank {r} ran {len(ranks[r])} steps, the 1-process run {len(whole)}"
+        assert len(ranks[r]) == len(whole), (
+            f"rank {r} ran {len(ranks[r])} steps, the 1-process run {len(whole)}"
+        )
     for i, batch in enumerate(whole):
         a, b = ranks[0][i], ranks[1][i]
-        assert len(a) == len(b) == 16, f"step {i}: rank 0 computed on {len(a)} rows, rank 1 on {len(b)} (want 16 each)"
-        assert not set(a) & set(b), f"step {i}: ranks 0 and 1 computed on the same rows {sorted(set(a) & set(b))}"
-        assert sorted(a + b) == sorted(batch), f"step {i}: the ranks' rows are not the 1-process batch"
+        assert len(a) == len(b) == 16, (
+            f"step {i}: rank 0 computed on {len(a)} rows, rank 1 on {len(b)} (want 16 each)"
+        )
+        assert not set(a) & set(b), (
+            f"step {i}: ranks 0 and 1 computed on the same rows {sorted(set(a) & set(b))}"
+        )
+        assert sorted(a + b) == sorted(batch), (
+            f"step {i}: the ranks' rows are not the 1-process batch"
+        )
 
 
 def test_transparent_checkpoint_written_once(np2_run, tmp):
@@ -220,7 +249,9 @@ def test_transparent_full_run_accuracy(full_np2_run):
 def test_transparent_output_on_rank0_only(full_np2_run):
     full_np2_run.check_ok()
     out = full_np2_run.stdout
-    assert len(accuracy_lines(out)) == 1, f"'test accuracy' lines: {accuracy_lines(out)}\n{full_np2_run.describe()}"
+    assert len(accuracy_lines(out)) == 1, (
+        f"'test accuracy' lines: {accuracy_lines(out)}\n{full_np2_run.describe()}"
+    )
     assert out.count("seconds per epoch:") == 1, full_np2_run.describe()
     assert len(re.findall(r"^.*Epoch 1/\d+", out, re.MULTILINE)) == 1, full_np2_run.describe()
 
@@ -233,13 +264,19 @@ def test_horovod_style_script_np2(tmp):
     ckdir = tmp / "hvd_ckpt"
     ckdir.mkdir()
     script = os.path.join(SCRIPTS, "horovod_style_keras.py")
-    job = Job(mtxrun() + ["-np", "2", "python", script, "--checkpoint-dir", str(ckdir)], cwd=str(tmp), timeout=JOB_TIMEOUT)
+    job = Job(
+        mtxrun() + ["-np", "2", "python", script, "--checkpoint-dir", str(ckdir)],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    )
     job.check_ok()
     acc = re.findall(r"horovod-style test accuracy: ([0-9.]+)", job.stdout)
     assert len(acc) == 1, job.describe()
     assert float(acc[0]) >= 0.9, f"accuracy {acc[0]}\n{job.describe()}"
     per_rank = re.findall(r"accuracy per rank: (.*)", job.stdout)
-    assert per_rank and len(set(per_rank[0].split())) == 1, f"ranks evaluated different models\n{job.describe()}"
+    assert per_rank and len(set(per_rank[0].split())) == 1, (
+        f"ranks evaluated different models\n{job.describe()}"
+    )
     assert sorted(p.name for p in ckdir.iterdir()), "rank 0 wrote no checkpoint"
 
 
@@ -248,14 +285,22 @@ def test_horovod_style_script_np2(tmp):
 
 
 def test_rank_exiting_early_fails_the_other_clearly(tmp):
-    job = Job(mtxrun() + ["-np", "2", "python", os.path.join(SCRIPTS, "early_exit.py")], cwd=str(tmp), timeout=120)
+    job = Job(
+        mtxrun() + ["-np", "2", "python", os.path.join(SCRIPTS, "early_exit.py")],
+        cwd=str(tmp),
+        timeout=120,
+    )
     assert not job.timed_out, "the job hung after rank 1 left\n" + job.describe()
     assert job.returncode != 0, job.describe()
     both = job.stdout + job.stderr
-    assert "RANK0_NO_ERROR" not in both, "rank 0's allreduce succeeded without rank 1\n" + job.describe()
+    assert "RANK0_NO_ERROR" not in both, (
+        "rank 0's allreduce succeeded without rank 1\n" + job.describe()
+    )
     err = re.findall(r"RANK0_ERROR: (.*)", both)
     assert err, "rank 0 was not given an error (killed before it could report?)\n" + job.describe()
-    assert re.search(r"rank\D{0,3}1\b", err[0], re.IGNORECASE), f"the error does not name rank 1: {err[0]}"
+    assert re.search(r"rank\D{0,3}1\b", err[0], re.IGNORECASE), (
+        f"the error does not name rank 1: {err[0]}"
+    )
 
 
 def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
@@ -265,15 +310,24 @@ def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
     Job(["python", script, "uneven1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    Job(mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
-        cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(
+        mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    ).check_ok()
     one = json.loads((tmp / "uneven1.0.json").read_text())
     three = [json.loads((tmp / f"uneven3.{r}.json").read_text()) for r in range(3)]
     for r in range(3):
-        assert three[r]["weights"] == three[0]["weights"], f"rank {r}'s weights differ from rank 0's"
+        assert three[r]["weights"] == three[0]["weights"], (
+            f"rank {r}'s weights differ from rank 0's"
+        )
         for key in ("loss", "mae"):
-            np.testing.assert_allclose(three[r]["history"][key], one["history"][key], rtol=1e-5,
-                                       err_msg=f"rank {r}: History['{key}'] vs the 1-process run")
+            np.testing.assert_allclose(
+                three[r]["history"][key],
+                one["history"][key],
+                rtol=1e-5,
+                err_msg=f"rank {r}: History['{key}'] vs the 1-process run",
+            )
     for a, b in zip(three[0]["weights"], one["weights"]):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
 
@@ -284,10 +338,15 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
     import json
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
-    Job(["python", script, "tob1.{rank}.json", "train_on_batch"], cwd=str(tmp),
-        timeout=JOB_TIMEOUT).check_ok()
-    Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json",
-                    "train_on_batch"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(
+        ["python", script, "tob1.{rank}.json", "train_on_batch"], cwd=str(tmp), timeout=JOB_TIMEOUT
+    ).check_ok()
+    Job(
+        mtxrun()
+        + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json", "train_on_batch"],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    ).check_ok()
     one = json.loads((tmp / "tob1.0.json").read_text())
     two = [json.loads((tmp / f"tob2.{r}.json").read_text()) for r in range(2)]
     assert one["train_on_batch"] is not None
@@ -296,13 +355,27 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
 
 
-@pytest.mark.parametrize("form,np_", [("dict_outputs", 2), ("dict_weights", 2), ("batch_norm", 2),
-                                      ("batch_norm", 3), ("fit_twice", 2), ("ratio_metrics", 2),
-                                      ("ratio_metrics", 3), ("custom_step", 2),
-                                      ("checkpoints", 2), ("loss_forms", 3),
-                                      ("stop_on_rank0", 2), ("guide_steps", 2),
-                                      ("save_reload", 2), ("state_forms", 2),
-                                      ("state_forms", 3), ("two_optimizers", 2)])
+@pytest.mark.parametrize(
+    "form,np_",
+    [
+        ("dict_outputs", 2),
+        ("dict_weights", 2),
+        ("batch_norm", 2),
+        ("batch_norm", 3),
+        ("fit_twice", 2),
+        ("ratio_metrics", 2),
+        ("ratio_metrics", 3),
+        ("custom_step", 2),
+        ("checkpoints", 2),
+        ("loss_forms", 3),
+        ("stop_on_rank0", 2),
+        ("guide_steps", 2),
+        ("save_reload", 2),
+        ("state_forms", 2),
+        ("state_forms", 3),
+        ("two_optimizers", 2),
+    ],
+)
 def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
@@ -311,15 +384,21 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # steps_per_execution, a summed loss and a metric whose result is its state variable,
     # keras.io's custom steps (nested metric logs), saves reloaded at once by ranks that reach
     # them late, a summed loss with regularizers, a layer's own moving statistics, a train
-    # step given x alone, a GAN's two optimizers: every rank's weights, moving statistics, History and predictions equal the
+    # step given x alone, a GAN's two optimizers: every rank's weights, moving statistics, History
+    # and predictions equal the
     # 1-process run's (scripts/model_forms.py).
     import json
 
     script = os.path.join(SCRIPTS, "model_forms.py")
-    Job(["python", script, f"{form}1.{{rank}}.json", form], cwd=str(tmp),
-        timeout=JOB_TIMEOUT).check_ok()
-    Job(mtxrun() + ["-np", str(np_), "--transparent", "python", script,
-                    f"{form}{np_}.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(
+        ["python", script, f"{form}1.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT
+    ).check_ok()
+    Job(
+        mtxrun()
+        + ["-np", str(np_), "--transparent", "python", script, f"{form}{np_}.{{rank}}.json", form],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    ).check_ok()
     if form == "checkpoints":
         assert (tmp / f"{form}{np_}.exported" / "saved_model.pb").exists(), "no SavedModel"
     one = json.loads((tmp / f"{form}1.0.json").read_text())
@@ -327,15 +406,24 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     for r in range(np_):
         assert many[r]["weights"] == many[0]["weights"], f"rank {r}'s weights differ from rank 0's"
         for a, b in zip(many[r]["weights"], one["weights"]):
-            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
-                                       err_msg=f"{form}: rank {r} vs the 1-process run")
+            np.testing.assert_allclose(
+                np.array(a),
+                np.array(b),
+                atol=1e-4,
+                err_msg=f"{form}: rank {r} vs the 1-process run",
+            )
         for a, b in zip(many[r]["predict"], one["predict"]):
-            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
-                                       err_msg=f"{form}: rank {r}'s predict()")
+            np.testing.assert_allclose(
+                np.array(a), np.array(b), atol=1e-4, err_msg=f"{form}: rank {r}'s predict()"
+            )
         assert set(many[r]["history"]) == set(one["history"]), (form, r)
         for key, values in one["history"].items():
-            np.testing.assert_allclose(many[r]["history"][key], values, rtol=1e-4,
-                                       err_msg=f"{form}: History['{key}'] on rank {r}")
+            np.testing.assert_allclose(
+                many[r]["history"][key],
+                values,
+                rtol=1e-4,
+                err_msg=f"{form}: History['{key}'] on rank {r}",
+            )
 
 
 def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_process_ones(tmp):
@@ -347,8 +435,11 @@ def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_pro
 
     script = os.path.join(SCRIPTS, "draws.py")
     Job(["python", script, "draws1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    Job(mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
-        cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    Job(
+        mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    ).check_ok()
     one = json.loads((tmp / "draws1.0.json").read_text())
     many = [json.loads((tmp / f"draws3.{r}.json").read_text()) for r in range(3)]
     assert np.array(one["drawn"]).any() and np.array(one["masks"]).any(), "nothing was drawn"
@@ -360,8 +451,9 @@ def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_pro
         for key in ("masks", "drawn"):
             a, b = np.array(many[r][key]), np.array(many[0][key])
             # Every step's draw differs (a mask of 16 units agrees by chance with 2**-16).
-            assert all((a[i] != b[i]).any() for i in range(len(a))), \
+            assert all((a[i] != b[i]).any() for i in range(len(a))), (
                 f"rank {r}'s {key} repeat rank 0's: {a.tolist()} vs {b.tolist()}"
+            )
     assert many[1]["drawn"] != many[2]["drawn"], "ranks 1 and 2 drew alike"
 
 
@@ -375,11 +467,13 @@ def test_transparent_a_stop_in_one_rank_share_stops_every_rank_at_that_batch(tmp
     import json
 
     script = os.path.join(SCRIPTS, "batch_stop.py")
-    Job(["python", script, "stop1.{rank}.json", mode], cwd=str(tmp),
-        timeout=JOB_TIMEOUT).check_ok()
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json",
-                          mode], cwd=str(tmp), timeout=JOB_TIMEOUT,
-              extra_env={"MTXCOMM_STALL_TIMEOUT": "60"})
+    Job(["python", script, "stop1.{rank}.json", mode], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
+    job = Job(
+        mtxrun() + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json", mode],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+        extra_env={"MTXCOMM_STALL_TIMEOUT": "60"},
+    )
     job.check_ok()
     one = json.loads((tmp / "stop1.0.json").read_text())
     assert one == {"steps": 3, "epochs": 1, "all_nan": mode == "nan"}, one
@@ -395,15 +489,30 @@ def test_transparent_weights_changed_outside_the_optimizer_fail_every_rank(tmp):
     # Each rank's output in a file of its own (Open MPI's --output-filename): the two ranks'
     # tracebacks interleave on a shared stderr.
     logs = tmp / "logs"
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "--mpi-args",
-                          "--output-filename " + str(logs), "python", script,
-                          "manual.{rank}.json", "manual_update"], cwd=str(tmp),
-              timeout=JOB_TIMEOUT)
+    job = Job(
+        mtxrun()
+        + [
+            "-np",
+            "2",
+            "--transparent",
+            "--mpi-args",
+            "--output-filename " + str(logs),
+            "python",
+            script,
+            "manual.{rank}.json",
+            "manual_update",
+        ],
+        cwd=str(tmp),
+        timeout=JOB_TIMEOUT,
+    )
     assert not job.timed_out and job.returncode != 0, job.describe()
     for r in range(2):
         stderr = next(logs.glob(f"**/rank.{r}/stderr")).read_text()
-        errors = re.findall(r"RuntimeError: mtxrun --transparent: after epoch 1 the ranks hold "
-                            r"different values of (\S+)", stderr)
+        errors = re.findall(
+            r"RuntimeError: mtxrun --transparent: after epoch 1 the ranks hold "
+            r"different values of (\S+)",
+            stderr,
+        )
         assert len(errors) == 1 and ("kernel" in errors[0] or "bias" in errors[0]), (r, stderr)
     assert not list(tmp.glob("manual.*.json")), "a rank went on to write its results"
 
@@ -418,13 +527,15 @@ def test_transparent_backup_and_restore_resumes_every_rank_like_the_1_process_ru
     for np_, launch in ((1, ["python"]), (2, mtxrun() + ["-np", "2", "--transparent", "python"])):
         work = tmp / f"resume{np_}"
         work.mkdir()
-        first = Job(launch + [script, "first.{rank}.json", "interrupt"], cwd=str(work),
-                    timeout=JOB_TIMEOUT)
+        first = Job(
+            launch + [script, "first.{rank}.json", "interrupt"], cwd=str(work), timeout=JOB_TIMEOUT
+        )
         assert not first.timed_out and first.returncode != 0, first.describe()
         assert "preempted after epoch 2" in first.stderr, first.describe()
         assert (work / "backup").is_dir(), first.describe()
-        Job(launch + [script, "resumed.{rank}.json", "resume"], cwd=str(work),
-            timeout=JOB_TIMEOUT).check_ok()
+        Job(
+            launch + [script, "resumed.{rank}.json", "resume"], cwd=str(work), timeout=JOB_TIMEOUT
+        ).check_ok()
     one = json.loads((tmp / "resume1" / "resumed.0.json").read_text())
     assert one["epochs"] == [2, 3, 4], one["epochs"]
     for r in range(2):
@@ -432,21 +543,34 @@ def test_transparent_backup_and_restore_resumes_every_rank_like_the_1_process_ru
         assert many["epochs"] == [2, 3, 4], (r, many["epochs"])
         np.testing.assert_allclose(many["history"]["loss"], one["history"]["loss"], rtol=1e-4)
         for a, b in zip(many["weights"], one["weights"]):
-            np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4,
-                                       err_msg=f"rank {r} vs the 1-process run")
+            np.testing.assert_allclose(
+                np.array(a), np.array(b), atol=1e-4, err_msg=f"rank {r} vs the 1-process run"
+            )
 
 
 def test_transparent_python_children_stay_ordinary_processes(tmp):
     # A rank's Python child (a subprocess importing Keras) inherited the transparent mode and
     # Open MPI's rank variables: it failed in MPI_Init, and the ranks then never exited.
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "--all-ranks-output", "python",
-                          os.path.join(SCRIPTS, "child_process.py")], cwd=str(tmp), timeout=180)
+    job = Job(
+        mtxrun()
+        + [
+            "-np",
+            "2",
+            "--transparent",
+            "--all-ranks-output",
+            "python",
+            os.path.join(SCRIPTS, "child_process.py"),
+        ],
+        cwd=str(tmp),
+        timeout=180,
+    )
     job.check_ok()
     for r in range(2):
         path = tmp / ("child.%d" % r)
         assert path.exists(), job.describe()
-        assert path.read_text().split("\n") == ["CHILD 0 0", "DONE %d" % r, ""], \
+        assert path.read_text().split("\n") == ["CHILD 0 0", "DONE %d" % r, ""], (
             "rank %d wrote %r\n%s" % (r, path.read_text(), job.describe())
+        )
 
 
 def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator(tmp):
@@ -520,19 +644,27 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
             assert orders[i] != orders[j], f"epochs {j} and {i} (of 2 fits x 3) saw one order"
 
 
-@pytest.mark.parametrize("mode,argument,call", [("fit_x", "x", "fit"), ("fit_y", "y", "fit"),
-                                                ("fit_val", "validation_data", "fit"),
-                                                ("evaluate", "x", "evaluate"),
-                                                ("predict", "x", "predict")])
-def test_transparent_ranks_given_different_arrays_fail_naming_them(tmp_path, mode, argument,
-                                                                    call):
+@pytest.mark.parametrize(
+    "mode,argument,call",
+    [
+        ("fit_x", "x", "fit"),
+        ("fit_y", "y", "fit"),
+        ("fit_val", "validation_data", "fit"),
+        ("evaluate", "x", "evaluate"),
+        ("predict", "x", "predict"),
+    ],
+)
+def test_transparent_ranks_given_different_arrays_fail_naming_them(tmp_path, mode, argument, call):
     # A script that draws its data or split from an unseeded generator gives each rank other
     # arrays: each rank takes its own rows of its own data, and training (or predict) mixed them
     # silently. Every rank must fail at the call, naming the argument and the ranks
     # (scripts/different_data.py); the same arrays everywhere run to the end.
     script = os.path.join(SCRIPTS, "different_data.py")
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, mode], cwd=str(tmp_path),
-              timeout=JOB_TIMEOUT)
+    job = Job(
+        mtxrun() + ["-np", "2", "--transparent", "python", script, mode],
+        cwd=str(tmp_path),
+        timeout=JOB_TIMEOUT,
+    )
     assert job.returncode != 0, job.describe()
     message = "the %s given to %s differ between the ranks: rank(s) 1 hold" % (argument, call)
     assert message in job.stderr, job.describe()
@@ -541,7 +673,10 @@ def test_transparent_ranks_given_different_arrays_fail_naming_them(tmp_path, mod
 
 def test_transparent_ranks_given_the_same_arrays_run_on(tmp_path):
     script = os.path.join(SCRIPTS, "different_data.py")
-    job = Job(mtxrun() + ["-np", "2", "--transparent", "python", script, "same"], cwd=str(tmp_path),
-              timeout=JOB_TIMEOUT)
+    job = Job(
+        mtxrun() + ["-np", "2", "--transparent", "python", script, "same"],
+        cwd=str(tmp_path),
+        timeout=JOB_TIMEOUT,
+    )
     job.check_ok()
     assert sorted(p.name for p in tmp_path.glob("done.*")) == ["done.0", "done.1"], job.describe()

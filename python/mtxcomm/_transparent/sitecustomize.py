@@ -32,9 +32,11 @@ if os.environ.get("MTXCOMM_TRANSPARENT") == "1" and _owner():
     try:
         from mtxcomm import transparent as _transparent
     except ImportError as e:
-        sys.stderr.write("mtxrun --transparent: this Python (%s) cannot import mtxcomm (%s); run "
-                         "the script with the Python of the environment mtxcomm is installed "
-                         "in\n" % (sys.executable, e))
-        raise SystemExit(2)
+        sys.stderr.write(
+            "mtxrun --transparent: this Python (%s) cannot import mtxcomm (%s); run "
+            "the script with the Python of the environment mtxcomm is installed "
+            "in\n" % (sys.executable, e)
+        )
+        raise SystemExit(2) from None
     _transparent.install()
 _chain()

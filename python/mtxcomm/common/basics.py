@@ -69,5 +69,7 @@ class Basics:
         """True when every node runs the same number of ranks. allgather_object(obj, name=...)
         is the binding's object allgather (collective: every rank must call this)."""
         self.check_init("is_homogeneous")
-        return self.size() % self.local_size() == 0 and \
-            len(set(allgather_object(self.local_size(), name="mtxcomm.is_homogeneous"))) == 1
+        return (
+            self.size() % self.local_size() == 0
+            and len(set(allgather_object(self.local_size(), name="mtxcomm.is_homogeneous"))) == 1
+        )

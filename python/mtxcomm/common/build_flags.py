@@ -28,8 +28,9 @@ _MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE
 
 def launched_by_mpi():
     """True when this process was started by an MPI launcher (mpirun, srun)."""
-    return any(os.environ.get(v) for v in _MPI_LAUNCHER_VARS) or \
-        bool(os.environ.get("SLURM_PROCID") and os.environ.get("SLURM_STEP_ID"))
+    return any(os.environ.get(v) for v in _MPI_LAUNCHER_VARS) or bool(
+        os.environ.get("SLURM_PROCID") and os.environ.get("SLURM_STEP_ID")
+    )
 
 
 class BuildFlags:
@@ -43,8 +44,7 @@ class BuildFlags:
         always True (TensorFlow's).
     """
 
-    def __init__(self, build_feature, mpi_enabled_needs_launcher=True,
-                 mpi_threads_need_mpi=False):
+    def __init__(self, build_feature, mpi_enabled_needs_launcher=True, mpi_threads_need_mpi=False):
         self._build_feature = build_feature
         self._mpi_enabled_needs_launcher = mpi_enabled_needs_launcher
         self._mpi_threads_need_mpi = mpi_threads_need_mpi

@@ -20,6 +20,7 @@ def exiting_on_error():
     rank of the job, so ``mpirun`` ends the job (the C API's ``mtxcomm_exiting_on_error``). An
     exception that ends the program does this by itself. No effect without MPI."""
     from mtxcomm import _core  # the C extension, loaded only on this path
+
     _core.exiting_on_error()
 
 

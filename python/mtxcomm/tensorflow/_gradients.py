@@ -8,8 +8,7 @@ support.
 
 import tensorflow as tf
 
-from mtxcomm.tensorflow._ops import (Average, _overlapping, allreduce,
-                                     grouped_allreduce)
+from mtxcomm.tensorflow._ops import Average, _overlapping, allreduce, grouped_allreduce
 from mtxcomm.tensorflow.basics import size
 from mtxcomm.tensorflow.compression import Compression
 
@@ -20,13 +19,21 @@ def _local_gradient(g, op):
     if g is None or op != Average:
         return g
     if isinstance(g, tf.IndexedSlices):
-        return tf.IndexedSlices(g.values / tf.cast(size(), g.values.dtype), g.indices,
-                                g.dense_shape)
+        return tf.IndexedSlices(
+            g.values / tf.cast(size(), g.values.dtype), g.indices, g.dense_shape
+        )
     return g / tf.cast(size(), g.dtype)
 
 
-def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
-                         compression=Compression.none, scale=None, name=None, local=None):
+def _allreduce_gradients(
+    grads,
+    op=Average,
+    sparse_as_dense=False,
+    compression=Compression.none,
+    scale=None,
+    name=None,
+    local=None,
+):
     """Averages (op) a list of gradients with one grouped allreduce. None passes through;
     IndexedSlices are allgathered (or densified with sparse_as_dense). ``scale`` multiplies
     every gradient first (transparent mode weights uneven batch shares with it). ``local``:
@@ -46,8 +53,9 @@ def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
                 g = tf.convert_to_tensor(g)
             else:
                 if scale is not None:
-                    g = tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices,
-                                         g.dense_shape)
+                    g = tf.IndexedSlices(
+                        g.values * tf.cast(scale, g.values.dtype), g.indices, g.dense_shape
+                    )
                 with _overlapping():
                     out[i] = allreduce(g, op=op)
                 continue
@@ -64,9 +72,15 @@ def _allreduce_gradients(grads, op=Average, sparse_as_dense=False,
             # starts as soon as its gradient exists, so the allreduce of a late layer overlaps
             # the backward pass of the earlier ones; the engine fuses those ready together.
             with _overlapping():
-                reduced = [allreduce(g, op=op, compression=compression,
-                                     name=None if name is None else "%s/%d" % (name, k))
-                           for k, g in enumerate(dense)]
+                reduced = [
+                    allreduce(
+                        g,
+                        op=op,
+                        compression=compression,
+                        name=None if name is None else "%s/%d" % (name, k),
+                    )
+                    for k, g in enumerate(dense)
+                ]
         for i, r in zip(dense_idx, reduced):
             out[i] = r
     return out
@@ -89,8 +103,11 @@ def _local_flags(variables, local_keys):
 def _check_optimizer_options(process_set, groups, num_groups, gradient_predivide_factor):
     """Horovod options of DistributedOptimizer that mtxcomm does not provide."""
     if process_set is not None or groups is not None or num_groups:
-        raise NotImplementedError("DistributedOptimizer: process sets and groups are not "
-                                  "supported (all gradients go in one group)")
+        raise NotImplementedError(
+            "DistributedOptimizer: process sets and groups are not "
+            "supported (all gradients go in one group)"
+        )
     if gradient_predivide_factor != 1.0:
-        raise NotImplementedError("DistributedOptimizer: gradient_predivide_factor is not "
-                                  "supported")
+        raise NotImplementedError(
+            "DistributedOptimizer: gradient_predivide_factor is not supported"
+        )

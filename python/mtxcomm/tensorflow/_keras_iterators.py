@@ -54,8 +54,9 @@ class _Releaser:
             if self._stopped or sys.is_finalizing():
                 return  # exiting: obj is dropped by the caller (no thread can start now)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="mtxcomm-iterator-release")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="mtxcomm-iterator-release"
+                )
                 self._thread.start()
         self._queue.put(obj)
 

@@ -12,12 +12,15 @@ import warnings
 
 import tensorflow as tf
 
-from mtxcomm.tensorflow._gradients import (_allreduce_gradients, _check_optimizer_options,
-                                           _local_flags, _source_keys)
+from mtxcomm.tensorflow import _keras_iterators as _iterators
+from mtxcomm.tensorflow._gradients import (
+    _allreduce_gradients,
+    _check_optimizer_options,
+    _local_flags,
+    _source_keys,
+)
 from mtxcomm.tensorflow._ops import Average, _resolve_op
 from mtxcomm.tensorflow.compression import Compression
-from mtxcomm.tensorflow import _keras_iterators as _iterators
-
 
 # Transparent mode sets, while a train step is traced, the factor each rank's gradients are
 # multiplied by before averaging (its share of an uneven global batch).
@@ -35,14 +38,18 @@ def _distributed_apply(self, grads, trainable_variables=None):
         if self._mtx_passes > 1:
             raise NotImplementedError(
                 "backward_passes_per_step > 1 inside a LossScaleOptimizer: wrap the "
-                "LossScaleOptimizer instead, DistributedOptimizer(LossScaleOptimizer(opt), ...)")
+                "LossScaleOptimizer instead, DistributedOptimizer(LossScaleOptimizer(opt), ...)"
+            )
         return super(cls, self).apply(grads, trainable_variables)
     if self._mtx_passes == 1:
-        grads = _allreduce_gradients(grads, op=self._mtx_op,
-                                     sparse_as_dense=self._mtx_sparse_as_dense,
-                                     compression=self._mtx_compression,
-                                     scale=_current_grad_scale(),
-                                     local=_local_vars_flags(self, trainable_variables))
+        grads = _allreduce_gradients(
+            grads,
+            op=self._mtx_op,
+            sparse_as_dense=self._mtx_sparse_as_dense,
+            compression=self._mtx_compression,
+            scale=_current_grad_scale(),
+            local=_local_vars_flags(self, trainable_variables),
+        )
         return super(cls, self).apply(grads, trainable_variables)
     return _accumulate_then_apply(self, cls, grads, trainable_variables)
 
@@ -84,12 +91,16 @@ def _accumulate_then_apply(self, cls, grads, trainable_variables):
     k = self._mtx_passes
 
     def update():
-        summed = [None if g is None else accs[self._get_variable_index(v)] / k
-                  for g, v in zip(grads, trainable_variables)]
+        summed = [
+            None if g is None else accs[self._get_variable_index(v)] / k
+            for g, v in zip(grads, trainable_variables)
+        ]
         averaged = _allreduce_gradients(
-            [None if s is None else tf.convert_to_tensor(s) for s in summed], op=self._mtx_op,
+            [None if s is None else tf.convert_to_tensor(s) for s in summed],
+            op=self._mtx_op,
             compression=self._mtx_compression,
-            local=_local_vars_flags(self, trainable_variables))
+            local=_local_vars_flags(self, trainable_variables),
+        )
         super(cls, self).apply(averaged, trainable_variables)
         for a in accs:
             a.assign(tf.zeros_like(a))
@@ -104,9 +115,11 @@ def _distributed_build(self, variables):
     if self._mtx_passes > 1 and not getattr(self, "_mtx_accumulators", None):
         self._mtx_accumulators = [
             self.add_variable_from_reference(v, name="mtxcomm_accumulated_gradient")
-            for v in variables]
-        self._mtx_pass = self.add_variable((), initializer="zeros", dtype="int64",
-                                           name="mtxcomm_backward_pass")
+            for v in variables
+        ]
+        self._mtx_pass = self.add_variable(
+            (), initializer="zeros", dtype="int64", name="mtxcomm_backward_pass"
+        )
 
 
 def _patch_loss_scale_optimizer():
@@ -124,13 +137,18 @@ def _patch_loss_scale_optimizer():
 
     def apply(self, grads, trainable_variables=None):
         inner = getattr(self, "inner_optimizer", None)
-        if getattr(inner, "_mtx_dist_class", None) is None or \
-                getattr(self, "_mtx_dist_class", None) is not None:
+        if (
+            getattr(inner, "_mtx_dist_class", None) is None
+            or getattr(self, "_mtx_dist_class", None) is not None
+        ):
             return original_apply(self, grads, trainable_variables)
-        grads = _allreduce_gradients(list(grads), op=inner._mtx_op,
-                                     sparse_as_dense=inner._mtx_sparse_as_dense,
-                                     compression=inner._mtx_compression,
-                                     scale=_current_grad_scale())
+        grads = _allreduce_gradients(
+            list(grads),
+            op=inner._mtx_op,
+            sparse_as_dense=inner._mtx_sparse_as_dense,
+            compression=inner._mtx_compression,
+            scale=_current_grad_scale(),
+        )
         _step_state.averaged = True
         try:
             return original_apply(self, grads, trainable_variables)
@@ -152,12 +170,17 @@ def _install_no_xla_train_step(model_cls):
 
     @functools.wraps(original)
     def make_train_function(self, force=False):
-        if ((force or getattr(self, "train_function", None) is None)
-                and getattr(self, "jit_compile", False) is True
-                and getattr(getattr(self, "optimizer", None), "_mtx_dist_class", None)):
-            warnings.warn("mtxcomm.tensorflow.keras: the train step of this model is built "
-                          "without XLA (jit_compile): its DistributedOptimizer's collective ops "
-                          "have no XLA kernel", stacklevel=2)
+        if (
+            (force or getattr(self, "train_function", None) is None)
+            and getattr(self, "jit_compile", False) is True
+            and getattr(getattr(self, "optimizer", None), "_mtx_dist_class", None)
+        ):
+            warnings.warn(
+                "mtxcomm.tensorflow.keras: the train step of this model is built "
+                "without XLA (jit_compile): its DistributedOptimizer's collective ops "
+                "have no XLA kernel",
+                stacklevel=2,
+            )
             self.jit_compile = False
             try:
                 return original(self, force=force)
@@ -169,11 +192,21 @@ def _install_no_xla_train_step(model_cls):
     model_cls._mtx_no_xla_train_step = True
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False,
-                         gradient_predivide_factor=1.0, op=Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=True,
-                         num_groups=0, groups=None, process_set=None):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=True,
+    num_groups=0,
+    groups=None,
+    process_set=None,
+):
     """Makes a Keras 3 optimizer average every gradient over the ranks (op), exactly once per
     applied step, before the optimizer uses it (so clipping, weight decay and loss scaling see
     the averaged gradient). The optimizer is changed in place and returned.
@@ -193,15 +226,18 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     import keras
 
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise ValueError("DistributedOptimizer expects a Keras 3 optimizer "
-                         "(keras.optimizers.Optimizer), got %r" % type(optimizer).__name__)
+        raise ValueError(
+            "DistributedOptimizer expects a Keras 3 optimizer "
+            "(keras.optimizers.Optimizer), got %r" % type(optimizer).__name__
+        )
     _check_optimizer_options(process_set, groups, num_groups, gradient_predivide_factor)
     if not average_aggregated_gradients and backward_passes_per_step > 1:
-        raise NotImplementedError("DistributedOptimizer: accumulated gradients are always "
-                                  "averaged over the backward passes")
+        raise NotImplementedError(
+            "DistributedOptimizer: accumulated gradients are always "
+            "averaged over the backward passes"
+        )
     if int(backward_passes_per_step) < 1:
-        raise ValueError("backward_passes_per_step must be >= 1, got %r"
-                         % backward_passes_per_step)
+        raise ValueError("backward_passes_per_step must be >= 1, got %r" % backward_passes_per_step)
     # Model.fit's epoch iterators are destroyed off the training thread (_keras_iterators.py).
     _iterators.install(keras.Model, tf)
     _install_no_xla_train_step(keras.Model)
@@ -212,12 +248,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         return optimizer  # a LossScaleOptimizer around a distributed one averages already
     _patch_loss_scale_optimizer()
     if backward_passes_per_step > 1 and optimizer.built:
-        raise ValueError("DistributedOptimizer(backward_passes_per_step > 1) must wrap the "
-                         "optimizer before its first step")
+        raise ValueError(
+            "DistributedOptimizer(backward_passes_per_step > 1) must wrap the "
+            "optimizer before its first step"
+        )
     base = type(optimizer)
-    cls = type(base.__name__, (base,), {"apply": _distributed_apply,
-                                        "build": _distributed_build,
-                                        "register_local_var": _register_local_var})
+    cls = type(
+        base.__name__,
+        (base,),
+        {
+            "apply": _distributed_apply,
+            "build": _distributed_build,
+            "register_local_var": _register_local_var,
+        },
+    )
     cls.__module__ = base.__module__
     cls.__qualname__ = base.__qualname__
     cls._mtx_dist_class = cls
@@ -230,23 +274,40 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return optimizer
 
 
-def PartialDistributedOptimizer(optimizer, name=None, compression=Compression.none,
-                                sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average,
-                                backward_passes_per_step=1, average_aggregated_gradients=True,
-                                groups=None, process_set=None, local_layers=None,
-                                scale_local_gradients=True):
+def PartialDistributedOptimizer(
+    optimizer,
+    name=None,
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=True,
+    groups=None,
+    process_set=None,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedOptimizer whose worker-local variables are the trainable weights of
     local_layers (a Keras layer or a list of them): their gradients are not reduced (divided by
     size() with Average when scale_local_gradients)."""
     if not scale_local_gradients:
-        raise NotImplementedError("PartialDistributedOptimizer: local gradients are always "
-                                  "scaled as the reduced ones are (scale_local_gradients=True)")
-    opt = DistributedOptimizer(optimizer, name=name, compression=compression,
-                               sparse_as_dense=sparse_as_dense,
-                               gradient_predivide_factor=gradient_predivide_factor, op=op,
-                               backward_passes_per_step=backward_passes_per_step,
-                               average_aggregated_gradients=average_aggregated_gradients,
-                               groups=groups, process_set=process_set)
+        raise NotImplementedError(
+            "PartialDistributedOptimizer: local gradients are always "
+            "scaled as the reduced ones are (scale_local_gradients=True)"
+        )
+    opt = DistributedOptimizer(
+        optimizer,
+        name=name,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups,
+        process_set=process_set,
+    )
     if local_layers is None:
         local_layers = []
     elif not isinstance(local_layers, (list, tuple)):

@@ -15,7 +15,8 @@ def _find():
         raise ImportError(
             "mtxcomm.tensorflow: the binding (_mtxcomm_tf*.so) is not in %s. The package was "
             "built without TensorFlow: install tensorflow (e.g. tensorflow-cpu) first, then "
-            "reinstall mtxcomm with `pip install .`" % _HERE)
+            "reinstall mtxcomm with `pip install .`" % _HERE
+        )
     return found[0]
 
 
@@ -27,7 +28,8 @@ except tf.errors.NotFoundError as e:
     raise ImportError(
         "mtxcomm.tensorflow: %s could not be loaded by this TensorFlow (%s); it was probably "
         "built against another TensorFlow version: reinstall mtxcomm (`pip install .`) in this "
-        "environment. Cause: %s" % (_PATH, tf.__version__, e)) from e
+        "environment. Cause: %s" % (_PATH, tf.__version__, e)
+    ) from e
 # ... and the same file, already open, is the engine's Python module.
 engine = importlib.import_module("mtxcomm.tensorflow._mtxcomm_tf")
 
@@ -37,19 +39,34 @@ engine = importlib.import_module("mtxcomm.tensorflow._mtxcomm_tf")
 # collectives of one step would run one at a time, unfused, and two ranks whose traced graphs
 # order two independent collectives differently would deadlock. TensorFlow's own list of such
 # ops (run, in any order) takes them.
-OP_TYPES = frozenset(("MtxcommAllreduce", "MtxcommGroupedAllreduce", "MtxcommBroadcast",
-                      "MtxcommAllgather", "MtxcommGroupedAllgather", "MtxcommReducescatter",
-                      "MtxcommGroupedReducescatter", "MtxcommAlltoall", "MtxcommJoin"))
+OP_TYPES = frozenset(
+    (
+        "MtxcommAllreduce",
+        "MtxcommGroupedAllreduce",
+        "MtxcommBroadcast",
+        "MtxcommAllgather",
+        "MtxcommGroupedAllgather",
+        "MtxcommReducescatter",
+        "MtxcommGroupedReducescatter",
+        "MtxcommAlltoall",
+        "MtxcommJoin",
+    )
+)
 
 
 def _register_order_insensitive():
     from tensorflow.python.framework import auto_control_deps as acd
+
     current = getattr(acd, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS", None)
     if current is None:
         import warnings
-        warnings.warn("mtxcomm.tensorflow: this TensorFlow has no "
-                      "auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS; collectives "
-                      "inside tf.function run in program order (no fusion across them)")
+
+        warnings.warn(
+            "mtxcomm.tensorflow: this TensorFlow has no "
+            "auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS; collectives "
+            "inside tf.function run in program order (no fusion across them)",
+            stacklevel=2,
+        )
         return
     if not OP_TYPES <= current:
         acd.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(current | OP_TYPES)

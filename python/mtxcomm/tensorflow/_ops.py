@@ -22,10 +22,18 @@ from mtxcomm.tensorflow.compression import Compression
 _engine = _library.engine
 _OVERLAP = threading.local()
 # The op wrappers whose ops take the attr overlap (bindings/tensorflow/tf_ops.cc).
-_OVERLAP_OPS = frozenset(("mtxcomm_allreduce", "mtxcomm_grouped_allreduce", "mtxcomm_broadcast",
-                          "mtxcomm_allgather", "mtxcomm_grouped_allgather",
-                          "mtxcomm_reducescatter", "mtxcomm_grouped_reducescatter",
-                          "mtxcomm_alltoall"))
+_OVERLAP_OPS = frozenset(
+    (
+        "mtxcomm_allreduce",
+        "mtxcomm_grouped_allreduce",
+        "mtxcomm_broadcast",
+        "mtxcomm_allgather",
+        "mtxcomm_grouped_allgather",
+        "mtxcomm_reducescatter",
+        "mtxcomm_grouped_reducescatter",
+        "mtxcomm_alltoall",
+    )
+)
 
 
 @contextlib.contextmanager
@@ -58,10 +66,12 @@ _wrappers = _OpWrappers()
 
 def _in_backward(grad_fn):
     """A registered gradient function: its collectives overlap the backward pass."""
+
     @functools.wraps(grad_fn)
     def wrapped(*args, **kwargs):
         with _overlapping():
             return grad_fn(*args, **kwargs)
+
     return wrapped
 
 
@@ -75,11 +85,18 @@ Average = 4
 # floating-point tensors only, each tensor combined on its own (never fused), no gradient.
 Adasum = 5
 
-_OP_NAMES = {Sum: "Sum", Product: "Product", Min: "Min", Max: "Max", Average: "Average",
-             Adasum: "Adasum"}
+_OP_NAMES = {
+    Sum: "Sum",
+    Product: "Product",
+    Min: "Min",
+    Max: "Max",
+    Average: "Average",
+    Adasum: "Adasum",
+}
 
 
 # ---- ops -----------------------------------------------------------------------------------
+
 
 def _resolve_op(op, average, what, adasum=True):
     if average is not None:
@@ -89,8 +106,10 @@ def _resolve_op(op, average, what, adasum=True):
     if op is None:
         return Average
     if op not in _OP_NAMES:
-        raise ValueError("%s: op must be one of hvd.Sum, hvd.Average, hvd.Min, hvd.Max, "
-                         "hvd.Product, hvd.Adasum, got %r" % (what, op))
+        raise ValueError(
+            "%s: op must be one of hvd.Sum, hvd.Average, hvd.Min, hvd.Max, "
+            "hvd.Product, hvd.Adasum, got %r" % (what, op)
+        )
     if op == Adasum and not adasum:
         raise NotImplementedError("%s: Adasum is an allreduce op only" % what)
     return op
@@ -117,13 +136,24 @@ def _scale(tensor, factor):
         return tf.cast(tf.cast(tensor, tf.float32) * tf.cast(factor, tf.float32), dtype)
     if dtype.is_floating:
         return tensor * tf.cast(factor, dtype)
-    raise ValueError("prescale_factor/postscale_factor apply to numeric tensors, got %s"
-                     % dtype.name)
+    raise ValueError(
+        "prescale_factor/postscale_factor apply to numeric tensors, got %s" % dtype.name
+    )
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="",
-              compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              name=None, process_set=None, ignore_name_scope=False):
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=None,
+    ignore_name_scope=False,
+):
     """Reduces ``tensor`` over all ranks; every rank gets the result.
 
     Args:
@@ -147,12 +177,15 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = _resolve_op(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
-            raise NotImplementedError("allreduce of IndexedSlices supports Sum and Average, "
-                                      "got %s (densify the gradients first: "
-                                      "sparse_as_dense=True)" % _OP_NAMES[op])
+            raise NotImplementedError(
+                "allreduce of IndexedSlices supports Sum and Average, "
+                "got %s (densify the gradients first: "
+                "sparse_as_dense=True)" % _OP_NAMES[op]
+            )
         if not (_is_one(prescale_factor) and _is_one(postscale_factor)):
-            raise NotImplementedError("allreduce of IndexedSlices does not support "
-                                      "prescale_factor or postscale_factor")
+            raise NotImplementedError(
+                "allreduce of IndexedSlices does not support prescale_factor or postscale_factor"
+            )
         values = allgather(tensor.values, name=None if name is None else name + "/values")
         indices = allgather(tensor.indices, name=None if name is None else name + "/indices")
         if op == Average:
@@ -164,9 +197,18 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
-def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
-                      compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None, process_set=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=None,
+):
     """Allreduces a list of tensors (any dtypes and shapes) as one request: one negotiation,
     and the tensors of one dtype fused into one collective, in list order on every rank.
     Returns the list of reduced tensors. IndexedSlices are reduced as in allreduce()."""
@@ -180,14 +222,21 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     out = [None] * len(tensors)
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = allreduce(t, op=op, prescale_factor=prescale_factor,
-                               postscale_factor=postscale_factor,
-                               name=None if name is None else "%s/%d" % (name, i))
+            out[i] = allreduce(
+                t,
+                op=op,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor,
+                name=None if name is None else "%s/%d" % (name, i),
+            )
     if dense_idx:
-        comp = [compression.compress(_scale(tf.convert_to_tensor(tensors[i]), prescale_factor))
-                for i in dense_idx]
-        reduced = _wrappers.mtxcomm_grouped_allreduce([c[0] for c in comp], reduce_op=op,
-                                                 tensor_name=_tensor_name(name))
+        comp = [
+            compression.compress(_scale(tf.convert_to_tensor(tensors[i]), prescale_factor))
+            for i in dense_idx
+        ]
+        reduced = _wrappers.mtxcomm_grouped_allreduce(
+            [c[0] for c in comp], reduce_op=op, tensor_name=_tensor_name(name)
+        )
         for i, r, c in zip(dense_idx, reduced, comp):
             out[i] = _scale(compression.decompress(r, c[1]), postscale_factor)
     return out
@@ -196,8 +245,9 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
     """Every rank gets root_rank's ``tensor`` (same shape and dtype on every rank)."""
     _no_process_set(process_set, "broadcast")
-    return _wrappers.mtxcomm_broadcast(tf.convert_to_tensor(tensor), root_rank=int(root_rank),
-                                  tensor_name=_tensor_name(name))
+    return _wrappers.mtxcomm_broadcast(
+        tf.convert_to_tensor(tensor), root_rank=int(root_rank), tensor_name=_tensor_name(name)
+    )
 
 
 def broadcast_(variables, root_rank, name=None, process_set=None):
@@ -208,8 +258,9 @@ def broadcast_(variables, root_rank, name=None, process_set=None):
     variables = list(variables)
     out = []
     for i, v in enumerate(variables):
-        value = broadcast(tf.convert_to_tensor(v), root_rank,
-                          name=None if name is None else "%s/%d" % (name, i))
+        value = broadcast(
+            tf.convert_to_tensor(v), root_rank, name=None if name is None else "%s/%d" % (name, i)
+        )
         assigned = v.assign(value)
         if tf.executing_eagerly():
             out.append(tf.convert_to_tensor(v))
@@ -236,8 +287,15 @@ def grouped_allgather(tensors, name=None, process_set=None, ignore_name_scope=Fa
     return list(_wrappers.mtxcomm_grouped_allgather(tensors, tensor_name=_tensor_name(name)))
 
 
-def reducescatter(tensor, op=Average, name=None, process_set=None, prescale_factor=1.0,
-                  postscale_factor=1.0, ignore_name_scope=False):
+def reducescatter(
+    tensor,
+    op=Average,
+    name=None,
+    process_set=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    ignore_name_scope=False,
+):
     """Reduces ``tensor`` (same shape [d0, ...] on every rank) over ranks, then rank r keeps its
     rows of dimension 0: d0 // size() rows, one more on the first d0 % size() ranks.
     op: hvd.Average (default), Sum, Min, Max, Product."""
@@ -248,8 +306,15 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, prescale_fact
     return _scale(out, postscale_factor)
 
 
-def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, prescale_factor=1.0,
-                          postscale_factor=1.0, ignore_name_scope=False):
+def grouped_reducescatter(
+    tensors,
+    op=Average,
+    name=None,
+    process_set=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    ignore_name_scope=False,
+):
     """reducescatter() of every tensor of the list, negotiated as one request; returns the list
     of this rank's shares."""
     _no_process_set(process_set, "grouped_reducescatter")
@@ -257,8 +322,9 @@ def grouped_reducescatter(tensors, op=Average, name=None, process_set=None, pres
     tensors = [_scale(tf.convert_to_tensor(t), prescale_factor) for t in tensors]
     if not tensors:
         return []
-    out = _wrappers.mtxcomm_grouped_reducescatter(tensors, reduce_op=op,
-                                             tensor_name=_tensor_name(name))
+    out = _wrappers.mtxcomm_grouped_reducescatter(
+        tensors, reduce_op=op, tensor_name=_tensor_name(name)
+    )
     return [_scale(t, postscale_factor) for t in out]
 
 
@@ -286,8 +352,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     else:
         s = tf.convert_to_tensor(splits)
         if not s.dtype.is_integer or s.dtype == tf.uint64:
-            raise ValueError("alltoall: splits must be integers (int8 to int64), got %s"
-                             % s.dtype.name)
+            raise ValueError(
+                "alltoall: splits must be integers (int8 to int64), got %s" % s.dtype.name
+            )
         if s.dtype not in (tf.int32, tf.int64):
             s = tf.cast(s, tf.int64)  # exact: every other integer type fits
     out, received = _wrappers.mtxcomm_alltoall(tensor, s, tensor_name=_tensor_name(name))
@@ -296,11 +363,13 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
 def _no_process_set(process_set, what):
     if process_set is not None:
-        raise NotImplementedError("%s: process sets are not supported (every rank of the job "
-                                  "is one communicator)" % what)
+        raise NotImplementedError(
+            "%s: process sets are not supported (every rank of the job is one communicator)" % what
+        )
 
 
 # ---- process facts as ops (evaluated when the graph runs) --------------------------------
+
 
 def rank_op(name=None):
     """An int32 scalar op: this process's rank, read when the op runs."""
@@ -326,6 +395,7 @@ def local_size_op(name=None):
 
 # ---- join ----------------------------------------------------------------------------------
 
+
 def join():
     """Tells the other ranks that this rank has no more data (Horovod's join): until every rank
     has joined, the allreduces the others submit proceed with this rank contributing zeros
@@ -347,6 +417,7 @@ tf.no_gradient("MtxcommJoin")
 # As Horovod defines them (the reference for scripts moved from it): the gradient flowing into
 # a collective from every rank is averaged, except that an allreduce passes its own op on, and
 # a Sum reduce-scatter scales the gathered gradient by size().
+
 
 def _allreduce_sum(t):
     return _wrappers.mtxcomm_allreduce(t, reduce_op=Sum)
@@ -379,8 +450,9 @@ def _grouped_allreduce_grad(op, *grads):
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (Sum, Average):
         raise NotImplementedError("the gradient of grouped_allreduce supports Sum and Average")
-    grads = [tf.zeros_like(x) if g is None else tf.convert_to_tensor(g)
-             for g, x in zip(grads, op.inputs)]
+    grads = [
+        tf.zeros_like(x) if g is None else tf.convert_to_tensor(g) for g, x in zip(grads, op.inputs)
+    ]
     return _wrappers.mtxcomm_grouped_allreduce(grads, reduce_op=reduce_op)
 
 
@@ -455,4 +527,3 @@ def _alltoall_grad(op, grad, _received_splits_grad):
         grad = tf.zeros_like(op.outputs[0])
     back, _ = _wrappers.mtxcomm_alltoall(tf.convert_to_tensor(grad), op.outputs[1])
     return [back, None]
-

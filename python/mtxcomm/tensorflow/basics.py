@@ -30,16 +30,20 @@ def init(comm=None, process_sets=None):
     Raises RuntimeError with the library's message (bad MTXCOMM_* value, unreachable peers).
     """
     if comm is not None or process_sets is not None:
-        raise NotImplementedError("mtxcomm.tensorflow.init: comm and process_sets are not "
-                                  "supported; every rank of the job is one communicator")
+        raise NotImplementedError(
+            "mtxcomm.tensorflow.init: comm and process_sets are not "
+            "supported; every rank of the job is one communicator"
+        )
     _engine.init()
     _size_thread_pools()
 
 
 def _log_info(msg):
     import os
+
     if os.environ.get("MTXCOMM_LOG_LEVEL", "").upper() in ("INFO", "DEBUG", "TRACE"):
         import sys
+
         sys.stderr.write("[mtxcomm rank %d] INFO %s\n" % (_engine.rank(), msg))
 
 
@@ -55,6 +59,7 @@ def _size_thread_pools():
     warning says so; mtxrun sets the variables before TensorFlow starts)."""
     global _pools_sized
     import os
+
     if _pools_sized:
         return
     _pools_sized = True
@@ -64,23 +69,38 @@ def _size_thread_pools():
     threading = tf.config.threading
     done = []
     for env, getter, setter, value in (
-            ("TF_NUM_INTRAOP_THREADS", threading.get_intra_op_parallelism_threads,
-             threading.set_intra_op_parallelism_threads, share),
-            ("TF_NUM_INTEROP_THREADS", threading.get_inter_op_parallelism_threads,
-             threading.set_inter_op_parallelism_threads, share)):
+        (
+            "TF_NUM_INTRAOP_THREADS",
+            threading.get_intra_op_parallelism_threads,
+            threading.set_intra_op_parallelism_threads,
+            share,
+        ),
+        (
+            "TF_NUM_INTEROP_THREADS",
+            threading.get_inter_op_parallelism_threads,
+            threading.set_inter_op_parallelism_threads,
+            share,
+        ),
+    ):
         if os.environ.get(env) or getter() != 0:
-            _log_info("placement: %s kept as the user set it (%s)"
-                      % (env, os.environ.get(env) or getter()))
+            _log_info(
+                "placement: %s kept as the user set it (%s)"
+                % (env, os.environ.get(env) or getter())
+            )
             continue
         try:
             setter(value)
             done.append("%s=%d" % (env, value))
         except RuntimeError:
             import warnings
-            warnings.warn("mtxcomm.tensorflow: TensorFlow's thread pools were created before "
-                          "init(), so they keep their size (every core of the node on every "
-                          "rank); call init() before running any TensorFlow op, or launch with "
-                          "mtxrun, which sets %s=%d" % (env, value))
+
+            warnings.warn(
+                "mtxcomm.tensorflow: TensorFlow's thread pools were created before "
+                "init(), so they keep their size (every core of the node on every "
+                "rank); call init() before running any TensorFlow op, or launch with "
+                "mtxrun, which sets %s=%d" % (env, value),
+                stacklevel=3,
+            )
             return
     if done:
         _log_info("placement: this rank's share is %d core(s): %s" % (share, ", ".join(done)))
@@ -98,11 +118,13 @@ def _library_error(code, message):
     """The exception for a C API code: the array API's (``mtxcomm.Error`` and its subclasses),
     which both APIs raise at shutdown; its module is loaded only to raise one."""
     from mtxcomm import _arrays
+
     return _arrays._error(code, message)
 
 
-atexit.register(lambda: exit_handling.shutdown_or_exit(_engine.shutdown, at_exit=True,
-                                                       error=_library_error))
+atexit.register(
+    lambda: exit_handling.shutdown_or_exit(_engine.shutdown, at_exit=True, error=_library_error)
+)
 
 
 def is_initialized():
@@ -110,9 +132,11 @@ def is_initialized():
     return bool(_engine.is_initialized())
 
 
-_basics = Basics(_engine, started=lambda: _engine.rank() >= 0,
-                 not_started="mtxcomm.tensorflow.%s(): mtxcomm has not been initialised; call "
-                             "hvd.init() first")
+_basics = Basics(
+    _engine,
+    started=lambda: _engine.rank() >= 0,
+    not_started="mtxcomm.tensorflow.%s(): mtxcomm has not been initialised; call hvd.init() first",
+)
 _check_init = _basics.check_init
 rank = _basics.rank
 size = _basics.size
@@ -140,8 +164,9 @@ def _inline_cycle_count():
 
 # ---- what this build has (Horovod's build queries, answered for mtxcomm) ------------------
 
-_build_flags = BuildFlags(_engine.build_feature, mpi_enabled_needs_launcher=True,
-                          mpi_threads_need_mpi=False)
+_build_flags = BuildFlags(
+    _engine.build_feature, mpi_enabled_needs_launcher=True, mpi_threads_need_mpi=False
+)
 mpi_built = _build_flags.mpi_built
 mpi_enabled = _build_flags.mpi_enabled
 mpi_threads_supported = _build_flags.mpi_threads_supported

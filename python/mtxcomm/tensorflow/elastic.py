@@ -46,8 +46,11 @@ class State:
 
     def sync(self):
         if self._attrs:
-            values = broadcast_object({k: getattr(self, k) for k in self._attrs},
-                                      root_rank=0, name="mtxcomm.elastic.attrs")
+            values = broadcast_object(
+                {k: getattr(self, k) for k in self._attrs},
+                root_rank=0,
+                name="mtxcomm.elastic.attrs",
+            )
             for k, v in values.items():
                 setattr(self, k, v)
         self.save()
@@ -82,8 +85,7 @@ class TensorFlowState(State):
             for v, x in zip(self.variables, values):
                 v.assign(x)
         else:
-            _run(tf.group(*[v.assign(x) for v, x in zip(self.variables, values)]),
-                 self._session)
+            _run(tf.group(*[v.assign(x) for v, x in zip(self.variables, values)]), self._session)
 
     def save(self):
         self._saved_values = [x.copy() for x in self._values()]
@@ -107,8 +109,7 @@ class TensorFlowKerasState(TensorFlowState):
 
     def __init__(self, model, optimizer=None, **kwargs):
         self.model = model
-        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer",
-                                                                         None)
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         variables = list(model.variables)
         if self.optimizer is not None:
             variables += list(getattr(self.optimizer, "variables", []))
@@ -118,8 +119,10 @@ class TensorFlowKerasState(TensorFlowState):
 def run(func):
     """Decorator: ``func(state, *args)`` runs once, after state.sync() (mtxcomm's ranks are
     fixed: a failure is raised, never retried on a new set of workers)."""
+
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         state.sync()
         return func(state, *args, **kwargs)
+
     return wrapper

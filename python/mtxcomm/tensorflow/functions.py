@@ -28,7 +28,9 @@ def _run(tensors, session=None):
 def _pickled(obj):
     """(bytes as a uint8 array, None) or (None, the pickling error)."""
     import pickle
+
     import numpy as np
+
     try:
         return np.frombuffer(pickle.dumps(obj), dtype=np.uint8), None
     except Exception as e:  # every rank must still take part in the collectives
@@ -40,31 +42,40 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=None
     ``session`` / the default session). An object the root cannot pickle raises on every rank
     (the root's own error there, ValueError naming it elsewhere)."""
     import pickle
+
     import numpy as np
+
     _no_process_set(process_set, "broadcast_object")
     # The default name may not depend on obj: only the root's object is meaningful.
     name = name or "default"
     payload, error = _pickled(obj) if rank() == root_rank else (np.zeros([0], np.uint8), None)
     size = -1 if error is not None else payload.size
-    n = int(_run(broadcast(tf.constant([size], dtype=tf.int64), root_rank,
-                           name="broadcast_object/%s/size" % name), session)[0])
+    n = int(
+        _run(
+            broadcast(
+                tf.constant([size], dtype=tf.int64),
+                root_rank,
+                name="broadcast_object/%s/size" % name,
+            ),
+            session,
+        )[0]
+    )
     if n < 0:
         if error is not None:
             raise error
-        raise ValueError("broadcast_object: root rank %d could not pickle its object"
-                         % root_rank)
+        raise ValueError("broadcast_object: root rank %d could not pickle its object" % root_rank)
     buf = payload if rank() == root_rank else np.zeros([n], dtype=np.uint8)
-    data = _run(broadcast(tf.constant(buf), root_rank, name="broadcast_object/%s" % name),
-                session)
+    data = _run(broadcast(tf.constant(buf), root_rank, name="broadcast_object/%s" % name), session)
     return obj if rank() == root_rank else pickle.loads(data.tobytes())
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=None):
     """A function obj -> broadcast_object(obj, root_rank, session, name): Horovod's form for
     TensorFlow 1 graphs."""
+
     def _bcast(obj):
-        return broadcast_object(obj, root_rank, session=session, name=name,
-                                process_set=process_set)
+        return broadcast_object(obj, root_rank, session=session, name=name, process_set=process_set)
+
     return _bcast
 
 
@@ -73,22 +84,26 @@ def allgather_object(obj, session=None, name=None, process_set=None):
     some rank cannot pickle raises on every rank (that rank's own error there, ValueError
     naming the ranks elsewhere)."""
     import pickle
+
     _no_process_set(process_set, "allgather_object")
     name = name or "default"  # the objects' types may differ between ranks
     payload, error = _pickled(obj)
     size = -1 if error is not None else payload.size
-    sizes = _run(allgather(tf.constant([size], dtype=tf.int64),
-                           name="allgather_object/%s/sizes" % name), session).tolist()
+    sizes = _run(
+        allgather(tf.constant([size], dtype=tf.int64), name="allgather_object/%s/sizes" % name),
+        session,
+    ).tolist()
     bad = [r for r, n in enumerate(sizes) if n < 0]
     if bad:
         if error is not None:
             raise error
-        raise ValueError("allgather_object: rank(s) %s could not pickle their object"
-                         % ",".join(map(str, bad)))
+        raise ValueError(
+            "allgather_object: rank(s) %s could not pickle their object" % ",".join(map(str, bad))
+        )
     data = _run(allgather(tf.constant(payload), name="allgather_object/%s" % name), session)
     out, off = [], 0
     for n in sizes:
-        out.append(pickle.loads(data[off:off + n].tobytes()))
+        out.append(pickle.loads(data[off : off + n].tobytes()))
         off += n
     return out
 
@@ -109,9 +124,11 @@ def broadcast_global_variables(root_rank):
     run). Eagerly there are no global variables: raises RuntimeError; use
     broadcast_variables(model.variables, root_rank)."""
     if tf.executing_eagerly():
-        raise RuntimeError("broadcast_global_variables() does not support eager execution: "
-                           "there are no global variables; use "
-                           "hvd.broadcast_variables(model.variables, root_rank=%d)" % root_rank)
+        raise RuntimeError(
+            "broadcast_global_variables() does not support eager execution: "
+            "there are no global variables; use "
+            "hvd.broadcast_variables(model.variables, root_rank=%d)" % root_rank
+        )
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 

@@ -39,8 +39,9 @@ def global_moments(layer, inputs, mask, row_weight=None, grad_scale=None):
     if mask is None:
         weights = ops.ones_like(inputs)
     else:
-        weights = ops.cast(ops.broadcast_to(ops.expand_dims(mask, -1), ops.shape(inputs)),
-                           inputs.dtype)
+        weights = ops.cast(
+            ops.broadcast_to(ops.expand_dims(mask, -1), ops.shape(inputs)), inputs.dtype
+        )
     if row_weight is not None:
         weights = weights * ops.cast(row_weight, inputs.dtype)
     local_sum = ops.sum(inputs * weights, axes)

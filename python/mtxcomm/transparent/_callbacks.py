@@ -20,8 +20,11 @@ def _StartAsRank0(keras, hvd):
 
         def on_train_begin(self, logs=None):
             super().on_train_begin(logs)
-            first = hvd.broadcast_object(getattr(self.model, "_initial_epoch", None), 0,
-                                         name="mtxcomm.transparent.initial_epoch")
+            first = hvd.broadcast_object(
+                getattr(self.model, "_initial_epoch", None),
+                0,
+                name="mtxcomm.transparent.initial_epoch",
+            )
             self.model._initial_epoch = first
 
     return StartAsRank0()
@@ -37,9 +40,20 @@ def _may_stop_mid_epoch(callbacks, keras, hvd):
     BackupAndRestore, TensorBoard) nor one of mtxcomm's. Agreed over the ranks (one small
     allreduce, every rank calls fit): the ranks' callbacks may differ."""
     base = keras.callbacks.Callback
-    never = tuple(c for c in (getattr(keras.callbacks, name, None) for name in (
-        "ProgbarLogger", "History", "ModelCheckpoint", "BackupAndRestore", "TensorBoard"))
-        if c is not None)
+    never = tuple(
+        c
+        for c in (
+            getattr(keras.callbacks, name, None)
+            for name in (
+                "ProgbarLogger",
+                "History",
+                "ModelCheckpoint",
+                "BackupAndRestore",
+                "TensorBoard",
+            )
+        )
+        if c is not None
+    )
 
     def own_hook(c, hook):
         # A method of its class, or a function set on the instance (a LambdaCallback's).
@@ -48,11 +62,14 @@ def _may_stop_mid_epoch(callbacks, keras, hvd):
 
     # Exact types: a subclass of ModelCheckpoint with a batch hook of its own may stop.
     mine = any(
-        type(c) not in never and not type(c).__module__.startswith("mtxcomm.")
+        type(c) not in never
+        and not type(c).__module__.startswith("mtxcomm.")
         and any(own_hook(c, h) for h in _BATCH_HOOKS)
-        for c in callbacks)
-    agreed = hvd.allreduce([1.0 if mine else 0.0], op=hvd.Max,
-                           name="mtxcomm.transparent.batch_stops")
+        for c in callbacks
+    )
+    agreed = hvd.allreduce(
+        [1.0 if mine else 0.0], op=hvd.Max, name="mtxcomm.transparent.batch_stops"
+    )
     return bool(agreed.numpy()[0] > 0)
 
 
@@ -114,12 +131,16 @@ def _RowWeightedLogs(rows, keras, hvd):
         def on_epoch_end(self, epoch, logs=None):
             if not logs or getattr(self.model, "_mtx_logs_combined", False):
                 return
-            keys = sorted(k for k, v in logs.items()
-                          if not k.startswith("val_") and (np.isscalar(v) or np.ndim(v) == 0))
+            keys = sorted(
+                k
+                for k, v in logs.items()
+                if not k.startswith("val_") and (np.isscalar(v) or np.ndim(v) == 0)
+            )
             weight = float(rows.numpy())
             values = [float(logs[k]) * weight for k in keys] + [weight]
-            total = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Sum,
-                                  name="mtxcomm.transparent.logs").numpy()
+            total = hvd.allreduce(
+                tf.constant(values, dtype=tf.float64), op=hvd.Sum, name="mtxcomm.transparent.logs"
+            ).numpy()
             if total[-1] > 0:
                 for k, v in zip(keys, total[:-1]):
                     logs[k] = float(v / total[-1])
@@ -159,9 +180,10 @@ def _SameWeights(keras, hvd):
                 sums += [x.sum(), (x * x).sum()]
             mine = tf.constant(sums, tf.float64)
             # One allreduce: the maximum of the values and of their negations (the minimum).
-            both = hvd.allreduce(tf.concat([mine, -mine], 0), op=hvd.Max,
-                                 name="mtxcomm.transparent.same_weights").numpy()
-            high, low = both[:len(sums)], -both[len(sums):]
+            both = hvd.allreduce(
+                tf.concat([mine, -mine], 0), op=hvd.Max, name="mtxcomm.transparent.same_weights"
+            ).numpy()
+            high, low = both[: len(sums)], -both[len(sums) :]
             same = (high == low) | (np.isnan(high) & np.isnan(low))
             if same.all():
                 return
@@ -177,7 +199,8 @@ def _SameWeights(keras, hvd):
                 "a TensorFlow op writing a weight directly. Average such gradients in the "
                 "train_step with mtxcomm.tensorflow.allreduce, or wrap that optimizer in "
                 "mtxcomm.tensorflow.keras.DistributedOptimizer (mtxcomm wraps those the model "
-                "or a sub-model holds: an attribute, a list or dict of them, a compiled one)." %
-                (epoch + 1, getattr(first, "path", None) or first.name))
+                "or a sub-model holds: an attribute, a list or dict of them, a compiled one)."
+                % (epoch + 1, getattr(first, "path", None) or first.name)
+            )
 
     return SameWeights()

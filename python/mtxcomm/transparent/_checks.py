@@ -6,7 +6,6 @@ it (:func:`_stall_hint`). (That the ranks' weights stay the same is checked by f
 
 from ._tf import tf_module
 
-
 # The bytes of an array that _same_data_everywhere digests whole; of a larger one, rows spread
 # evenly over it up to about this many bytes (a digest at several hundred MB/s).
 _DIGEST_BYTES = 16 << 20
@@ -17,7 +16,9 @@ def _digest(value):
     what converts to one: tensors, pandas frames); other leaves (datasets, generators) by type
     only."""
     import hashlib
+
     import numpy as np
+
     tf = tf_module()
     h = hashlib.blake2b(digest_size=16)
     try:
@@ -55,16 +56,24 @@ def _same_data_everywhere(call, arguments, names, mtx):
     would train on a mix of them and report a mix, silently. Compares digests of the NumPy
     arrays (_digest): one allgather of 16 bytes per argument."""
     import numpy as np
+
     tf = tf_module()
     mine = b"".join(_digest(arguments.get(a)) for a in names)
-    every = mtx.allgather(tf.constant(np.frombuffer(mine, np.uint8)[None, :]),
-                          name="mtxcomm.transparent.same_data/" + call).numpy()
+    every = mtx.allgather(
+        tf.constant(np.frombuffer(mine, np.uint8)[None, :]),
+        name="mtxcomm.transparent.same_data/" + call,
+    ).numpy()
     differ = [r for r in range(len(every)) if bytes(every[r]) != bytes(every[0])]
     if not differ:
         return
-    first = next(i for i in range(len(names))
-                 if any(bytes(every[r][16 * i:16 * i + 16]) != bytes(every[0][16 * i:16 * i + 16])
-                        for r in differ))
+    first = next(
+        i
+        for i in range(len(names))
+        if any(
+            bytes(every[r][16 * i : 16 * i + 16]) != bytes(every[0][16 * i : 16 * i + 16])
+            for r in differ
+        )
+    )
     raise ValueError(
         "mtxrun --transparent: the %s given to %s differ between the ranks: rank(s) %s hold "
         "other values than rank 0 (or other shapes or types). Every rank runs the whole script "
@@ -74,7 +83,8 @@ def _same_data_everywhere(call, arguments, names, mtx):
         "read differently in each process gives each rank other rows. Seed it "
         "(np.random.default_rng(0)), or draw it after importing keras (mtxrun --transparent "
         "seeds Python's, NumPy's and TensorFlow's global generators alike on every rank)."
-        % (names[first], call, ",".join(map(str, differ))))
+        % (names[first], call, ",".join(map(str, differ)))
+    )
 
 
 def _stall_hint(error):
@@ -84,9 +94,13 @@ def _stall_hint(error):
     message = getattr(error, "message", str(error))
     if "MTXCOMM_STALL_TIMEOUT" not in message:
         return error
-    return type(error)(error.node_def, error.op, message + ". Under --transparent every rank "
-                       "runs the script on the same input and takes its share of each batch: "
-                       "did the ranks' inputs give different numbers of batches (a generator or "
-                       "dataset that depends on the process, or is not seeded alike), or did "
-                       "code that only some ranks run collect (fit's ModelCheckpoint, "
-                       "BackupAndRestore, TensorBoard and CSVLogger run on rank 0 alone)?")
+    return type(error)(
+        error.node_def,
+        error.op,
+        message + ". Under --transparent every rank "
+        "runs the script on the same input and takes its share of each batch: "
+        "did the ranks' inputs give different numbers of batches (a generator or "
+        "dataset that depends on the process, or is not seeded alike), or did "
+        "code that only some ranks run collect (fit's ModelCheckpoint, "
+        "BackupAndRestore, TensorBoard and CSVLogger run on rank 0 alone)?",
+    )

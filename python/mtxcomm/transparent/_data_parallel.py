@@ -23,7 +23,7 @@ def _model_optimizers(model, keras):
             if not any(value is f for f in found):
                 found.append(value)
         elif depth < 2 and isinstance(value, (list, tuple, dict)):
-            for item in (value.values() if isinstance(value, dict) else value):
+            for item in value.values() if isinstance(value, dict) else value:
                 visit(item, depth + 1)
 
     for m in [m for m in _layers(model) if isinstance(m, keras.Model)]:
@@ -103,7 +103,8 @@ class _DataParallelSteps:
             start, end, count = _share(batch, self.n, self.r)
             mine = index[start:end]
             local = tf.nest.map_structure(
-                lambda a: None if a is None else tf.gather(a, mine), self.model._mtx_arrays)
+                lambda a: None if a is None else tf.gather(a, mine), self.model._mtx_arrays
+            )
             # As Keras packs a batch (keras.utils.pack_x_y_sample_weight): x alone is handed
             # to the train step as itself, not as a tuple of one.
             return self.keras.utils.pack_x_y_sample_weight(*local), count, batch
@@ -157,16 +158,22 @@ class _DataParallelSteps:
         if _loss_is_summed(self.model, self.keras):
             # The batch's gradient is the sum of the ranks': n times their average (a rank
             # with no rows of this batch trained on one row weighted 0: none of its gradient).
-            hvd._step_state.grad_scale = \
-                tf.cast(count > 0, tf.float32) * tf.constant(float(self.n), tf.float32)
+            hvd._step_state.grad_scale = tf.cast(count > 0, tf.float32) * tf.constant(
+                float(self.n), tf.float32
+            )
         else:
             # A mean over the rows: this rank's gradient weighted by its share of them.
-            hvd._step_state.grad_scale = \
-                tf.cast(count * self.n, tf.float32) / tf.cast(batch, tf.float32)
+            hvd._step_state.grad_scale = tf.cast(count * self.n, tf.float32) / tf.cast(
+                batch, tf.float32
+            )
         hvd._step_state.row_weight = tf.cast(count > 0, tf.float32)
         try:
-            return self.sharing(data, count, batch, lambda: self.combining_state(
-                count, batch, lambda: self.original_step(local)))
+            return self.sharing(
+                data,
+                count,
+                batch,
+                lambda: self.combining_state(count, batch, lambda: self.original_step(local)),
+            )
         finally:
             hvd._step_state.grad_scale = None
             hvd._step_state.row_weight = None
@@ -176,8 +183,9 @@ class _DataParallelSteps:
         tf = tf_module()
         hvd = self.hvd
         hvd._step_state.state_candidates = _own_state(self.model, self.keras)
-        hvd._step_state.state_graph = \
+        hvd._step_state.state_graph = (
             None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        )
         hvd._step_state.state_before = {}
         try:
             return self.combined_state(step(), count, batch)
@@ -198,6 +206,7 @@ class _DataParallelSteps:
         weight's rounded back). Without it each rank would keep its own share's statistics:
         the ranks' models drift apart, evaluate and predict mix them, rank 0 saves its own."""
         import numpy as np
+
         tf = tf_module()
         hvd = self.hvd
         assigned = list((hvd._step_state.state_before or {}).values())
@@ -208,18 +217,23 @@ class _DataParallelSteps:
         rows = tf.cast(count > 0, tf.float64)
         weights = {"sum": rows, "only_first_replica": rows * (1.0 if self.r == 0 else 0.0)}
         share = tf.cast(count, tf.float64) / tf.cast(batch, tf.float64)
-        changes = [tf.reshape((tf.cast(_variable_value(v), tf.float64) -
-                               tf.cast(before, tf.float64)) *
-                              weights.get(getattr(v, "aggregation", "none"), share), [-1])
-                   for v, before in assigned]
+        changes = [
+            tf.reshape(
+                (tf.cast(_variable_value(v), tf.float64) - tf.cast(before, tf.float64))
+                * weights.get(getattr(v, "aggregation", "none"), share),
+                [-1],
+            )
+            for v, before in assigned
+        ]
         # One tensor, whatever the number of weights. Each traced step names its own
         # (steps_per_execution > 1 traces several into one graph); the ranks trace alike. An
         # eager step (run_eagerly) reuses one name: a new one per step would never be cached.
         k = self.traced_states
         if not tf.executing_eagerly():
             self.traced_states += 1
-        summed = hvd.allreduce(tf.concat(changes, 0), op=hvd.Sum,
-                               name="mtxcomm.transparent.state/%d" % k)
+        summed = hvd.allreduce(
+            tf.concat(changes, 0), op=hvd.Sum, name="mtxcomm.transparent.state/%d" % k
+        )
         sizes = [int(np.prod(before.shape)) for _, before in assigned]
         for (v, before), change in zip(assigned, tf.split(summed, sizes)):
             value = tf.cast(before, tf.float64) + tf.reshape(change, tf.shape(before))
@@ -232,8 +246,14 @@ class _DataParallelSteps:
         """The model's test step on this rank's rows of the global batch."""
         batch = _rows(data)
         start, end, count = _share(batch, self.n, self.r)
-        return self.sharing(data, count, batch, lambda: self.combining_state(
-            count, batch, lambda: self.original_test(_take(data, start, end))))
+        return self.sharing(
+            data,
+            count,
+            batch,
+            lambda: self.combining_state(
+                count, batch, lambda: self.original_test(_take(data, start, end))
+            ),
+        )
 
     def predict_step(self, data):
         """The model's predict step on this rank's rows of the global batch; returns the whole
@@ -242,7 +262,8 @@ class _DataParallelSteps:
         batch = _rows(data)
         start, end, count = _share(batch, self.n, self.r)
         out = self.combining_state(
-            count, batch, lambda: self.original_predict(_take(data, start, end)))
+            count, batch, lambda: self.original_predict(_take(data, start, end))
+        )
         # Every rank gets the whole batch's outputs, in rank order: the input's order. Each
         # traced step names its allgathers apart (steps_per_execution > 1 traces several steps
         # into one graph, whose collectives are in flight together); the ranks trace alike.
@@ -253,7 +274,8 @@ class _DataParallelSteps:
         flat = tf.nest.flatten(out)
         gathered = [
             self.hvd.allgather(t[:count], name="mtxcomm.transparent.predict/%d/%d" % (k, i))
-            for i, t in enumerate(flat)]
+            for i, t in enumerate(flat)
+        ]
         return tf.nest.pack_sequence_as(out, gathered)
 
     def summed_results(self, logs):
@@ -311,6 +333,7 @@ class _DataParallelSteps:
 def _same_value(a, b):
     """Whether two log values (tensors, arrays or numbers) are equal, element for element."""
     import numpy as np
+
     if a is None or b is None:
         return False
     try:
@@ -327,20 +350,25 @@ def _loss_is_summed(model, keras):
     """Whether the compiled loss sums over the rows (every loss object given to compile has
     reduction "sum"): a rank's gradient and loss then cover its share's sum, not its mean.
     Losses of mixed reductions are taken as means, with one warning per model."""
-    losses = [l for l in tf_module().nest.flatten(getattr(model, "loss", None)) if l is not None]
+    losses = [x for x in tf_module().nest.flatten(getattr(model, "loss", None)) if x is not None]
     if not losses:
         return False
-    summed = [isinstance(l, keras.losses.Loss) and getattr(l, "reduction", None) == "sum"
-              for l in losses]
+    summed = [
+        isinstance(x, keras.losses.Loss) and getattr(x, "reduction", None) == "sum" for x in losses
+    ]
     if all(summed):
         return True
     if any(summed) and id(model) not in _warned_mixed_reductions:
         _warned_mixed_reductions.add(id(model))
         import sys
-        print("[mtxcomm rank %d] WARN transparent: the compiled losses mix reduction 'sum' with "
-              "means; every rank's gradient is weighted as a mean over its rows, so the summed "
-              "ones do not follow the 1-process run" % model._mtx_rank, file=sys.stderr,
-              flush=True)
+
+        print(
+            "[mtxcomm rank %d] WARN transparent: the compiled losses mix reduction 'sum' with "
+            "means; every rank's gradient is weighted as a mean over its rows, so the summed "
+            "ones do not follow the 1-process run" % model._mtx_rank,
+            file=sys.stderr,
+            flush=True,
+        )
     return False
 
 
@@ -351,19 +379,23 @@ def _combined_states(variables, values, hvd, tf):
     kind present; every rank calls it with the same metrics."""
     kinds = [getattr(v, "aggregation", "sum") for v in variables]
     out = list(values)
-    groups = (("mean", hvd.Average, lambda t: t), ("only_first_replica", hvd.Sum,
-              lambda t: t if hvd.rank() == 0 else tf.zeros_like(t)))
+    groups = (
+        ("mean", hvd.Average, lambda t: t),
+        ("only_first_replica", hvd.Sum, lambda t: t if hvd.rank() == 0 else tf.zeros_like(t)),
+    )
     for kind, op, mine in groups:
         idx = [i for i, k in enumerate(kinds) if k == kind]
         if idx:
-            reduced = hvd.grouped_allreduce([mine(values[i]) for i in idx], op=op,
-                                            name="mtxcomm.transparent.metrics/" + kind)
+            reduced = hvd.grouped_allreduce(
+                [mine(values[i]) for i in idx], op=op, name="mtxcomm.transparent.metrics/" + kind
+            )
             for i, t in zip(idx, reduced):
                 out[i] = t
     idx = [i for i, k in enumerate(kinds) if k not in ("mean", "only_first_replica")]
     if idx:
-        reduced = hvd.grouped_allreduce([values[i] for i in idx], op=hvd.Sum,
-                                        name="mtxcomm.transparent.metrics")
+        reduced = hvd.grouped_allreduce(
+            [values[i] for i in idx], op=hvd.Sum, name="mtxcomm.transparent.metrics"
+        )
         for i, t in zip(idx, reduced):
             out[i] = t
     return out

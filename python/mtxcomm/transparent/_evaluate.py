@@ -35,6 +35,7 @@ def _wrap_on_batch(model_cls, keras, hvd):
                 # Keras returns: its own conversion ran on this rank's values).
                 logs = _python_logs(self._get_metrics_result_or_logs(logs))
                 return logs if as_dict else self._flatten_metrics_in_order(logs)
+
             return method
 
         setattr(model_cls, name, on_batch())
@@ -67,6 +68,7 @@ def _wrap_evaluate_predict(model_cls, keras, mtx, hvd, rank):
                     if name == "evaluate":
                         # (Only evaluate's own: fit's is still in use when fit validates.)
                         iterators.release_held(self, ("test_function",))
+
             return method
 
         setattr(model_cls, name, distributed())
@@ -75,4 +77,5 @@ def _wrap_evaluate_predict(model_cls, keras, mtx, hvd, rank):
 def _python_logs(logs):
     """Keras' pythonify_logs: nested dicts flattened, scalar values as Python floats."""
     from keras.src.utils.python_utils import pythonify_logs
+
     return pythonify_logs(logs)

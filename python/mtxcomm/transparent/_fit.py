@@ -7,8 +7,14 @@ first starts, the garbage collector frozen (:func:`_freeze_garbage_collector`)."
 import functools
 import inspect
 
-from ._callbacks import (_BatchEndTogether, _EpochEndTogether, _may_stop_mid_epoch,
-                         _RowWeightedLogs, _SameWeights, _StartAsRank0)
+from ._callbacks import (
+    _BatchEndTogether,
+    _EpochEndTogether,
+    _may_stop_mid_epoch,
+    _RowWeightedLogs,
+    _SameWeights,
+    _StartAsRank0,
+)
 from ._checks import _same_data_everywhere, _stall_hint
 from ._data_parallel import _make_data_parallel
 from ._input import _shard_input
@@ -20,11 +26,16 @@ def _wrap_fit(model_cls, keras, mtx, hvd, rank):
     """Replaces model_cls.fit by the data-parallel fit (see the module docstring)."""
     from mtxcomm.tensorflow import _keras_iterators as iterators
 
-    quiet_callbacks = tuple(c for c in (
-        getattr(keras.callbacks, "ModelCheckpoint", None),
-        getattr(keras.callbacks, "BackupAndRestore", None),
-        getattr(keras.callbacks, "TensorBoard", None),
-        getattr(keras.callbacks, "CSVLogger", None)) if c is not None)
+    quiet_callbacks = tuple(
+        c
+        for c in (
+            getattr(keras.callbacks, "ModelCheckpoint", None),
+            getattr(keras.callbacks, "BackupAndRestore", None),
+            getattr(keras.callbacks, "TensorBoard", None),
+            getattr(keras.callbacks, "CSVLogger", None),
+        )
+        if c is not None
+    )
 
     original_fit = model_cls.fit
     fit_signature = inspect.signature(original_fit)
@@ -33,8 +44,7 @@ def _wrap_fit(model_cls, keras, mtx, hvd, rank):
     def fit(self, *args, **kwargs):
         bound = fit_signature.bind(self, *args, **kwargs)
         arguments = bound.arguments
-        _same_data_everywhere("fit", arguments, ("x", "y", "sample_weight", "validation_data"),
-                              mtx)
+        _same_data_everywhere("fit", arguments, ("x", "y", "sample_weight", "validation_data"), mtx)
         _make_data_parallel(self, keras, hvd)
         user_callbacks = list(arguments.get("callbacks") or [])
         writes = any(isinstance(c, quiet_callbacks) for c in user_callbacks)
@@ -44,11 +54,17 @@ def _wrap_fit(model_cls, keras, mtx, hvd, rank):
         # Ours first where they combine the epoch's logs (the user's callbacks then read the
         # combined ones); the start-of-training broadcast last, after every user callback's
         # on_train_begin (a BackupAndRestore restores weights and the epoch on rank 0 there).
-        callbacks = [_RowWeightedLogs(self._mtx_rows, keras, hvd)
-                     if hasattr(self, "_mtx_rows") else hvd.callbacks.MetricAverageCallback(),
-                     _SameWeights(keras, hvd)]
-        callbacks = callbacks + user_callbacks + [_StartAsRank0(keras, hvd),
-                                                  _EpochEndTogether(keras, hvd, writes)]
+        callbacks = [
+            _RowWeightedLogs(self._mtx_rows, keras, hvd)
+            if hasattr(self, "_mtx_rows")
+            else hvd.callbacks.MetricAverageCallback(),
+            _SameWeights(keras, hvd),
+        ]
+        callbacks = (
+            callbacks
+            + user_callbacks
+            + [_StartAsRank0(keras, hvd), _EpochEndTogether(keras, hvd, writes)]
+        )
         if _may_stop_mid_epoch(user_callbacks, keras, hvd):
             callbacks.append(_BatchEndTogether(keras, hvd))
         arguments["callbacks"] = callbacks
@@ -80,6 +96,7 @@ def _freeze_garbage_collector():
     if _gc_frozen:
         return
     import gc
+
     gc.collect()
     gc.freeze()
     _gc_frozen = True

@@ -12,6 +12,7 @@ from ._tf import tf_module
 def _numpy_structure(x):
     """x as a structure of NumPy arrays of one length, or None when it is not one."""
     import numpy as np
+
     tf = tf_module()
     if x is None:
         return None
@@ -32,7 +33,9 @@ def _shard_input(model, arguments, tf):
 
 def _choose_input(model, arguments, tf):
     import math
+
     import numpy as np
+
     x, y = arguments.get("x"), arguments.get("y")
     sw = arguments.get("sample_weight")
     if isinstance(x, tf.data.Dataset) and getattr(model, "built", False):
@@ -45,8 +48,7 @@ def _choose_input(model, arguments, tf):
             start, end, _ = _share(_rows(data), n, r)
             return _take(data, start, end), _rows(data)
 
-        arguments["x"] = x.map(mine, num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=True)
+        arguments["x"] = x.map(mine, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         model._mtx_input = "dataset"
         return
     if arguments.get("class_weight") is not None or _numpy_structure(x) is None:
@@ -66,7 +68,8 @@ def _choose_input(model, arguments, tf):
         # the rows themselves.
         at = int(math.floor(rows * (1.0 - split)))
         arguments["validation_data"] = tf.nest.map_structure(
-            lambda a: None if a is None else a[at:], (x, y, sw))
+            lambda a: None if a is None else a[at:], (x, y, sw)
+        )
         if sw is None:
             arguments["validation_data"] = arguments["validation_data"][:2]
         x, y, sw = tf.nest.map_structure(lambda a: None if a is None else a[:at], (x, y, sw))
@@ -108,15 +111,18 @@ def _keras_index_batches(rows, batch, shuffle, tf):
     try:
         import numpy as np
         from keras.src.trainers.data_adapters import array_data_adapter
+
         adapter = array_data_adapter.ArrayDataAdapter(
-            np.arange(rows, dtype=np.int64), batch_size=batch, shuffle=shuffle)
+            np.arange(rows, dtype=np.int64), batch_size=batch, shuffle=shuffle
+        )
         dataset = adapter.get_tf_dataset()
         first = [b.numpy() for b in dataset]
         second = [b.numpy() for b in dataset]
     except Exception:  # another Keras: its own path
         return None
     if len(first) != len(second) or any(
-            a.shape != b.shape or (a != b).any() for a, b in zip(first, second)):
+        a.shape != b.shape or (a != b).any() for a, b in zip(first, second)
+    ):
         return None
     return first
 
@@ -136,8 +142,9 @@ def _index_epochs(rows, arguments, steps_per_execution, tf):
     execution of an epoch takes the batches left; from an endless dataset it would take the
     next epoch's)."""
     import math
-    import numpy as np
+
     import keras
+    import numpy as np
 
     shuffle = arguments.get("shuffle", True)
     if shuffle not in (True, False) or arguments.get("steps_per_epoch") is not None:
@@ -149,8 +156,11 @@ def _index_epochs(rows, arguments, steps_per_execution, tf):
     if not isinstance(batch, int) or batch <= 0 or rows <= 0:
         return None  # Keras reports it
     steps = math.ceil(rows / batch)
-    if not isinstance(steps_per_execution, int) or steps_per_execution < 1 or \
-            steps % steps_per_execution:
+    if (
+        not isinstance(steps_per_execution, int)
+        or steps_per_execution < 1
+        or steps % steps_per_execution
+    ):
         return None
     full = rows // batch * batch
 
@@ -174,7 +184,8 @@ def _index_epochs(rows, arguments, steps_per_execution, tf):
     def permutation(epoch):
         return tf.random.experimental.stateless_shuffle(
             tf.range(rows, dtype=tf.int64),
-            seed=tf.stack([tf.constant(seed, tf.int64), fit * (1 << 32) + epoch]))
+            seed=tf.stack([tf.constant(seed, tf.int64), fit * (1 << 32) + epoch]),
+        )
 
     data = tf.data.Dataset.range(1 << 62).map(permutation).flat_map(batches)
     return data.prefetch(1), steps
@@ -185,6 +196,7 @@ def _global_seed():
     when it cannot be read (then a script is taken to have set its own)."""
     try:
         from tensorflow.python.eager import context
+
         return context.global_seed()
     except Exception:
         return None
@@ -198,6 +210,7 @@ def _hold_arrays(model, arrays, tf):
     trace. Not through Keras' attribute tracking: it would wrap dicts and lists of targets in
     its own tracked types, which its loss no longer matches to the outputs, and save the data
     with the model."""
+
     def spec(a):
         return None if a is None else (str(a.dtype), tuple(a.shape[1:]))
 
@@ -208,8 +221,15 @@ def _hold_arrays(model, arrays, tf):
             if a is not None:
                 v.assign(a)
         return
-    object.__setattr__(model, "_mtx_arrays", tf.nest.map_structure(
-        lambda a: None if a is None else tf.Variable(
-            a, trainable=False, shape=tf.TensorShape([None] + list(a.shape[1:]))), arrays))
+    object.__setattr__(
+        model,
+        "_mtx_arrays",
+        tf.nest.map_structure(
+            lambda a: None
+            if a is None
+            else tf.Variable(a, trainable=False, shape=tf.TensorShape([None] + list(a.shape[1:]))),
+            arrays,
+        ),
+    )
     object.__setattr__(model, "_mtx_arrays_signature", signature)
     model.train_function = None

@@ -9,20 +9,26 @@ from ._evaluate import _wrap_evaluate_predict, _wrap_on_batch
 from ._fit import _wrap_fit
 from ._input import _unseeded
 from ._save import _save_on_rank_0
-from ._step_hooks import (_draw_apart, _record_state_assignments, _share_additional_losses,
-                          _synchronise_batch_norm, _weigh_batch_means)
+from ._step_hooks import (
+    _draw_apart,
+    _record_state_assignments,
+    _share_additional_losses,
+    _synchronise_batch_norm,
+    _weigh_batch_means,
+)
 from ._tf import tf_module
 
 
 def _patch_keras(keras):
+    import numpy as np
+
     import mtxcomm.tensorflow as mtx
     import mtxcomm.tensorflow.keras as hvd
-    import numpy as np
     from mtxcomm.tensorflow import _keras_iterators as iterators
 
     mtx.init()
     # One seed for every rank, drawn on rank 0: identical shuffling and initialisation.
-    seed = int(np.random.SeedSequence().generate_state(1)[0] % (2 ** 31))
+    seed = int(np.random.SeedSequence().generate_state(1)[0] % (2**31))
     seed = mtx.broadcast_object(seed, 0, name="mtxcomm.transparent.seed")
     keras.utils.set_random_seed(seed)
     _unseeded["seed"] = seed

@@ -72,14 +72,20 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
 
     def together(ok, path):
         """Every rank: rank 0's outcome (True: its file is in place)."""
-        flag = mtx.broadcast(tf_module().constant([1 if ok else 0], tf_module().int32), 0,
-                             name="mtxcomm.transparent.save")
+        flag = mtx.broadcast(
+            tf_module().constant([1 if ok else 0], tf_module().int32),
+            0,
+            name="mtxcomm.transparent.save",
+        )
         if int(flag.numpy()[0]) != 1 and rank != 0:
-            raise RuntimeError("mtxcomm transparent: rank 0 failed to save %s (its error is on "
-                               "rank 0's output); this rank skipped the save" % (path,))
+            raise RuntimeError(
+                "mtxcomm transparent: rank 0 failed to save %s (its error is on "
+                "rank 0's output); this rank skipped the save" % (path,)
+            )
 
     def saved_together(write, path_at):
         """write (rank 0's save, or the others' skip), made a collective."""
+
         @functools.wraps(write)
         def save(*args, **kwargs):
             if not collective():
@@ -94,6 +100,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
                 saving.depth = 0
                 together(ok, path)
             return result
+
         return save
 
     def local(path):
@@ -110,8 +117,11 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
             head, tail = os.path.split(path)
             # The suffix stays last: Keras checks it (.keras, .h5, .weights.h5).
             cut = tail.find(".")
-            tmp = os.path.join(head, ".%s.mtxcomm-%d%s" % (
-                tail[:cut] if cut > 0 else tail, os.getpid(), tail[cut:] if cut > 0 else ""))
+            tmp = os.path.join(
+                head,
+                ".%s.mtxcomm-%d%s"
+                % (tail[:cut] if cut > 0 else tail, os.getpid(), tail[cut:] if cut > 0 else ""),
+            )
             if len(args) > at:
                 args[at] = tmp
             else:
@@ -123,6 +133,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
                 if os.path.exists(tmp):
                     os.unlink(tmp)
             return result
+
         return write
 
     def skip(*args, **kwargs):
@@ -131,6 +142,7 @@ def _save_on_rank_0(keras, model_cls, rank, mtx):
     # An import of tensorflow.saved_model (Model.export makes one) rebinds tf.saved_model to a
     # new module that takes save from its defining module: both are replaced.
     from tensorflow.python.saved_model import save as saved_model_module
+
     if rank == 0:
         write, file_write = (lambda f: f), (lambda f: atomic(f, 1))
     else:

@@ -41,6 +41,7 @@ class _KerasImportHook:
         sys.meta_path.remove(self)
         try:
             import importlib.util
+
             spec = importlib.util.find_spec(fullname)
         finally:
             sys.meta_path.insert(0, self)

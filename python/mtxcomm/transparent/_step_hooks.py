@@ -43,7 +43,8 @@ def _weigh_batch_means(keras, hvd):
         compiled = getattr(getattr(model, "_compile_loss", None), "metrics", ())
         per_output = any(m is self for m in compiled)
         if getattr(hvd._step_state, "summed_loss", False) and (
-                per_output or self is getattr(model, "_loss_tracker", None)):
+            per_output or self is getattr(model, "_loss_tracker", None)
+        ):
             # A loss summed over the rows (reduction "sum"): this rank's value covers its
             # share; the batch's is the sum over the ranks, this value over the share.
             values = tf.convert_to_tensor(values)
@@ -71,8 +72,11 @@ def _record_state_assignments(keras, hvd):
 
     def assign(self, value):
         before = getattr(hvd._step_state, "state_before", None)
-        if before is not None and id(self) not in before and \
-                id(self) in (hvd._step_state.state_candidates or ()):
+        if (
+            before is not None
+            and id(self) not in before
+            and id(self) in (hvd._step_state.state_candidates or ())
+        ):
             before[id(self)] = (self, _value_in(self, hvd._step_state.state_graph))
         return original(self, value)
 
@@ -154,8 +158,13 @@ def _synchronise_batch_norm(keras, hvd):
         weight = getattr(hvd._step_state, "row_weight", None)
         if weight is None:
             return original(self, inputs, mask)
-        return global_moments(self, inputs, mask, row_weight=weight,
-                              grad_scale=getattr(hvd._step_state, "grad_scale", None))
+        return global_moments(
+            self,
+            inputs,
+            mask,
+            row_weight=weight,
+            grad_scale=getattr(hvd._step_state, "grad_scale", None),
+        )
 
     _moments._mtx_global = True
     layer_cls._moments = _moments

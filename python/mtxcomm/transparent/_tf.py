@@ -4,4 +4,5 @@ the script, and must not import TensorFlow there."""
 
 def tf_module():
     import tensorflow as tf
+
     return tf

@@ -21,11 +21,15 @@ def _own_state(model, keras):
     BatchNormalization's moving statistics, which the layer already computes from the global
     batch (_synchronise_batch_norm). Metric and random-seed state are not weights."""
     bn_cls = getattr(keras.layers, "BatchNormalization", None)
-    synchronised = {id(v) for layer in _layers(model)
-                    if bn_cls is not None and isinstance(layer, bn_cls)
-                    for v in layer.non_trainable_weights}
-    return {id(v) for v in model.non_trainable_weights
-            if id(v) not in synchronised and _is_numeric(v)}
+    synchronised = {
+        id(v)
+        for layer in _layers(model)
+        if bn_cls is not None and isinstance(layer, bn_cls)
+        for v in layer.non_trainable_weights
+    }
+    return {
+        id(v) for v in model.non_trainable_weights if id(v) not in synchronised and _is_numeric(v)
+    }
 
 
 def _is_numeric(v):

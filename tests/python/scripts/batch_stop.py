@@ -23,16 +23,32 @@ y = (x[:, 0] > 0).astype("int64")
 mode = sys.argv[2] if len(sys.argv) > 2 else "nan"
 x[170] = np.nan if mode == "nan" else 1000.0
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
-model.compile(optimizer=keras.optimizers.SGD(0.05),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-history = model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0,
-                    callbacks=[keras.callbacks.TerminateOnNaN() if mode == "nan" else
-                               keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: (
-                                   setattr(model, "stop_training", True)
-                                   if logs["loss"] > 1.5 else None))])
-out = {"steps": int(model.optimizer.iterations.numpy()),
-       "epochs": len(history.history["loss"]),
-       "all_nan": bool(all(np.isnan(np.asarray(w)).all() for w in model.trainable_weights))}
+model.compile(
+    optimizer=keras.optimizers.SGD(0.05),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+)
+history = model.fit(
+    x,
+    y,
+    batch_size=64,
+    epochs=3,
+    shuffle=False,
+    verbose=0,
+    callbacks=[
+        keras.callbacks.TerminateOnNaN()
+        if mode == "nan"
+        else keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda b, logs: (
+                setattr(model, "stop_training", True) if logs["loss"] > 1.5 else None
+            )
+        )
+    ],
+)
+out = {
+    "steps": int(model.optimizer.iterations.numpy()),
+    "epochs": len(history.history["loss"]),
+    "all_nan": bool(all(np.isnan(np.asarray(w)).all() for w in model.trainable_weights)),
+}
 path = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(path, "w") as f:
     json.dump(out, f)

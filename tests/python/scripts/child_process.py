@@ -19,9 +19,11 @@ model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss="mse")
 model.fit(x, x[:, :1], batch_size=4, verbose=0)
 child = subprocess.run(
-    [sys.executable, "-c",
-     "import sys, keras; print(int('mtxcomm.transparent' in sys.modules))"],
-    capture_output=True, text=True, timeout=120)
+    [sys.executable, "-c", "import sys, keras; print(int('mtxcomm.transparent' in sys.modules))"],
+    capture_output=True,
+    text=True,
+    timeout=120,
+)
 rank = os.environ.get("OMPI_COMM_WORLD_RANK")
 with open("child.%s" % rank, "w") as f:
     f.write("CHILD %d %s\n" % (child.returncode, child.stdout.strip() or child.stderr[-300:]))

@@ -32,8 +32,14 @@ def shifted(a, when):
 
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
 model.compile(optimizer="sgd", loss="binary_crossentropy")
-model.fit(shifted(x, "fit_x"), shifted(y, "fit_y"), batch_size=16, epochs=1, verbose=0,
-          validation_data=(shifted(x[:16], "fit_val"), y[:16]))
+model.fit(
+    shifted(x, "fit_x"),
+    shifted(y, "fit_y"),
+    batch_size=16,
+    epochs=1,
+    verbose=0,
+    validation_data=(shifted(x[:16], "fit_val"), y[:16]),
+)
 model.evaluate(shifted(x, "evaluate"), y, verbose=0)
 model.predict(shifted(x, "predict"), verbose=0)
 with open("done.%d" % rank, "w") as f:  # (not stdout: the ranks' lines interleave there)

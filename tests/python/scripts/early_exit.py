@@ -13,9 +13,9 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
+from _report import report  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
-from _report import report  # noqa: E402
 
 hvd.init()
 x = tf.ones([16], tf.float32)

@@ -1,7 +1,8 @@
 """Plain Keras (no mtxcomm import): which rows every training step of every epoch sees. The
 input's single feature is the row's number; a Probe layer records the rows of each step it is
 given. argv: OUT ("{rank}" replaced by OMPI_COMM_WORLD_RANK) [--seed S] [--no-shuffle]
-[--rows R] [--batch B] [--epochs E] [--fits F] [--steps-per-execution K]. Writes OUT as JSON: for each fit, for each
+[--rows R] [--batch B] [--epochs E] [--fits F] [--steps-per-execution K].
+Writes OUT as JSON: for each fit, for each
 epoch, the list of steps, each the list of row numbers this process trained on."""
 
 import argparse
@@ -34,9 +35,11 @@ seen = []
 class Probe(keras.layers.Layer):
     def call(self, x, training=False):
         if training:
+
             def note(rows):
                 seen.append(rows.numpy().ravel().astype(int).tolist())
                 return np.int32(0)
+
             tf.py_function(note, [x], tf.int32)
         return x
 
@@ -44,8 +47,9 @@ class Probe(keras.layers.Layer):
 x = np.arange(args.rows, dtype="float32").reshape(-1, 1)
 y = np.zeros(args.rows, dtype="float32")
 model = keras.Sequential([keras.Input((1,)), Probe(), keras.layers.Dense(1)])
-model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse",
-              steps_per_execution=args.steps_per_execution)
+model.compile(
+    optimizer=keras.optimizers.SGD(0.0), loss="mse", steps_per_execution=args.steps_per_execution
+)
 fits = []
 for _ in range(args.fits):
     epochs = []
@@ -57,8 +61,15 @@ for _ in range(args.fits):
         def on_epoch_end(self, epoch, logs=None):
             epochs.append(list(seen))
 
-    model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=not args.no_shuffle,
-              callbacks=[Epochs()], verbose=0)
+    model.fit(
+        x,
+        y,
+        batch_size=args.batch,
+        epochs=args.epochs,
+        shuffle=not args.no_shuffle,
+        callbacks=[Epochs()],
+        verbose=0,
+    )
     fits.append(epochs)
 out = args.out.replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(out, "w") as f:

@@ -9,13 +9,14 @@
   late_hook  rank 0's uncaught stall error ends it while rank 1 stays busy, and the script
              installed its own sys.excepthook after importing mtxcomm: the job must end soon
 Prints "END <rank>" where the program goes on to its end."""
+
 import sys
 import time
 
 import numpy as np
+from _report import report
 
 import mtxcomm
-from _report import report
 
 mode = sys.argv[1]
 mtxcomm.init()
@@ -26,6 +27,7 @@ if mode == "reported":
     except ValueError:
         sys.excepthook(*sys.exc_info())
     import code
+
     code.InteractiveInterpreter().runsource("1 / 0")
     assert sys.last_value is not None
     total = mtxcomm.allreduce(np.ones(2))

@@ -30,7 +30,9 @@ hvd.init()
 digits = load_digits()
 x = (digits.data / 16.0).astype("float32")
 y = digits.target.astype("int64")
-x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+x_train, x_test, y_train, y_test = train_test_split(
+    x, y, test_size=0.25, random_state=0, stratify=y
+)
 # Horovod: each rank trains on its own shard.
 x_train, y_train = x_train[hvd.rank() :: hvd.size()], y_train[hvd.rank() :: hvd.size()]
 
@@ -65,7 +67,11 @@ callbacks = [
 
 # Horovod: save checkpoints only on worker 0 to prevent other workers from corrupting them.
 if hvd.rank() == 0 and args.checkpoint_dir:
-    callbacks.append(keras.callbacks.ModelCheckpoint(os.path.join(args.checkpoint_dir, "checkpoint-{epoch}.keras")))
+    callbacks.append(
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(args.checkpoint_dir, "checkpoint-{epoch}.keras")
+        )
+    )
 
 # Horovod: write logs on worker 0.
 verbose = 2 if hvd.rank() == 0 else 0

@@ -1,20 +1,21 @@
 """Uneven data: at np=3 the ranks have 10, 10 and 11 batches. Each allreduces (rank+1) * ones
 per batch, then joins. Prints one JSON line per rank with every result, join()'s value and the
 two broadcasts tried while ranks 0 and 1 have joined (rank 2 only)."""
+
 import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
+from _report import report as emit  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
-from _report import report as emit  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 batches = 11 if r == n - 1 else 10
 results = []
-for b in range(batches):
+for _ in range(batches):
     out = hvd.allreduce(tf.fill([3], float(r + 1)), op=hvd.Sum, name="grad")
     results.append(float(out.numpy()[0]))
 report = {"rank": r, "results": results}

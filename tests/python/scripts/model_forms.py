@@ -63,29 +63,38 @@ if form in ("dict_outputs", "dict_weights"):
     label = (x[:, 0] > 0).astype("int64") + (x[:, 1] > 0).astype("int64")
     a = keras.Input((4,), name="a")
     b = keras.Input((4,), name="b")
-    h = keras.layers.Concatenate()([keras.layers.Dense(8, activation="relu")(a),
-                                    keras.layers.Dense(8, activation="relu")(b)])
-    model = keras.Model({"a": a, "b": b},
-                        {"cls": keras.layers.Dense(3, activation="softmax", name="cls")(h),
-                         "reg": keras.layers.Dense(1, name="reg")(h)})
-    model.compile(optimizer=keras.optimizers.SGD(0.05),
-                  loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
-                  metrics={"cls": ["accuracy"]})
+    h = keras.layers.Concatenate()(
+        [keras.layers.Dense(8, activation="relu")(a), keras.layers.Dense(8, activation="relu")(b)]
+    )
+    model = keras.Model(
+        {"a": a, "b": b},
+        {
+            "cls": keras.layers.Dense(3, activation="softmax", name="cls")(h),
+            "reg": keras.layers.Dense(1, name="reg")(h),
+        },
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
+        metrics={"cls": ["accuracy"]},
+    )
     inputs = {"a": x[:, :4], "b": x[:, 4:]}
     train = {k: v[:rows] for k, v in inputs.items()}
     held = {k: v[rows:] for k, v in inputs.items()}
     targets = {"cls": label[:rows], "reg": x[:rows, 2:3] * 2.0}
     kwargs = {}
     if form == "dict_weights":
-        kwargs["sample_weight"] = {"cls": np.linspace(0.2, 2.0, rows).astype("float32"),
-                                   "reg": np.ones(rows, "float32")}
-    history = model.fit(train, targets, batch_size=40, epochs=2, shuffle=False, verbose=0,
-                        **kwargs)
+        kwargs["sample_weight"] = {
+            "cls": np.linspace(0.2, 2.0, rows).astype("float32"),
+            "reg": np.ones(rows, "float32"),
+        }
+    history = model.fit(train, targets, batch_size=40, epochs=2, shuffle=False, verbose=0, **kwargs)
     predicted = model.predict(held, batch_size=16, verbose=0)
     predicted = [predicted[k].tolist() for k in sorted(predicted)]
 elif form == "fit_twice":
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
+    )
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
     x1 = rng.normal(size=(50, 6)).astype("float32")
     x2 = rng.normal(size=(64, 6)).astype("float32") + 2.0
@@ -96,34 +105,59 @@ elif form == "fit_twice":
     y2 += 1.0
     h3 = model.fit(x2, y2, batch_size=7, epochs=1, verbose=0)
     history = keras.callbacks.History()
-    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2), ("c", h3))
-                       for k, v in h.history.items()}
+    history.history = {
+        "%s_%s" % (tag, k): v
+        for tag, h in (("a", h1), ("b", h2), ("c", h3))
+        for k, v in h.history.items()
+    }
     model.save("m.keras")
     loaded = keras.models.load_model("m.keras")
-    predicted = [model.predict(x2[:9], verbose=0).tolist(),
-                 loaded.predict(x2[:9], verbose=0).tolist()]
+    predicted = [
+        model.predict(x2[:9], verbose=0).tolist(),
+        loaded.predict(x2[:9], verbose=0).tolist(),
+    ]
 elif form == "ratio_metrics":
     x = rng.normal(size=(70, 6)).astype("float32")
     y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype("float32")[:, None]
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(1, activation="sigmoid")])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy",
-                  metrics=[keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="prec"),
-                           keras.metrics.Recall(name="rec"),
-                           keras.metrics.F1Score(average=None, threshold=0.5, name="f1")],
-                  weighted_metrics=["accuracy"])
-    history = model.fit(x, y, sample_weight=np.linspace(0.1, 2.0, 70).astype("float32"),
-                        batch_size=15, epochs=2, verbose=0)
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="binary_crossentropy",
+        metrics=[
+            keras.metrics.AUC(name="auc"),
+            keras.metrics.Precision(name="prec"),
+            keras.metrics.Recall(name="rec"),
+            keras.metrics.F1Score(average=None, threshold=0.5, name="f1"),
+        ],
+        weighted_metrics=["accuracy"],
+    )
+    history = model.fit(
+        x,
+        y,
+        sample_weight=np.linspace(0.1, 2.0, 70).astype("float32"),
+        batch_size=15,
+        epochs=2,
+        verbose=0,
+    )
     for i in range(0, 70, 15):
-        for k, v in model.train_on_batch(x[i:i + 15], y[i:i + 15], return_dict=True).items():
+        for k, v in model.train_on_batch(x[i : i + 15], y[i : i + 15], return_dict=True).items():
             history.history.setdefault("train_on_batch_" + k, []).append(v)
     for k, v in model.test_on_batch(x[:35], y[:35], return_dict=True).items():
         history.history["test_on_batch_" + k] = [v]
-    for got in (model.train_on_batch(x[:15], y[:15]), model.test_on_batch(x[:15], y[:15]),
-                *model.test_on_batch(x[:15], y[:15], return_dict=True).values()):
+    for got in (
+        model.train_on_batch(x[:15], y[:15]),
+        model.test_on_batch(x[:15], y[:15]),
+        *model.test_on_batch(x[:15], y[:15], return_dict=True).values(),
+    ):
         # (Keras returns Python floats, arrays for an array-valued metric such as F1Score's
         # per class; the transparent mode returned EagerTensors.)
-        for v in (got if isinstance(got, list) else [got]):
+        for v in got if isinstance(got, list) else [got]:
             if type(v) is not float and not (isinstance(v, np.ndarray) and v.ndim > 0):
                 raise SystemExit("train_on_batch/test_on_batch returned a %s" % type(v))
     predicted = [model.predict(x[:9], verbose=0).tolist()]
@@ -133,10 +167,18 @@ elif form == "custom_step":
     y2 = (a[:, 0] > 0).astype("int32")
     inp = keras.Input((5,))
     h = keras.layers.Dense(8, activation="tanh")(inp)
-    model = keras.Model(inp, [keras.layers.Dense(1, name="reg")(h),
-                              keras.layers.Dense(2, activation="softmax", name="cls")(h)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05),
-                  loss=["mse", "sparse_categorical_crossentropy"], loss_weights=[0.3, 1.7])
+    model = keras.Model(
+        inp,
+        [
+            keras.layers.Dense(1, name="reg")(h),
+            keras.layers.Dense(2, activation="softmax", name="cls")(h),
+        ],
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=["mse", "sparse_categorical_crossentropy"],
+        loss_weights=[0.3, 1.7],
+    )
     h1 = model.fit(a, [y1, y2], batch_size=25, epochs=2, verbose=0)
 
     class Tracked(keras.Model):
@@ -150,6 +192,7 @@ elif form == "custom_step":
 
         def train_step(self, data):
             import tensorflow as tf
+
             x, y = data
             with tf.GradientTape() as tape:
                 loss = keras.ops.mean(keras.ops.square(self(x) - y))
@@ -184,15 +227,21 @@ elif form == "custom_step":
 
     ev = Evaluated()
     ev.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    h3 = ev.fit(a[:60], y1[:60], batch_size=15, epochs=2, verbose=0,
-                validation_data=(a[60:], y1[60:]))
-    h3.history["evaluate"] = [ev.evaluate(a, y1, batch_size=20, verbose=0, return_dict=True)[
-        "abs_error"]]
+    h3 = ev.fit(
+        a[:60], y1[:60], batch_size=15, epochs=2, verbose=0, validation_data=(a[60:], y1[60:])
+    )
+    h3.history["evaluate"] = [
+        ev.evaluate(a, y1, batch_size=20, verbose=0, return_dict=True)["abs_error"]
+    ]
     history = keras.callbacks.History()
-    history.history = {"%s_%s" % (tag, k): v for tag, h in (("a", h1), ("b", h2), ("c", h3))
-                       for k, v in h.history.items()}
+    history.history = {
+        "%s_%s" % (tag, k): v
+        for tag, h in (("a", h1), ("b", h2), ("c", h3))
+        for k, v in h.history.items()
+    }
     predicted = [p.tolist() for p in model.predict(a[:9], verbose=0)] + [
-        own.predict(a[:9], verbose=0).tolist()]
+        own.predict(a[:9], verbose=0).tolist()
+    ]
 elif form == "manual_update":
     import tensorflow as tf
 
@@ -208,8 +257,9 @@ elif form == "manual_update":
             x, y = data
             with tf.GradientTape() as tape:
                 loss = keras.ops.mean(keras.ops.square(self(x) - y))
-            for v, g in zip(self.trainable_variables,
-                            tape.gradient(loss, self.trainable_variables)):
+            for v, g in zip(
+                self.trainable_variables, tape.gradient(loss, self.trainable_variables)
+            ):
                 v.assign_sub(0.1 * g)
             return {"loss": loss}
 
@@ -229,22 +279,33 @@ elif form == "checkpoints":
     y = (x @ rng.normal(size=(6, 1))).astype("float32")
 
     def build():
-        m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
-                              keras.layers.Dense(1)])
+        m = keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+        )
         m.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
         return m
 
     model = build()
-    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[
-        keras.callbacks.ModelCheckpoint(best_path, monitor="loss", save_best_only=True),
-        keras.callbacks.ModelCheckpoint(last_path, save_weights_only=True)])
+    history = model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=3,
+        verbose=0,
+        callbacks=[
+            keras.callbacks.ModelCheckpoint(best_path, monitor="loss", save_best_only=True),
+            keras.callbacks.ModelCheckpoint(last_path, save_weights_only=True),
+        ],
+    )
     best = keras.models.load_model(best_path)
     fresh = build()
     fresh.load_weights(last_path)
     uncompiled = keras.models.load_model(best_path, compile=False)  # predict needs no optimizer
     model.export(tag + ".exported")  # a SavedModel directory, written by rank 0 alone
-    predicted = [m.predict(x[:11], batch_size=4, verbose=0).tolist()
-                 for m in (model, best, fresh, uncompiled)]
+    predicted = [
+        m.predict(x[:11], batch_size=4, verbose=0).tolist()
+        for m in (model, best, fresh, uncompiled)
+    ]
 elif form == "loss_forms":
     x = rng.normal(size=(70, 6)).astype("float32")
     y = (x @ rng.normal(size=(6, 1))).astype("float32")
@@ -260,10 +321,14 @@ elif form == "loss_forms":
         def result(self):
             return self.count  # the variable itself
 
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="tanh"),
-                              keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.002),
-                  loss=keras.losses.MeanSquaredError(reduction="sum"), metrics=[RowCount()])
+    model = keras.Sequential(
+        [keras.Input((6,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.002),
+        loss=keras.losses.MeanSquaredError(reduction="sum"),
+        metrics=[RowCount()],
+    )
     history = model.fit(x, y, batch_size=15, epochs=2, verbose=0)
     for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
@@ -274,21 +339,28 @@ elif form == "state_forms":
 
     class MovingCenter(keras.layers.Layer):
         def build(self, shape):
-            self.mean = self.add_weight(shape=(shape[-1],), initializer="zeros",
-                                        trainable=False, name="mean")
-            self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False,
-                                         name="calls")
-            self.steps = self.add_weight(shape=(), initializer="zeros", dtype="int64",
-                                         trainable=False, name="steps")
-            self.rows = self.add_weight(shape=(), initializer="zeros", trainable=False,
-                                        aggregation="sum", name="rows")
+            self.mean = self.add_weight(
+                shape=(shape[-1],), initializer="zeros", trainable=False, name="mean"
+            )
+            self.calls = self.add_weight(
+                shape=(), initializer="zeros", trainable=False, name="calls"
+            )
+            self.steps = self.add_weight(
+                shape=(), initializer="zeros", dtype="int64", trainable=False, name="steps"
+            )
+            self.rows = self.add_weight(
+                shape=(), initializer="zeros", trainable=False, aggregation="sum", name="rows"
+            )
 
         def call(self, inputs, training=False):
             out = inputs - self.mean
             if training:
                 self.mean.assign(0.9 * self.mean + 0.1 * keras.ops.mean(inputs, axis=0))
-                keras.ops.cond(self.calls >= 0.0, lambda: self.calls.assign_add(1.0),
-                               lambda: keras.ops.convert_to_tensor(self.calls))
+                keras.ops.cond(
+                    self.calls >= 0.0,
+                    lambda: self.calls.assign_add(1.0),
+                    lambda: keras.ops.convert_to_tensor(self.calls),
+                )
                 self.steps.assign_add(1)
                 self.rows.assign_add(keras.ops.cast(keras.ops.shape(inputs)[0], "float32"))
             return out
@@ -298,8 +370,11 @@ elif form == "state_forms":
             super().__init__()
             self.center = MovingCenter()
             self.hidden = keras.layers.Dense(
-                4, activation="tanh", kernel_regularizer=keras.regularizers.L2(0.05),
-                activity_regularizer=keras.regularizers.L2(0.01))
+                4,
+                activation="tanh",
+                kernel_regularizer=keras.regularizers.L2(0.05),
+                activity_regularizer=keras.regularizers.L2(0.01),
+            )
             self.out = keras.layers.Dense(1)
 
         def call(self, inputs, training=False):
@@ -310,10 +385,12 @@ elif form == "state_forms":
 
     model = Packed()
     model(x[:1])
-    model.compile(optimizer=keras.optimizers.SGD(0.002),
-                  loss=keras.losses.MeanSquaredError(reduction="sum"))
-    history = model.fit(np.concatenate([x, y], 1), batch_size=16, epochs=2, shuffle=False,
-                        verbose=0)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.002), loss=keras.losses.MeanSquaredError(reduction="sum")
+    )
+    history = model.fit(
+        np.concatenate([x, y], 1), batch_size=16, epochs=2, shuffle=False, verbose=0
+    )
     for k, v in model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
     predicted = [model.predict(x[:9], verbose=0).tolist()]
@@ -325,10 +402,12 @@ elif form == "two_optimizers":
     class GAN(keras.Model):
         def __init__(self):
             super().__init__()
-            self.gen = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, "relu"),
-                                         keras.layers.Dense(4)])
-            self.disc = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, "relu"),
-                                          keras.layers.Dense(1)])
+            self.gen = keras.Sequential(
+                [keras.Input((3,)), keras.layers.Dense(8, "relu"), keras.layers.Dense(4)]
+            )
+            self.disc = keras.Sequential(
+                [keras.Input((4,)), keras.layers.Dense(8, "relu"), keras.layers.Dense(1)]
+            )
             self.d_tracker = keras.metrics.Mean(name="d_loss")
             self.g_tracker = keras.metrics.Mean(name="g_loss")
 
@@ -348,8 +427,9 @@ elif form == "two_optimizers":
             z = real[:, :3] * 0.3
             with tf.GradientTape() as tape:
                 p_real, p_fake = self.disc(real), self.disc(self.gen(z))
-                d_loss = self.bce(tf.ones_like(p_real), p_real) + \
-                    self.bce(tf.zeros_like(p_fake), p_fake)
+                d_loss = self.bce(tf.ones_like(p_real), p_real) + self.bce(
+                    tf.zeros_like(p_fake), p_fake
+                )
             grads = tape.gradient(d_loss, self.disc.trainable_weights)
             self.d_optimizer.apply_gradients(zip(grads, self.disc.trainable_weights))
             with tf.GradientTape() as tape:
@@ -390,8 +470,9 @@ elif form == "guide_steps":
             grads = tape.gradient(loss, self.trainable_variables)
             self.optimizer.apply(grads, self.trainable_variables)
             for metric in self.metrics:
-                metric.update_state(loss) if metric.name == "loss" else \
-                    metric.update_state(y, y_pred)
+                metric.update_state(loss) if metric.name == "loss" else metric.update_state(
+                    y, y_pred
+                )
             return {m.name: m.result() for m in self.metrics}
 
         def test_step(self, data):
@@ -399,19 +480,32 @@ elif form == "guide_steps":
             y_pred = self(x, training=False)
             loss = self.compute_loss(y=y, y_pred=y_pred)
             for metric in self.metrics:
-                metric.update_state(loss) if metric.name == "loss" else \
-                    metric.update_state(y, y_pred)
+                metric.update_state(loss) if metric.name == "loss" else metric.update_state(
+                    y, y_pred
+                )
             return {m.name: m.result() for m in self.metrics}
 
     x = rng.normal(size=(100, 6)).astype("float32")
     y = (x[:, 0] + 0.5 * x[:, 1] + rng.normal(size=100) > 0).astype("float32")[:, None]
     inp = keras.Input((6,))
-    model = Guide(inp, keras.layers.Dense(1, activation="sigmoid")(
-        keras.layers.Dense(8, activation="relu")(inp)))
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy",
-                  metrics=[keras.metrics.AUC(name="auc"), "accuracy"])
-    history = model.fit(x[:70], y[:70], batch_size=15, epochs=2, verbose=0, shuffle=False,
-                        validation_data=(x[70:], y[70:]))
+    model = Guide(
+        inp,
+        keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8, activation="relu")(inp)),
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="binary_crossentropy",
+        metrics=[keras.metrics.AUC(name="auc"), "accuracy"],
+    )
+    history = model.fit(
+        x[:70],
+        y[:70],
+        batch_size=15,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        validation_data=(x[70:], y[70:]),
+    )
     for k, v in model.evaluate(x, y, batch_size=15, verbose=0, return_dict=True).items():
         history.history["evaluate_" + k] = [v]
     predicted = [model.predict(x[:9], verbose=0).tolist()]
@@ -432,6 +526,7 @@ elif form == "save_reload":
     # A SavedModel, then tf.saved_model.save (Model.export rebinds tf.saved_model on rank 0)
     # loaded at once; a callback that every rank runs saves and loads at each epoch's end.
     import tensorflow as tf
+
     late = os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0"
     model.export("exported_sr", verbose=False)
     if late:
@@ -446,11 +541,16 @@ elif form == "save_reload":
         model.save("cb.keras")
         keras.models.load_model("cb.keras")
         if time.monotonic() - start > 10:
-            raise SystemExit("a callback's save and load took %.1f s"
-                             % (time.monotonic() - start))
+            raise SystemExit("a callback's save and load took %.1f s" % (time.monotonic() - start))
 
-    model.fit(x, y, batch_size=16, epochs=2, verbose=0,
-              callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=save_and_load)])
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=save_and_load)],
+    )
 
     # A checkpoint object that fit runs on rank 0 alone, then evaluate on every rank: its save
     # there is a collective on every rank; the object pickles as a plain one.
@@ -484,6 +584,7 @@ elif form == "save_reload":
             out["error"] = e
 
     import threading
+
     out = {}
     worker = threading.Thread(target=second, args=(out,))
     worker.start()
@@ -493,19 +594,34 @@ elif form == "save_reload":
     history, again, loaded = out["history"], out["again"], out["loaded"]
     if out["took"] > 10:
         raise SystemExit("saving and reloading took %.1f s" % out["took"])
-    predicted = [again.predict(x[:9], verbose=0).tolist(),
-                 loaded.predict(x[:9], verbose=0).tolist()]
+    predicted = [
+        again.predict(x[:9], verbose=0).tolist(),
+        loaded.predict(x[:9], verbose=0).tolist(),
+    ]
 else:
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
-    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(6),
-                              keras.layers.BatchNormalization(), keras.layers.Activation("relu"),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((5,)),
+            keras.layers.Dense(6),
+            keras.layers.BatchNormalization(),
+            keras.layers.Activation("relu"),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     history = model.fit(x[:97], y[:97], batch_size=32, epochs=3, shuffle=False, verbose=0)
     predicted = [model.predict(x[97:], batch_size=16, verbose=0).tolist()]
 out = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(out, "w") as f:
-    json.dump({"history": {k: [np.asarray(v).tolist() for v in vs]
-                           for k, vs in history.history.items()}, "predict": predicted,
-               "weights": [w.tolist() for w in model.get_weights()]}, f)
+    json.dump(
+        {
+            "history": {
+                k: [np.asarray(v).tolist() for v in vs] for k, vs in history.history.items()
+            },
+            "predict": predicted,
+            "weights": [w.tolist() for w in model.get_weights()],
+        },
+        f,
+    )

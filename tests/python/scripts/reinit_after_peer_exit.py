@@ -23,5 +23,7 @@ if rank == 1:
         hvd.init()
         print("REINIT_RETURNED", flush=True)
     except Exception as e:  # noqa: BLE001 (the message is what is checked)
-        print("REINIT_FAILED %.1f %s" % (time.monotonic() - start, " ".join(str(e).split())),
-              flush=True)
+        print(
+            "REINIT_FAILED %.1f %s" % (time.monotonic() - start, " ".join(str(e).split())),
+            flush=True,
+        )

@@ -16,8 +16,9 @@ keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(96, 6)).astype("float32")
 y = (x @ rng.normal(size=(6, 1))).astype("float32")
-model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
-                          keras.layers.Dense(1)])
+model = keras.Sequential(
+    [keras.Input((6,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(1)]
+)
 model.compile(optimizer=keras.optimizers.Adam(0.02), loss="mse")
 
 
@@ -27,9 +28,21 @@ class Interrupt(keras.callbacks.Callback):
             raise KeyboardInterrupt("preempted after epoch 2")
 
 
-history = model.fit(x, y, batch_size=16, epochs=5, verbose=0,
-                    callbacks=[keras.callbacks.BackupAndRestore("backup"), Interrupt()])
+history = model.fit(
+    x,
+    y,
+    batch_size=16,
+    epochs=5,
+    verbose=0,
+    callbacks=[keras.callbacks.BackupAndRestore("backup"), Interrupt()],
+)
 out = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(out, "w") as f:
-    json.dump({"history": history.history, "weights": [w.tolist() for w in model.get_weights()],
-               "epochs": history.epoch}, f)
+    json.dump(
+        {
+            "history": history.history,
+            "weights": [w.tolist() for w in model.get_weights()],
+            "epochs": history.epoch,
+        },
+        f,
+    )

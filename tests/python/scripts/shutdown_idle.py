@@ -1,11 +1,12 @@
 """Every rank runs one allreduce; then rank 0 shuts down while the others sleep 2 s (idle, with
 nothing pending), and prints "SHUTDOWN 0 <seconds>" for its shutdown() call."""
+
 import time
 
 import numpy as np
+from _report import report
 
 import mtxcomm
-from _report import report
 
 mtxcomm.init()
 r = mtxcomm.rank()

@@ -1,13 +1,14 @@
 """Every rank but 0 arrives SKEW_US late at each of CALLS allreduces (a busy wait, as a rank
 still computing would). Prints "SKEWED <rank> <sum of the results>"; the test counts the
 engine's cycles in the timeline (MTXCOMM_TIMELINE)."""
+
 import os
 import time
 
 import numpy as np
+from _report import report
 
 import mtxcomm
-from _report import report
 
 calls = int(os.environ.get("CALLS", "40"))
 skew = float(os.environ.get("SKEW_US", "300")) * 1e-6

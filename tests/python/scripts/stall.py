@@ -2,14 +2,15 @@
 MTXCOMM_STALL_TIMEOUT=3 it must fail on the ranks that submitted it, naming the tensor and the
 missing rank. Then every rank meets in one more allreduce and exits cleanly.
 Prints "STALL_ERROR <rank>: <message>" on the ranks that got the error."""
+
 import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
+from _report import report  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
-from _report import report  # noqa: E402
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()

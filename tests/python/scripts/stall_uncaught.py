@@ -2,14 +2,15 @@
 rank 1 meanwhile stays busy for 10 minutes (outside mtxcomm). With MTXCOMM_STALL_TIMEOUT=3 the
 job must end soon after the error: rank 0's exit must not wait in MPI_Finalize for rank 1.
 Prints "SUBMITTED 0" before the allreduce."""
+
 import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
+from _report import report  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
-from _report import report  # noqa: E402
 
 hvd.init()
 if hvd.rank() == 0:

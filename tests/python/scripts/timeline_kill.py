@@ -1,14 +1,15 @@
 """Under mtxrun --timeline: a few steps of allreduces, then rank 1 is SIGKILLed while rank 0
 waits in another allreduce. The timeline files of both ranks must still be valid JSON."""
+
 import os
 import signal
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
+from _report import report  # noqa: E402
 
 import mtxcomm.tensorflow as hvd  # noqa: E402
-from _report import report  # noqa: E402
 
 hvd.init()
 

@@ -18,9 +18,8 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
                              (prints JUNK intact|corrupted)
 """
 
-import gc
-
 import datetime
+import gc
 import os
 import signal
 import sys
@@ -28,9 +27,9 @@ import time
 
 import torch
 import torch.distributed as dist
+from _report import report  # noqa: E402
 
 import mtxcomm.torch  # noqa: F401
-from _report import report  # noqa: E402
 
 mode = sys.argv[1]
 timeout = datetime.timedelta(seconds=3 if mode in ("timeout", "window") else 60)
@@ -46,7 +45,8 @@ if mode == "secret":
 if mode == "ddp_kill":
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)))
+        torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     start = time.monotonic()
     try:
@@ -58,8 +58,10 @@ if mode == "ddp_kill":
             opt.step()
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                       str(e).replace("\n", " ")[:2000]))
+        report(
+            "RAISED %.1f %s: %s"
+            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
+        )
     os._exit(3)
 if mode == "destroy":
     n = 40000
@@ -82,8 +84,10 @@ if mode == "window":
         works = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(70)]
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                       str(e).replace("\n", " ")))
+        report(
+            "RAISED %.1f %s: %s"
+            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " "))
+        )
     os._exit(3)
 if rank == 1:
     if mode == "kill":
@@ -96,8 +100,10 @@ try:
         dist.all_reduce(t)
     report("NO_ERROR", rank)
 except Exception as e:  # noqa: BLE001
-    report("RAISED %.1f %s: %s" % (time.monotonic() - start, type(e).__name__,
-                                   str(e).replace("\n", " ")))
+    report(
+        "RAISED %.1f %s: %s"
+        % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " "))
+    )
     if mode == "timeout":
         try:
             dist.all_reduce(t)

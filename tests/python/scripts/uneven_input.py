@@ -1,6 +1,7 @@
 """Plain Keras (no mtxcomm import) whose generator yields 3 batches on rank 0 and 6 on the
 others (it depends on the process): under --transparent the ranks' batches do not match, and
 the stall error must say what usually causes it; the job must then end."""
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -15,9 +15,12 @@ import numpy as np  # noqa: E402
 keras.utils.set_random_seed(1)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(97, 5)).astype("float32")
-y = (x @ rng.normal(size=(5, 1))).astype("float32") + 0.1 * rng.normal(size=(97, 1)).astype("float32")
-model = keras.Sequential([keras.Input(shape=(5,)), keras.layers.Dense(4, activation="tanh"),
-                          keras.layers.Dense(1)])
+y = (x @ rng.normal(size=(5, 1))).astype("float32") + 0.1 * rng.normal(size=(97, 1)).astype(
+    "float32"
+)
+model = keras.Sequential(
+    [keras.Input(shape=(5,)), keras.layers.Dense(4, activation="tanh"), keras.layers.Dense(1)]
+)
 model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
 history = model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
 on_batch = None
@@ -25,5 +28,11 @@ if sys.argv[2:] == ["train_on_batch"]:
     on_batch = float(model.train_on_batch(x[:32], y[:32])[0])
 out = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 with open(out, "w") as f:
-    json.dump({"history": history.history, "train_on_batch": on_batch,
-               "weights": [w.tolist() for w in model.get_weights()]}, f)
+    json.dump(
+        {
+            "history": history.history,
+            "train_on_batch": on_batch,
+            "weights": [w.tolist() for w in model.get_weights()],
+        },
+        f,
+    )

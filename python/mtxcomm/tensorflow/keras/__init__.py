@@ -13,33 +13,84 @@ import::
 
 # Re-exported, as Horovod's keras module does (and the private names this module uses).
 from mtxcomm.tensorflow import elastic  # noqa: F401
+from mtxcomm.tensorflow._keras_optimizer import (  # noqa: F401
+    DistributedOptimizer,
+    PartialDistributedOptimizer,
+    _current_grad_scale,
+    _step_state,
+)
 from mtxcomm.tensorflow._ops import (  # noqa: F401
-    Adasum, Average, Max, Min, Product, Sum, _resolve_op, allgather, allreduce, alltoall,
-    broadcast, broadcast_, grouped_allgather, grouped_allreduce, grouped_reducescatter, join,
-    local_rank_op, local_size_op, rank_op, reducescatter, size_op)
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    _resolve_op,
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    broadcast_,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    local_rank_op,
+    local_size_op,
+    rank_op,
+    reducescatter,
+    size_op,
+)
 from mtxcomm.tensorflow.basics import (  # noqa: F401
-    _collective_count, ccl_built, cpu_share, cross_rank, cross_size, cuda_built, ddl_built,
-    gloo_built, gloo_enabled, init, is_initialized, local_rank, local_size, mpi_built,
-    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+    _collective_count,
+    ccl_built,
+    cpu_share,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+)
 from mtxcomm.tensorflow.compression import Compression  # noqa: F401
 from mtxcomm.tensorflow.functions import (  # noqa: F401
-    allgather_object, broadcast_object, broadcast_variables)
-from mtxcomm.tensorflow.optimizer import (  # noqa: F401
-    DistributedGradientTape, PartialDistributedGradientTape, _allreduce_gradients,
-    _check_optimizer_options, _local_flags, _source_keys)
+    allgather_object,
+    broadcast_object,
+    broadcast_variables,
+)
 from mtxcomm.tensorflow.keras import callbacks  # noqa: F401
+from mtxcomm.tensorflow.optimizer import (  # noqa: F401
+    DistributedGradientTape,
+    PartialDistributedGradientTape,
+    _allreduce_gradients,
+    _check_optimizer_options,
+    _local_flags,
+    _source_keys,
+)
 from mtxcomm.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
-
-from mtxcomm.tensorflow._keras_optimizer import (  # noqa: F401
-    DistributedOptimizer, PartialDistributedOptimizer, _current_grad_scale, _step_state)
 
 
 def broadcast_global_variables(root_rank):
     """Horovod's TF1 helper has no meaning without a global graph: use
     broadcast_variables(model.variables, root_rank) or BroadcastGlobalVariablesCallback."""
-    raise NotImplementedError("broadcast_global_variables: use "
-                              "hvd.broadcast_variables(model.variables, root_rank) or "
-                              "hvd.callbacks.BroadcastGlobalVariablesCallback")
+    raise NotImplementedError(
+        "broadcast_global_variables: use "
+        "hvd.broadcast_variables(model.variables, root_rank) or "
+        "hvd.callbacks.BroadcastGlobalVariablesCallback"
+    )
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compile=True):

@@ -42,8 +42,9 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             return
         variables = list(self.model.variables) + _optimizer_variables(self.model)
         local = _local_flags(variables, self._local)
-        broadcast_variables([v for v, is_local in zip(variables, local) if not is_local],
-                            self.root_rank)
+        broadcast_variables(
+            [v for v, is_local in zip(variables, local) if not is_local], self.root_rank
+        )
         self.broadcast_done = True
 
 
@@ -73,10 +74,13 @@ class MetricAverageCallback(keras.callbacks.Callback):
 class _LearningRateCallback(keras.callbacks.Callback):
     def _set_lr(self, lr):
         opt = self.model.optimizer
-        if isinstance(opt.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or \
-                callable(getattr(opt, "_learning_rate", None)):
-            raise ValueError("%s: the optimizer's learning rate is a schedule; it needs a "
-                             "number" % type(self).__name__)
+        if isinstance(
+            opt.learning_rate, keras.optimizers.schedules.LearningRateSchedule
+        ) or callable(getattr(opt, "_learning_rate", None)):
+            raise ValueError(
+                "%s: the optimizer's learning rate is a schedule; it needs a "
+                "number" % type(self).__name__
+            )
         opt.learning_rate = lr
 
 
@@ -88,8 +92,17 @@ class LearningRateScheduleCallback(_LearningRateCallback):
     Outside the range the rate is left as it is. The optimizer's learning rate must be a number
     or variable, not a schedule."""
 
-    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                 momentum_correction=True, steps_per_epoch=None, verbose=0):
+    def __init__(
+        self,
+        initial_lr,
+        multiplier,
+        start_epoch=0,
+        end_epoch=None,
+        staircase=True,
+        momentum_correction=True,
+        steps_per_epoch=None,
+        verbose=0,
+    ):
         super().__init__()
         self.initial_lr = float(initial_lr)
         self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
@@ -127,12 +140,14 @@ class LearningRateWarmupCallback(_LearningRateCallback):
     """Ramps the learning rate from initial_lr / size() to initial_lr over the first
     warmup_epochs epochs, batch by batch (Goyal et al., "Accurate, Large Minibatch SGD:
     Training ImageNet in 1 Hour", 2017): lr(e) = initial_lr / size * (e * (size - 1) /
-    warmup_epochs + 1), e the fractional epoch reached at the end of the batch. Afterwards the rate is left at initial_lr.
+    warmup_epochs + 1), e the fractional epoch reached at the end of the batch. Afterwards the
+    rate is left at initial_lr.
     steps_per_epoch defaults to the one fit() reports. The optimizer's learning rate must be a
     number or variable, not a schedule."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
-                 steps_per_epoch=None, verbose=0):
+    def __init__(
+        self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0
+    ):
         super().__init__()
         if warmup_epochs <= 0:
             raise ValueError("warmup_epochs must be > 0, got %r" % warmup_epochs)
@@ -164,7 +179,9 @@ class LearningRateWarmupCallback(_LearningRateCallback):
         if epoch + 1 == int(np.ceil(self.warmup_epochs)):
             self._set_lr(self.initial_lr)
             if self.verbose and rank() == 0:
-                print("\nEpoch %d: finished gradual learning rate warmup to %g."
-                      % (epoch + 1, self.initial_lr))
+                print(
+                    "\nEpoch %d: finished gradual learning rate warmup to %g."
+                    % (epoch + 1, self.initial_lr)
+                )
         if logs is not None:
             logs["lr"] = float(np.asarray(self.model.optimizer.learning_rate))
