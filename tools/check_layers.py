@@ -96,6 +96,8 @@ PY_LAYERS = [
     ("mtxcomm._core", 0),  # the compiled extension
     ("mtxcomm._rank_env", 0),
     ("mtxcomm.common", 1),
+    ("mtxcomm._errors", 2),
+    ("mtxcomm._buffers", 2),
     ("mtxcomm._arrays", 2),
     ("mtxcomm.tensorflow", 3),
     ("mtxcomm.torch", 3),
@@ -176,7 +178,7 @@ def check_python(root, graph):
         own = py_layer(name)
         for target, line in py_imports(path, name, is_pkg, modules):
             top = target.split(".")[0]
-            if name.startswith("mtxcomm._arrays") and top in FRAMEWORKS:
+            if py_layer(name) and py_layer(name)[1] == 2 and top in FRAMEWORKS:
                 bad.append(
                     f"{rel}:{line}: imports {target}; the array API imports no framework "
                     "(it finds a framework's module in sys.modules)"
