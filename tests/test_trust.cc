@@ -83,7 +83,7 @@ std::string readUntilClosed(int fd) {
   return got;
 }
 
-// A store request as the TcpStore protocol frames it (lib/comm/tcp_store.cc).
+// A store request as the TcpStore protocol frames it (lib/comm/tcp_store_server.h).
 std::string storeRequest(uint8_t op, const std::string& key, const std::string* value) {
   std::string req(1, static_cast<char>(op));
   uint64_t n = key.size();
