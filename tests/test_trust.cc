@@ -1028,7 +1028,8 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
   runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
   std::vector<float> b(1 << 16, 1.0f);
   // One call on each rank first: this thread's next call on comms[0] then holds the handle the
-  // fast way (c_api.cc, Lease: a hazard slot, no reference), which retire() must wait for too.
+  // fast way (handle_registry.h, HandleLease: a hazard slot, no reference), which
+  // retireHandle() must wait for too.
   std::thread peer([&] {
     float y = 1;
     EXPECT_EQ(mtxcomm_allreduce(&y, &y, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1], nullptr),
@@ -1057,7 +1058,8 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
 
 // Threads calling on a handle while another destroys it: every call either runs on the live
 // communicator or is rejected as not live; none touches a freed one (ASan and TSan builds run
-// this). Each thread's calls after its first hold the handle without a lock (c_api.cc, Lease).
+// this). Each thread's calls after its first hold the handle without a lock
+// (lib/comm/handle_registry.h, HandleLease).
 TEST_F(Trust, CallsRacingADestroyEitherRunOrAreRejected) {
   constexpr int kThreads = 3;
   for (int round = 0; round < 30; ++round) {
