@@ -36,6 +36,7 @@
 #include "lib/comm/comm.h"
 #include "lib/comm/stores.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 #include "transports/inproc/inproc_transport.h"
 #include "transports/shm/shm_group.h"
 #include "transports/tcp/tcp_transport.h"

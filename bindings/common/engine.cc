@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "bindings/common/engine_internal.h"
+#include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 
 namespace mtxcomm::binding {
 

@@ -14,6 +14,7 @@
 #include "lib/comm/handle_registry.h"
 #include "lib/comm/init.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 #include "mtxcomm_build_info.h"
 #ifdef MTXCOMM_HAVE_MPI
 #include "mtxcomm/mtxcomm_mpi.h"
