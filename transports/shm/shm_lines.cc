@@ -13,15 +13,11 @@
 
 namespace mtxcomm {
 
-using shm::kLineData;
-using shm::kLineHeader;
-using shm::kLinesPerBox;
-
 ShmGroup::Line* ShmGroup::line(int r, uint64_t x, size_t j) const {
   static_assert(sizeof(Line) == 64, "a line is one cache line");
   char* boxes = slotStart(2, 0) + static_cast<size_t>(size_) * kSmallSlots * kSmallBytes;
   const size_t box = static_cast<size_t>(r) * kLineSlots + (x - 1) % kLineSlots;
-  return reinterpret_cast<Line*>(boxes) + box * kLinesPerBox + j;
+  return reinterpret_cast<Line*>(boxes) + box * shm::kLinesPerBox + j;
 }
 
 void ShmGroup::awaitLineBox(uint64_t x) {
@@ -38,29 +34,30 @@ void ShmGroup::awaitLineBox(uint64_t x) {
 }
 
 void ShmGroup::writeLines(uint64_t x, const void* data, size_t bytes) {
-  unsigned char stream[kLinesPerBox * kLineData];
+  unsigned char stream[shm::kLinesPerBox * shm::kLineData];
   const uint64_t header[3] = {call_.kind, call_.count, call_.seq};
-  std::memcpy(stream, header, kLineHeader);
-  std::memcpy(stream + kLineHeader, data, bytes);
-  const size_t lines = (kLineHeader + bytes + kLineData - 1) / kLineData;
-  std::memset(stream + kLineHeader + bytes, 0, lines * kLineData - kLineHeader - bytes);
+  std::memcpy(stream, header, shm::kLineHeader);
+  std::memcpy(stream + shm::kLineHeader, data, bytes);
+  const size_t lines = (shm::kLineHeader + bytes + shm::kLineData - 1) / shm::kLineData;
+  std::memset(stream + shm::kLineHeader + bytes, 0,
+              lines * shm::kLineData - shm::kLineHeader - bytes);
   for (size_t j = 0; j < lines; ++j) {
     Line* l = line(rank_, x, j);
-    std::memcpy(l->data, stream + j * kLineData, kLineData);
+    std::memcpy(l->data, stream + j * shm::kLineData, shm::kLineData);
     l->tag.store(x, std::memory_order_release);
   }
 }
 
 void ShmGroup::readLines(int q, uint64_t x, void* out, size_t bytes, const char* what) {
-  unsigned char stream[kLinesPerBox * kLineData];
-  const size_t lines = (kLineHeader + bytes + kLineData - 1) / kLineData;
+  unsigned char stream[shm::kLinesPerBox * shm::kLineData];
+  const size_t lines = (shm::kLineHeader + bytes + shm::kLineData - 1) / shm::kLineData;
   for (size_t j = 0; j < lines; ++j) {
     auto tag = [this, x, j](int r) { return line(r, x, j)->tag.load(std::memory_order_acquire); };
     waitUntil(q, tag, x, what);
-    std::memcpy(stream + j * kLineData, line(q, x, j)->data, kLineData);
+    std::memcpy(stream + j * shm::kLineData, line(q, x, j)->data, shm::kLineData);
     if (j == 0) {
       uint64_t theirs[3];
-      std::memcpy(theirs, stream, kLineHeader);
+      std::memcpy(theirs, stream, shm::kLineHeader);
       CallSignature sig;
       sig.kind = theirs[0];
       sig.count = theirs[1];
@@ -68,7 +65,7 @@ void ShmGroup::readLines(int q, uint64_t x, void* out, size_t bytes, const char*
       checkSameCall(q, sig);
     }
   }
-  std::memcpy(out, stream + kLineHeader, bytes);
+  std::memcpy(out, stream + shm::kLineHeader, bytes);
 }
 
 void ShmGroup::exchangeLines(const void* mine, size_t bytes, char* all, const char* what) {
