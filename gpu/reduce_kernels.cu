@@ -1,5 +1,6 @@
 // CUDA reduction kernels: dst = s0 op s1 op ... op s(n-1) [/ divisor], every dtype and op (bool:
-// SUM/MAX as OR and PROD/MIN as AND on 0/1, no AVG; as the host kernels, lib/base/reduce.h).
+// SUM/MAX as OR and PROD/MIN as AND on 0/1, no AVG; as the host kernels, lib/base/reduce.h). The
+// per-element codecs and ops are the host kernels' own (lib/base/reduce_ops.h).
 //
 // One grid-stride kernel per (type, op). Each thread loads 16 bytes from every source per step
 // (uint4, when all pointers are 16-byte aligned), accumulates in the accumulation type (float32
@@ -8,175 +9,86 @@
 // memory-bound: it reads n x bytes and writes bytes (bench: mtxcomm_gpu_bench kernel row).
 // Same pattern as NCCL's reduceCopy packs (src/device/common_kernel.h), without its
 // warp-level pipelining.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "gpu/cuda_check.h"
 #include "gpu/reduce_kernels.h"
 #include "lib/base/dtype.h"
+#include "lib/base/error.h"
+#include "lib/base/reduce_ops.h"
 
 namespace mtxcomm {
 namespace gpu {
 
 namespace {
 
-// The device type of each storage type of dispatchDatatype (lib/base/dtype.h).
-template <typename T>
-struct DeviceTypeT {
-  using type = T;
-};
-template <>
-struct DeviceTypeT<Float16Bits> {
-  using type = __half;
-};
-template <>
-struct DeviceTypeT<Bfloat16Bits> {
-  using type = __nv_bfloat16;
-};
-template <typename T>
-using DeviceType = typename DeviceTypeT<T>::type;
-
-// Element access: load converts to the accumulation type, store rounds back once.
-template <typename T>
-struct Elem {
-  using Acc = T;
-  __device__ static Acc load(T v) { return v; }
-  __device__ static T store(Acc a) { return a; }
-};
-template <>
-struct Elem<__half> {
-  using Acc = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float a) { return __float2half_rn(a); }
-};
-template <>
-struct Elem<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
-};
-// bool: any nonzero byte is true; accumulated as 0/1, where MAX is OR and MIN is AND (launchOp
-// maps the ops), so every byte written is 0 or 1.
-template <>
-struct Elem<BoolByte> {
-  using Acc = uint8_t;
-  __device__ static uint8_t load(BoolByte v) { return v.byte != 0; }
-  __device__ static BoolByte store(uint8_t a) { return BoolByte{a}; }
-};
-
-// Integers compute in the unsigned type, so SUM and PROD wrap (two's complement).
-template <typename A>
-__device__ A wrapAdd(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else {
-    return a + b;
-  }
-}
-template <typename A>
-__device__ A wrapMul(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;
-    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-    return static_cast<A>(static_cast<U>(static_cast<W>(a) * static_cast<W>(b)));
-  } else {
-    return a * b;
-  }
-}
-
-struct OpSum {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return wrapAdd(a, b);
-  }
-};
-struct OpProd {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    return wrapMul(a, b);
-  }
-};
-// NaN propagates: the first operand's NaN when both are.
-struct OpMin {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    if constexpr (std::is_floating_point_v<A>) {
-      if (a != a) return a;
-      if (b != b) return b;
-    }
-    return b < a ? b : a;
-  }
-};
-struct OpMax {
-  template <typename A>
-  __device__ static A apply(A a, A b) {
-    if constexpr (std::is_floating_point_v<A>) {
-      if (a != a) return a;
-      if (b != b) return b;
-    }
-    return a < b ? b : a;
-  }
-};
+using reduce_ops::CodecOf;
+using reduce_ops::MaxOp;
+using reduce_ops::MinOp;
+using reduce_ops::ProdOp;
+using reduce_ops::SumOp;
 
 template <typename A>
 __device__ A divideBy(A a, int divisor) {
   return a / static_cast<A>(divisor);  // integers: truncates toward zero
 }
 
-template <typename T, class Op>
-__device__ T reduceOne(const ReduceSources& src, size_t i, int divisor) {
-  using E = Elem<T>;
-  typename E::Acc acc = E::load(static_cast<const T*>(src.p[0])[i]);
-  for (int k = 1; k < src.n; ++k) acc = Op::apply(acc, E::load(static_cast<const T*>(src.p[k])[i]));
+// Element i of the result, in the codec's compute type, divided when divisor > 1, stored once.
+template <class Codec, class Op>
+__device__ typename Codec::Storage reduceOne(const ReduceSources& src, size_t i, int divisor) {
+  using S = typename Codec::Storage;
+  typename Codec::Compute acc = Codec::load(static_cast<const S*>(src.p[0])[i]);
+  for (int k = 1; k < src.n; ++k) {
+    acc = Op::apply(acc, Codec::load(static_cast<const S*>(src.p[k])[i]));
+  }
   if (divisor > 1) acc = divideBy(acc, divisor);
-  return E::store(acc);
+  return Codec::store(acc);
 }
 
-template <typename T, class Op>
+template <class Codec, class Op>
 __global__ void reduceKernel(ReduceTargets dst, ReduceSources src, size_t count, int divisor,
                              bool vector) {
-  using E = Elem<T>;
-  using Acc = typename E::Acc;
-  constexpr int kPack = 16 / sizeof(T);
+  using S = typename Codec::Storage;
+  using Compute = typename Codec::Compute;
+  constexpr int kPack = 16 / sizeof(S);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t done = 0;
   if (vector) {
     const size_t packs = count / kPack;
     for (size_t v = tid; v < packs; v += stride) {
-      Acc acc[kPack];
+      Compute acc[kPack];
       uint4 raw = static_cast<const uint4*>(src.p[0])[v];
-      const T* x = reinterpret_cast<const T*>(&raw);
+      const S* x = reinterpret_cast<const S*>(&raw);
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) acc[j] = E::load(x[j]);
+      for (int j = 0; j < kPack; ++j) acc[j] = Codec::load(x[j]);
       for (int k = 1; k < src.n; ++k) {
         raw = static_cast<const uint4*>(src.p[k])[v];
 #pragma unroll
-        for (int j = 0; j < kPack; ++j) acc[j] = Op::apply(acc[j], E::load(x[j]));
+        for (int j = 0; j < kPack; ++j) acc[j] = Op::apply(acc[j], Codec::load(x[j]));
       }
       uint4 out;
-      T* y = reinterpret_cast<T*>(&out);
+      S* y = reinterpret_cast<S*>(&out);
 #pragma unroll
       for (int j = 0; j < kPack; ++j) {
-        y[j] = E::store(divisor > 1 ? divideBy(acc[j], divisor) : acc[j]);
+        y[j] = Codec::store(divisor > 1 ? divideBy(acc[j], divisor) : acc[j]);
       }
       for (int d = 0; d < dst.n; ++d) reinterpret_cast<uint4*>(dst.p[d])[v] = out;
     }
     done = packs * kPack;
   }
   for (size_t i = done + tid; i < count; i += stride) {
-    const T y = reduceOne<T, Op>(src, i, divisor);
-    for (int d = 0; d < dst.n; ++d) static_cast<T*>(dst.p[d])[i] = y;
+    const S y = reduceOne<Codec, Op>(src, i, divisor);
+    for (int d = 0; d < dst.n; ++d) static_cast<S*>(dst.p[d])[i] = y;
   }
 }
 
-template <typename T, class Op>
+template <class Codec, class Op>
 void launchTyped(const ReduceTargets& dst, const ReduceSources& src, size_t count, int divisor,
                  cudaStream_t stream) {
+  using S = typename Codec::Storage;
   bool aligned = true;
   for (int d = 0; d < dst.n; ++d)
     aligned = aligned && reinterpret_cast<uintptr_t>(dst.p[d]) % 16 == 0;
@@ -184,16 +96,18 @@ void launchTyped(const ReduceTargets& dst, const ReduceSources& src, size_t coun
     aligned = aligned && reinterpret_cast<uintptr_t>(src.p[k]) % 16 == 0;
   constexpr int kThreads = 256;
   constexpr size_t kMaxBlocks = 4096;  // grid-stride beyond (H200: 132 SMs x 8 blocks = 1056)
-  const size_t work = aligned ? count / (16 / sizeof(T)) + 16 : count;
+  const size_t work = aligned ? count / (16 / sizeof(S)) + 16 : count;
   const unsigned blocks = static_cast<unsigned>(
       std::min(kMaxBlocks, std::max<size_t>(1, (work + kThreads - 1) / kThreads)));
-  reduceKernel<T, Op><<<blocks, kThreads, 0, stream>>>(dst, src, count, divisor, aligned);
+  reduceKernel<Codec, Op><<<blocks, kThreads, 0, stream>>>(dst, src, count, divisor, aligned);
   checkCuda(cudaGetLastError(), "reduceKernel launch");
 }
 
+// T: the storage type of dispatchDatatype (lib/base/dtype.h).
 template <typename T>
 void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& src, size_t count,
               int divisor, cudaStream_t stream) {
+  using Codec = CodecOf<T>;
   if (op == MTXCOMM_ADASUM) {  // no elementwise kernel; refused before any device path runs
     fail(MTXCOMM_UNSUPPORTED, "device reduction: op adasum is not supported on device buffers");
   }
@@ -206,10 +120,12 @@ void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& sr
     switch (op) {
       case MTXCOMM_SUM:
       case MTXCOMM_MAX:
-        return launchTyped<T, OpMax>(dst, src, count, divisor, stream);  // OR
       case MTXCOMM_PROD:
       case MTXCOMM_MIN:
-        return launchTyped<T, OpMin>(dst, src, count, divisor, stream);  // AND
+        if (reduce_ops::boolReducesAsMax(op)) {
+          return launchTyped<Codec, MaxOp>(dst, src, count, divisor, stream);  // OR
+        }
+        return launchTyped<Codec, MinOp>(dst, src, count, divisor, stream);  // AND
       default:
         fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid op ", static_cast<int>(op),
              " for bool");
@@ -217,13 +133,13 @@ void launchOp(mtxcomm_op_t op, const ReduceTargets& dst, const ReduceSources& sr
   } else {
     switch (op) {
       case MTXCOMM_SUM:
-        return launchTyped<T, OpSum>(dst, src, count, divisor, stream);
+        return launchTyped<Codec, SumOp>(dst, src, count, divisor, stream);
       case MTXCOMM_PROD:
-        return launchTyped<T, OpProd>(dst, src, count, divisor, stream);
+        return launchTyped<Codec, ProdOp>(dst, src, count, divisor, stream);
       case MTXCOMM_MIN:
-        return launchTyped<T, OpMin>(dst, src, count, divisor, stream);
+        return launchTyped<Codec, MinOp>(dst, src, count, divisor, stream);
       case MTXCOMM_MAX:
-        return launchTyped<T, OpMax>(dst, src, count, divisor, stream);
+        return launchTyped<Codec, MaxOp>(dst, src, count, divisor, stream);
       default:
         fail(MTXCOMM_INVALID_ARGUMENT, "device reduction: invalid op ", static_cast<int>(op));
     }
@@ -253,7 +169,7 @@ void launchReduce(mtxcomm_datatype_t dt, mtxcomm_op_t op, const ReduceTargets& d
   }
   dispatchDatatype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launchOp<DeviceType<T>>(op, dst, src, count, divisor, stream);
+    launchOp<T>(op, dst, src, count, divisor, stream);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "harness.h"
 #include "lib/comm/config.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 
 namespace mtxcomm {
 namespace {

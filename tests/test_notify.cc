@@ -14,6 +14,7 @@
 #include "lib/base/clock.h"
 #include "lib/base/spin.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 
 namespace mtxcomm {
 namespace {

@@ -36,6 +36,7 @@
 #include "lib/comm/comm.h"
 #include "lib/comm/stores.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 #include "transports/inproc/inproc_transport.h"
 #include "transports/shm/shm_group.h"
 #include "transports/tcp/tcp_transport.h"
@@ -83,7 +84,7 @@ std::string readUntilClosed(int fd) {
   return got;
 }
 
-// A store request as the TcpStore protocol frames it (lib/comm/tcp_store.cc).
+// A store request as the TcpStore protocol frames it (lib/comm/tcp_store_server.h).
 std::string storeRequest(uint8_t op, const std::string& key, const std::string* value) {
   std::string req(1, static_cast<char>(op));
   uint64_t n = key.size();
@@ -1028,7 +1029,8 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
   runThreads(2, [&](int rank) { unwrapComm(comms[rank])->setup(); });
   std::vector<float> b(1 << 16, 1.0f);
   // One call on each rank first: this thread's next call on comms[0] then holds the handle the
-  // fast way (c_api.cc, Lease: a hazard slot, no reference), which retire() must wait for too.
+  // fast way (handle_registry.h, HandleLease: a hazard slot, no reference), which
+  // retireHandle() must wait for too.
   std::thread peer([&] {
     float y = 1;
     EXPECT_EQ(mtxcomm_allreduce(&y, &y, 1, MTXCOMM_FLOAT32, MTXCOMM_SUM, comms[1], nullptr),
@@ -1057,7 +1059,8 @@ void abortFromAnotherThread(bool useAbort, const std::string& shm) {
 
 // Threads calling on a handle while another destroys it: every call either runs on the live
 // communicator or is rejected as not live; none touches a freed one (ASan and TSan builds run
-// this). Each thread's calls after its first hold the handle without a lock (c_api.cc, Lease).
+// this). Each thread's calls after its first hold the handle without a lock
+// (lib/comm/handle_registry.h, HandleLease).
 TEST_F(Trust, CallsRacingADestroyEitherRunOrAreRejected) {
   constexpr int kThreads = 3;
   for (int round = 0; round < 30; ++round) {

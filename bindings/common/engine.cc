@@ -1,33 +1,28 @@
-// The engine's thread and cycle (engine.h); negotiation.h, executor.h and timeline.h do the rest.
+// The engine's thread (engine.h): init and shutdown, submissions, sleeping until there is work
+// or a peer asks for a cycle, and a submitter's inline cycle. One cycle is engine_cycle.cc;
+// negotiation.h, executor.h and timeline.h do the rest.
 #include "bindings/common/engine.h"
 
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <unordered_set>
+#include <string>
 #include <utility>
+#include <vector>
 
-#include "bindings/common/executor.h"
-#include "bindings/common/negotiation.h"
-#include "bindings/common/timeline.h"
+#include "bindings/common/engine_internal.h"
+#include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 
 namespace mtxcomm::binding {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Set while this thread runs a cycle (the engine's thread, or a submitter running one itself):
 // a request submitted from inside that cycle (a completion callback) never runs one itself.
@@ -41,14 +36,6 @@ size_t requestBytes(const Request& r) {
   size_t bytes = 0;
   for (const TensorMeta& t : r.tensors) bytes += t.bytes();
   return bytes;
-}
-
-void warn(int rank, const std::string& msg) {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  std::fprintf(stderr, "[mtxcomm %s:%d rank %d] WARN %s\n", host, static_cast<int>(getpid()), rank,
-               msg.c_str());
-  std::fflush(stderr);
 }
 
 std::string configString(const char* name) {
@@ -66,117 +53,15 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// A joined rank's part in an operation it did not submit: zero inputs of the agreed shapes,
-// outputs into scratch that is thrown away.
-Entry standIn(const Request& req) {
-  struct Buffers {
-    std::vector<std::vector<char>> in, out;
-  };
-  auto bufs = std::make_shared<Buffers>();
-  Entry e;
-  e.request = req;
-  for (const TensorMeta& t : req.tensors) {
-    bufs->in.emplace_back(t.bytes(), 0);
-    e.inputs.push_back(bufs->in.back().data());
-  }
-  bufs->out.resize(req.tensors.size() + 1);  // alltoall: + received splits
-  e.allocate = [bufs, req](size_t i, const std::vector<int64_t>& shape, std::string*) -> void* {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    bufs->out[i].assign(std::max<size_t>(1, n * mtxcomm_datatype_size(req.tensors[i].dtype)), 0);
-    return bufs->out[i].data();
-  };
-  e.done = [bufs](const Status&) {};
-  return e;
+}  // namespace
+
+void warn(int rank, const std::string& msg) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::fprintf(stderr, "[mtxcomm %s:%d rank %d] WARN %s\n", host, static_cast<int>(getpid()), rank,
+               msg.c_str());
+  std::fflush(stderr);
 }
-
-class Engine {
- public:
-  Status init();
-  Status shutdown();
-  bool running() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return thread_.joinable() && !stopped_;
-  }
-  void enqueue(Entry e);
-  uint64_t collectives() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return (executor_ ? executor_->collectives() : 0) + collectivesBefore_;
-  }
-  std::atomic<uint64_t> inlineCycles{0};  // cycles a submitting thread ran (runInline)
-
-  std::atomic<int> rank{-1}, size{-1}, localRank{-1}, localSize{-1}, cpuShare{-1};
-
- private:
-  void loop();
-  // Sleeps until this rank has work, a peer asks for the next cycle, or a timer is due.
-  void waitForWork();
-  // One cycle, with cycleMu_ held: of the requests submitted since the last (or of `taken`, the
-  // ones a submitter took). false: the engine stops.
-  bool cycle(std::vector<Entry>* taken = nullptr);
-  // A small request runs its cycle on the submitting thread (Entry::mayRunInline) when no peer
-  // will keep it waiting there: in a world of one rank, or when every peer has entered the next
-  // cycle (at once, or within the collectives' spin after this rank asked them to). That saves
-  // the hand-over to the engine's thread and the completion from another thread, on both sides
-  // of a pair of ranks that submit within the spin of each other. false: the engine's thread
-  // must run it.
-  bool runInline();
-  // A peer asked for a cycle and this rank has nothing pending: such a cycle can make nothing
-  // ready (every request needs this rank's copy), so wait up to MTXCOMM_CYCLE_TIME (at most
-  // 1 ms) for this rank's own submission and bring it to the same cycle. A rank that arrives late
-  // by less than that pays one exchange, not two (an empty one, then its own), and its compute is
-  // not interrupted for the empty one. The peer waits in the exchange meanwhile (spinning, then on
-  // a futex), which it would do for this rank's request anyway. Called with mu_ held.
-  void lingerForOwnWork(std::unique_lock<std::mutex>& lk);
-  bool exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
-                std::vector<Cancelled>* cancelled);
-  void execute(std::vector<ReadyOp>& ready);
-  void finishJoin(ReadyOp& op);
-  Status libraryStatus(mtxcomm_result_t rc, const std::string& what) const;
-  void failAll(const Status& st);
-  Status failureOf(const Request& r) const;
-  bool stopped() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return stopped_;
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Entry> submitted_;  // guarded by mu_
-  // Names of this rank's requests submitted and not yet done (guarded by mu_).
-  std::unordered_set<std::string> inFlight_;
-  bool shutdownRequested_ = false;
-  // What destroying the communicator returned (a check an earlier call left pending that found
-  // the ranks disagreeing): shutdown returns it once.
-  Status destroyStatus_;
-  bool stopped_ = false;
-  Status failure_;  // guarded by mu_: set when the engine stopped for good
-  std::thread thread_;
-  std::unique_ptr<OpExecutor> executor_;           // guarded by mu_ (made and replaced by init)
-  uint64_t collectivesBefore_ = 0;                 // run by the executors of earlier inits
-  std::atomic<mtxcomm_comm_t> wakeComm_{nullptr};  // for enqueue's wakeup, while running
-
-  // Engine-thread state.
-  mtxcomm_comm_t comm_ = nullptr;
-  bool notifies_ = false;     // the communicator carries notifications (one node, shm)
-  bool peerTrouble_ = false;  // the idle wait found a peer dead or aborted: exchange at once
-  bool idle_ = false;         // what this rank last told the peers (mtxcomm_comm_set_idle)
-  std::unique_ptr<Negotiation> negotiation_;
-  std::unique_ptr<Timeline> timeline_;
-  std::map<std::string, std::deque<Entry>> local_;  // this rank's entries per name, FIFO
-  uint64_t cycles_ = 0;                             // cycles run (the same on every rank)
-  // Serialises cycles: the engine's thread, or a submitter (runInline). What a cycle uses is
-  // guarded by it (the engine's idle wait too takes it to look); progress_ is read without.
-  std::mutex cycleMu_;
-  std::atomic<bool> progress_{false};  // polling mode: the last cycle carried something
-  double cycleSeconds_ = 0.001;
-  double stallWarnSeconds_ = 60;
-  double stallTimeoutSeconds_ = 300;
-  Clock::time_point nextStallCheck_ = Clock::time_point::max();
-  // When the next MTXCOMM_STALL_WARNING falls due (every rank warns from its own table).
-  Clock::time_point nextStallWarning_ = Clock::time_point::max();
-  void warnStalled();
-};
 
 Status Engine::init() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -435,260 +320,7 @@ void Engine::waitForWork() {
   }
 }
 
-Status Engine::libraryStatus(mtxcomm_result_t rc, const std::string& what) const {
-  if (rc == MTXCOMM_SUCCESS) return {};
-  return {rc, "mtxcomm " + what + " failed on rank " + std::to_string(rank.load()) + ": " +
-                  mtxcomm_get_last_error(comm_)};
-}
-
-bool Engine::exchange(const CycleMessage& msg, std::vector<int>* shutdownRanks,
-                      std::vector<Cancelled>* cancelled) {
-  const int n = size.load();
-  const size_t slot = negotiation_->slotBytes();
-  std::vector<char> mine(slot);
-  std::vector<char> extras = negotiation_->encode(msg, mine.data());
-  std::vector<char> all(slot * n);
-  Status st =
-      libraryStatus(mtxcomm_allgather(mine.data(), all.data(), slot, MTXCOMM_UINT8, comm_, nullptr),
-                    "negotiation (allgather of requests)");
-  size_t stride = 0;
-  std::vector<char> allExtras;
-  if (st.ok() && negotiation_->needsSecondExchange(all, &stride)) {
-    stride = (stride + 7) / 8 * 8;
-    extras.resize(stride, 0);
-    allExtras.resize(stride * n);
-    st = libraryStatus(
-        mtxcomm_allgather(extras.data(), allExtras.data(), stride, MTXCOMM_UINT8, comm_, nullptr),
-        "negotiation (allgather of new requests)");
-  }
-  if (st.ok()) {
-    try {
-      *shutdownRanks = negotiation_->ingest(all, allExtras, stride, cancelled);
-    } catch (const std::exception& ex) {
-      st = {MTXCOMM_INTERNAL_ERROR, std::string("mtxcomm negotiation: ") + ex.what()};
-    }
-  }
-  if (!st.ok()) {
-    failAll(st);
-    return false;
-  }
-  return true;
-}
-
-bool Engine::cycle(std::vector<Entry>* taken) {
-  std::vector<Entry> fresh;
-  bool wantShutdown;
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (taken) {
-      fresh.swap(*taken);
-    } else {
-      lingerForOwnWork(lk);
-      fresh.swap(submitted_);
-    }
-    wantShutdown = shutdownRequested_;
-  }
-  const auto cycleStart = Clock::now();  // the timeline's CYCLE: after any linger
-  CycleMessage msg;
-  msg.shutdown = wantShutdown;
-  for (Entry& e : fresh) {
-    const int id = negotiation_->cachedId(e.request);
-    if (id >= 0) {
-      msg.cached.push_back(static_cast<uint32_t>(id));
-    } else {
-      msg.requests.push_back(e.request);
-    }
-    std::string name = e.request.name;
-    local_[name].push_back(std::move(e));
-  }
-  std::sort(msg.cached.begin(), msg.cached.end());
-  if (rank.load() == 0) {
-    msg.cancelled = negotiation_->stallVerdicts(stallTimeoutSeconds_, &nextStallCheck_);
-  }
-  if (notifies_) {
-    const bool reason = !fresh.empty() || wantShutdown || !msg.cancelled.empty() || peerTrouble_;
-    if (reason) {
-      mtxcomm_comm_notify(comm_, cycles_ + 1);  // every rank joins this cycle promptly
-    } else {
-      // Woken by a timer with nothing to say: run the cycle only if a peer asked for it.
-      mtxcomm_notify_state_t st{};
-      mtxcomm_comm_notify_state(comm_, &st);
-      if (st.cycle > cycles_) mtxcomm_comm_enter_cycle(comm_, cycles_ + 1);  // runInline looks
-      if (st.cycle <= cycles_) {
-        warnStalled();
-        if (rank.load() == 0 && nextStallCheck_ <= Clock::now()) {
-          Clock::time_point next;
-          negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
-          nextStallCheck_ = next;
-        }
-        return true;
-      }
-    }
-  }
-  std::vector<int> shutdownRanks;
-  std::vector<Cancelled> cancelled;
-  if (!exchange(msg, &shutdownRanks, &cancelled)) return false;
-  peerTrouble_ = false;
-  ++cycles_;
-  const auto agreedAt = Clock::now();
-  if (timeline_) {
-    timeline_->complete(
-        "engine", "CYCLE", cycleStart, agreedAt,
-        "\"cycle\": " + std::to_string(cycles_) + ", \"new\": " + std::to_string(fresh.size()));
-  }
-  const int me = rank.load();
-  if (!cancelled.empty()) {
-    // A stall error: every rank, the ones that never submitted the tensor too, leaves its
-    // flight record (docs/debugging.md).
-    char dir[4096] = "";
-    mtxcomm_comm_dump_flight_recorder(comm_, cancelled.front().message.c_str(), dir, sizeof(dir));
-    if (dir[0]) {
-      warn(me, std::string("flight recorder written to ") + dir + ": mtxcomm_info --why-stuck " +
-                   dir + " tells which rank the job waits for");
-    }
-  }
-  for (const Cancelled& cx : cancelled) {
-    if (std::find(cx.ranks.begin(), cx.ranks.end(), me) == cx.ranks.end()) continue;
-    auto it = local_.find(cx.name);
-    if (it == local_.end() || it->second.empty()) continue;
-    Entry e = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) local_.erase(it);
-    e.done({MTXCOMM_TIMEOUT, cx.message});
-  }
-  progress_ = !fresh.empty() || wantShutdown || !cancelled.empty();
-  std::vector<ReadyOp> ready;
-  for (Agreed& a : negotiation_->takeReady()) {
-    ReadyOp op;
-    op.agreedAt = agreedAt;
-    if (a.joined[me]) {
-      op.entry = standIn(a.requests[me]);
-    } else {
-      auto it = local_.find(a.name);
-      op.entry = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) local_.erase(it);
-      if (timeline_ && timeline_->enabled()) {
-        std::string args = "\"cycle\": " + std::to_string(cycles_) + ", \"arrival_us\": {";
-        for (size_t r = 0; r < a.arrivalUs.size(); ++r) {
-          args += (r ? ", " : "") + std::string("\"") + std::to_string(r) +
-                  "\": " + (a.joined[r] ? std::string("null") : std::to_string(a.arrivalUs[r]));
-        }
-        timeline_->complete(a.name, "NEGOTIATE", op.entry.submitted, agreedAt, args + "}");
-      }
-    }
-    op.agreed = std::move(a);
-    ready.push_back(std::move(op));
-  }
-  progress_ = progress_ || !ready.empty();
-  execute(ready);
-  if (timeline_) timeline_->flush();
-  if (stopped()) return false;
-  if (!shutdownRanks.empty()) {
-    std::string who = rankList(shutdownRanks);
-    failAll({MTXCOMM_REMOTE_ERROR,
-             "mtxcomm was shut down: " + who +
-                 " called shutdown() (or exited) before this request could run (it waited for "
-                 "that rank, or came after); every rank must submit the same collectives before "
-                 "shutting down"});
-    return false;
-  }
-  warnStalled();
-  if (me == 0 && negotiation_->pending()) {
-    Clock::time_point next;
-    negotiation_->stallVerdicts(stallTimeoutSeconds_, &next);
-    nextStallCheck_ = next;
-  } else if (me == 0) {
-    nextStallCheck_ = Clock::time_point::max();
-  }
-  return true;
-}
-
-void Engine::warnStalled() {
-  for (const std::string& w : negotiation_->stalled(stallWarnSeconds_)) warn(rank.load(), w);
-  nextStallWarning_ = negotiation_->nextStallWarning(stallWarnSeconds_);
-}
-
-void Engine::finishJoin(ReadyOp& op) {
-  std::string err;
-  void* out = op.entry.allocate(0, {}, &err);
-  if (out) {
-    const int32_t last = op.agreed.lastJoined;
-    std::memcpy(out, &last, sizeof(last));
-  }
-  op.entry.done(out ? Status{} : Status{MTXCOMM_SYSTEM_ERROR, "mtxcomm join: " + err});
-}
-
-void Engine::execute(std::vector<ReadyOp>& ready) {
-  // Run in the agreed order; consecutive allreduces of one op are fused.
-  size_t i = 0;
-  while (i < ready.size()) {
-    if (stopped()) {  // a collective failed: the rest cannot run
-      for (size_t k = i; k < ready.size(); ++k)
-        ready[k].entry.done(failureOf(ready[k].entry.request));
-      return;
-    }
-    Status st = negotiation_->check(ready[i].agreed);
-    if (!st.ok()) {
-      ready[i].entry.done(st);
-      ++i;
-      continue;
-    }
-    negotiation_->remember(ready[i].agreed);
-    const Request& first = ready[i].agreed.requests[rank.load()];
-    if (first.kind == Kind::kJoin) {
-      finishJoin(ready[i]);
-      ++i;
-      continue;
-    }
-    if (first.kind != Kind::kAllreduce) {
-      st = executor_->runOne(ready[i]);
-      if (!st.ok()) failAll(st);
-      ++i;
-      continue;
-    }
-    std::vector<ReadyOp*> group{&ready[i]};
-    size_t j = i + 1;
-    while (j < ready.size() && ready[j].agreed.requests[0].kind == Kind::kAllreduce &&
-           ready[j].agreed.requests[0].op == first.op &&
-           negotiation_->check(ready[j].agreed).ok()) {
-      negotiation_->remember(ready[j].agreed);
-      group.push_back(&ready[j]);
-      ++j;
-    }
-    st = executor_->runAllreduces(group);
-    if (!st.ok()) failAll(st);
-    i = j;
-  }
-}
-
-// Stops the engine for good: every waiting entry, and every later one, gets st.
-void Engine::failAll(const Status& st) {
-  std::vector<Entry> pending;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!stopped_) {
-      stopped_ = true;
-      failure_ = st;
-    }
-    for (Entry& e : submitted_) pending.push_back(std::move(e));
-    submitted_.clear();
-  }
-  for (auto& kv : local_) {
-    for (Entry& e : kv.second) pending.push_back(std::move(e));
-  }
-  local_.clear();
-  negotiation_->clear();
-  for (Entry& e : pending) e.done(failureOf(e.request));
-}
-
-// The engine's failure as one request hears it, named the same whether the request waited when
-// the engine stopped or came after.
-Status Engine::failureOf(const Request& r) const {
-  Status s = failure_;
-  s.message = std::string(kindName(r.kind)) + " '" + r.name + "': " + s.message;
-  return s;
-}
+namespace {
 
 Engine& engine() {
   static Engine* e = new Engine();  // never destroyed: its thread may outlive static destructors

@@ -6,13 +6,15 @@
 #define MTXCOMM_BINDINGS_COMMON_EXECUTOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "bindings/common/engine.h"
+#include "bindings/common/entry.h"
 #include "bindings/common/negotiation.h"
 #include "bindings/common/timeline.h"
+#include "mtxcomm/mtxcomm.h"
 
 namespace mtxcomm::binding {
 

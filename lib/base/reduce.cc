@@ -1,4 +1,5 @@
-// CPU reduction kernels (see reduce.h).
+// CPU reduction kernels (see reduce.h); the codecs and ops they apply per element are
+// lib/base/reduce_ops.h, shared with the CUDA kernels (gpu/reduce_kernels.cu).
 //
 // Layout: each type-erased entry point validates its arguments, switches once on the datatype
 // (and op), and runs one templated loop over the whole buffer. The loops are plain counted loops
@@ -16,7 +17,7 @@
 // - divideBuffer: float32/float64/float16/bfloat16, and int8/uint8/int16/uint16/int32 (exact
 //   division through float/double, see divideBuffer). uint32/int64/uint64 use scalar integer
 //   division: SIMD has no integer divide and the double trick is not exact for 64-bit values.
-// - bool: reduced as bytes normalised to 0/1 (Logical below) with SUM/MAX as MAX (= OR) and
+// - bool: reduced as bytes normalised to 0/1 (Logical, reduce_ops.h) with SUM/MAX as MAX (= OR) and
 //   PROD/MIN as MIN (= AND), so it shares the vectorised uint8 MIN/MAX loops' shape.
 //
 // Aliasing: dst may equal a or b exactly. Each operation has separate loops for dst == a,
@@ -28,197 +29,23 @@
 
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
+#include "lib/base/reduce_ops.h"
 
 namespace mtxcomm {
 namespace {
 
-inline uint32_t floatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-inline float bitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// ---- 16-bit float conversions (branch-free so the bulk loops vectorise) --------------------
-
-// All-ones if c, else zero. The half conversions combine their cases with these masks rather
-// than ?: because GCC (-ftrapping-math) otherwise sinks the floating-point step of the
-// subnormal case into a branch and then refuses to if-convert, and the loop stays scalar.
-inline uint32_t maskIf(bool c) { return 0u - static_cast<uint32_t>(c); }
-
-inline float halfToFloatInline(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const int32_t em = h & 0x7fff;  // exponent and mantissa
-  // Normal: shift into place and rebias the exponent (15 -> 127).
-  const uint32_t normal =
-      (static_cast<uint32_t>(em) << 13) + (static_cast<uint32_t>(127 - 15) << 23);
-  // Inf or NaN: all-ones exponent; NaN keeps its payload and becomes quiet.
-  const uint32_t infNan =
-      (static_cast<uint32_t>(em) << 13) | 0x7f800000u | (maskIf(em > 0x7c00) & 0x00400000u);
-  // Zero or subnormal: mantissa * 2^-24, exact in float32 and never a float subnormal (so
-  // FTZ/DAZ modes do not matter).
-  const uint32_t sub = floatBits(static_cast<float>(em) * 0x1p-24f);
-  const uint32_t isSub = maskIf(em < 0x0400);
-  const uint32_t isSpecial = maskIf(em >= 0x7c00);
-  const uint32_t bits = (sub & isSub) | (infNan & isSpecial) | (normal & ~(isSub | isSpecial));
-  return bitsFloat(bits | sign);
-}
-
-inline uint16_t floatToHalfInline(float f) {
-  const uint32_t u = floatBits(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);  // |f| as bits
-  // NaN: quiet NaN keeping the top 9 payload bits.
-  const uint32_t nan = 0x7e00u | ((static_cast<uint32_t>(a) >> 13) & 0x3ffu);
-  // Normal half range [2^-14, 65536): rebias the exponent and round the 13 dropped bits to
-  // nearest even; a carry out of the mantissa correctly bumps the exponent (up to Inf).
-  const uint32_t normal = (static_cast<uint32_t>(a) - (static_cast<uint32_t>(127 - 15) << 23) +
-                           0xfffu + ((static_cast<uint32_t>(a) >> 13) & 1u)) >>
-                          13;
-  // Below 2^-14 (half subnormals and zero): adding 0.5f aligns the half subnormal ulp (2^-24)
-  // with float's ulp at 0.5, so the float adder rounds to nearest even for us. (Under DAZ a
-  // float subnormal input reads as 0, which is also its correctly rounded half.)
-  const float kMagic = 0.5f;
-  const uint32_t sub = floatBits(bitsFloat(static_cast<uint32_t>(a)) + kMagic) - floatBits(kMagic);
-  const uint32_t isSub = maskIf(a < 0x38800000);  // < 2^-14
-  const uint32_t isNan = maskIf(a > 0x7f800000);
-  const uint32_t isInf = maskIf(a >= 0x47800000) & ~isNan;  // >= 65536, and Inf itself
-  const uint32_t r =
-      (sub & isSub) | (nan & isNan) | (0x7c00u & isInf) | (normal & ~(isSub | isNan | isInf));
-  return static_cast<uint16_t>(r | sign);
-}
-
-inline float bfloat16ToFloatInline(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);
-  return bitsFloat(a > 0x7f800000 ? (u | 0x00400000u) : u);  // NaN -> quiet NaN
-}
-
-inline uint16_t floatToBfloat16Inline(float f) {
-  const uint32_t u = floatBits(f);
-  const int32_t a = static_cast<int32_t>(u & 0x7fffffffu);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest even, may hit Inf
-  const uint32_t nan = (u >> 16) | 0x0040u;                         // quiet, keeps sign/payload
-  return static_cast<uint16_t>(a > 0x7f800000 ? nan : rounded);
-}
-
-// ---- Element codecs: how a stored element becomes the compute type and back ----------------
-
-template <class T>
-struct Plain {
-  using Storage = T;
-  using Compute = T;
-  static Compute load(Storage x) { return x; }
-  static Storage store(Compute x) { return x; }
-};
-
-struct Half {
-  using Storage = uint16_t;
-  using Compute = float;
-  static float load(uint16_t x) { return halfToFloatInline(x); }
-  static uint16_t store(float x) { return floatToHalfInline(x); }
-};
-
-struct Bfloat16 {
-  using Storage = uint16_t;
-  using Compute = float;
-  static float load(uint16_t x) { return bfloat16ToFloatInline(x); }
-  static uint16_t store(float x) { return floatToBfloat16Inline(x); }
-};
-
-// bool: any nonzero byte is true; computed as 0/1, so MAX is OR and MIN is AND, and every result
-// written is 0 or 1.
-struct Logical {
-  using Storage = uint8_t;
-  using Compute = uint8_t;
-  static uint8_t load(uint8_t x) { return static_cast<uint8_t>(x != 0); }
-  static uint8_t store(uint8_t x) { return x; }
-};
-
-// The codec of each storage type of dispatchDatatype (lib/base/dtype.h).
-template <class T>
-struct CodecOfT {
-  using type = Plain<T>;
-};
-template <>
-struct CodecOfT<Float16Bits> {
-  using type = Half;
-};
-template <>
-struct CodecOfT<Bfloat16Bits> {
-  using type = Bfloat16;
-};
-template <>
-struct CodecOfT<BoolByte> {
-  using type = Logical;
-};
-template <class T>
-using CodecOf = typename CodecOfT<T>::type;
-
-// ---- Operations ---------------------------------------------------------------------------
-
-// Integer SUM/PROD compute in the unsigned type (wraps, no signed-overflow UB); the conversion
-// back to a signed type is modular (defined in C++20, and by GCC/Clang before). Types narrower
-// than unsigned int compute in unsigned int: they would otherwise promote to (signed) int.
-template <class T>
-using WrapType =
-    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-
-struct SumOp {
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      using W = WrapType<T>;
-      return static_cast<T>(
-          static_cast<std::make_unsigned_t<T>>(static_cast<W>(a) + static_cast<W>(b)));
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct ProdOp {
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      // 16-bit operands must not promote to int: 65535 * 65535 overflows it.
-      using W = WrapType<T>;
-      return static_cast<T>(
-          static_cast<std::make_unsigned_t<T>>(static_cast<W>(a) * static_cast<W>(b)));
-    } else {
-      return a * b;
-    }
-  }
-};
-
-// Floats: NaN propagates (a's NaN if a is NaN, else b's if b is NaN: a < b is then false).
-// Written as a select, not std::min, so it vectorises and keeps the NaN rule.
-struct MinOp {
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return a < b ? a : b;
-    } else {
-      return ((a != a) | (a < b)) ? a : b;
-    }
-  }
-};
-
-struct MaxOp {
-  template <class T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return a > b ? a : b;
-    } else {
-      return ((a != a) | (a > b)) ? a : b;
-    }
-  }
-};
+using reduce_ops::Bfloat16;
+using reduce_ops::bfloat16ToFloatInline;
+using reduce_ops::CodecOf;
+using reduce_ops::floatToBfloat16Inline;
+using reduce_ops::floatToHalfInline;
+using reduce_ops::Half;
+using reduce_ops::halfToFloatInline;
+using reduce_ops::Logical;
+using reduce_ops::MaxOp;
+using reduce_ops::MinOp;
+using reduce_ops::ProdOp;
+using reduce_ops::SumOp;
 
 // ---- Loops --------------------------------------------------------------------------------
 
@@ -310,7 +137,7 @@ template <class Codec>
 void reduceOp(mtxcomm_op_t op, void* dst, const void* a, const void* b, size_t count) {
   if constexpr (std::is_same_v<Codec, Logical>) {
     // On 0/1 values MAX is OR and MIN is AND: SUM/MAX = OR, PROD/MIN = AND.
-    if (op == MTXCOMM_SUM || op == MTXCOMM_MAX) {
+    if (reduce_ops::boolReducesAsMax(op)) {
       reduceTyped<Codec, MaxOp>(dst, a, b, count);
     } else {
       reduceTyped<Codec, MinOp>(dst, a, b, count);

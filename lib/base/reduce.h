@@ -1,4 +1,5 @@
-// CPU reduction kernels. Type-erased entry points; templates live only in reduce.cc.
+// CPU reduction kernels. Type-erased entry points; the templates live in reduce.cc, the
+// per-element codecs and ops (shared with the CUDA kernels) in reduce_ops.h.
 //
 // Numbers (the library's contract, ../include/mtxcomm/mtxcomm.h):
 // - integer SUM and PROD wrap (two's complement, computed in the unsigned type);

@@ -1,8 +1,9 @@
-// Small POSIX socket helpers shared by the bootstrap stores (lib/comm/tcp_store.cc) and the TCP
-// transport (transports/tcp/): IPv4 address lookup, listen, connect with retry until a deadline,
-// send-all / receive-all with a deadline, socket options and error text. IPv4 only, like both
-// users. Functions that cannot go on throw mtxcomm::Error with the caller's context (a prefix such
-// as "store tcp:host:1234" or "tcp transport") in front of the message.
+// Small POSIX socket helpers shared by the bootstrap stores (lib/comm/tcp_store_server.cc and
+// tcp_store_client.cc) and the TCP transport (transports/tcp/): IPv4 address lookup, listen,
+// connect with retry until a deadline, send-all / receive-all with a deadline, socket options and
+// error text. IPv4 only, like both users. Functions that cannot go on throw mtxcomm::Error with the
+// caller's context (a prefix such as "store tcp:host:1234" or "tcp transport") in front of the
+// message.
 #ifndef MTXCOMM_LIB_SOCKET_UTIL_H_
 #define MTXCOMM_LIB_SOCKET_UTIL_H_
 

@@ -2,25 +2,19 @@
 // into a result code plus the communicator's last error. Nothing here throws.
 #include "lib/comm/c_api.h"
 
-#include <pthread.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstring>
 #include <new>
-#include <thread>
-#include <unordered_set>
-#include <vector>
 
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
-#include "lib/base/log.h"
-#include "lib/base/membarrier.h"
 #include "lib/comm/config.h"
+#include "lib/comm/handle_registry.h"
 #include "lib/comm/init.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 #include "mtxcomm_build_info.h"
 #ifdef MTXCOMM_HAVE_MPI
 #include "mtxcomm/mtxcomm_mpi.h"
@@ -35,171 +29,6 @@ namespace {
 
 thread_local std::string t_lastInitError;
 thread_local std::string t_lastErrorCopy;
-
-// The registry of live handles (c_api.h, "Handles").
-std::mutex g_handlesMu;
-std::unordered_set<const mtxcomm_comm*>& liveHandles() {
-  static auto* live = new std::unordered_set<const mtxcomm_comm*>();  // never destroyed: atexit
-  return *live;
-}
-
-const char* notLive(mtxcomm_comm_t comm) {
-  return comm ? "comm is not a live communicator (destroyed already, or not made by "
-                "mtxcomm_comm_init_*/mtxcomm_comm_split)"
-              : "comm is NULL";
-}
-
-// An entry point's hold on a live handle: the Comm stays until the lease ends.
-//
-// Two ways to hold it. The slow way: under the registry's lock, look the handle up and take a
-// reference (refs); retire() waits for the last. The fast way, for a thread calling on the same
-// handle as its last call and with no lease of its own open: publish the handle in the thread's
-// hazard slot, then check that no handle was retired since that thread's last slow lease (the
-// retire epoch). No locked instruction: a small collective's whole call costs about as much as
-// one of them. retire() bumps the epoch, issues membarrier(2)'s private expedited barrier, then
-// waits until no hazard slot holds the handle: either the slot's store is visible to it, or the
-// thread's load of the epoch sees the bump and it takes the slow way, which finds the handle
-// gone (hazard pointers, M. Michael, IEEE TPDS 2004, with membarrier's asymmetric fence in place
-// of the reader's). Without membarrier every lease takes the slow way.
-struct alignas(64) HazardSlot {
-  std::atomic<const mtxcomm_comm*> hazard{nullptr};
-  bool owned = false;  // a thread has it (under g_handlesMu)
-};
-std::vector<HazardSlot*>& hazardSlots() {  // under g_handlesMu; slots are never freed
-  static auto* slots = new std::vector<HazardSlot*>();
-  return *slots;
-}
-std::atomic<uint64_t> g_retireEpoch{1};  // bumped under g_handlesMu by each retire
-
-// This thread's fast-lease state; trivially constructed, so its access costs no guard.
-struct FastLeaseCache {
-  HazardSlot* slot;            // this thread's hazard slot, once it has one
-  const mtxcomm_comm* handle;  // live at the epoch below (checked under g_handlesMu)
-  uint64_t epoch;              // 0: no fast lease until the next slow one
-  bool open;                   // a fast lease of this thread holds the slot
-};
-thread_local FastLeaseCache t_fast{};
-
-// Gives the thread's slot back when the thread ends.
-struct HazardSlotOwner {
-  ~HazardSlotOwner() {
-    if (!t_fast.slot) return;
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    t_fast.slot->hazard.store(nullptr, std::memory_order_release);
-    t_fast.slot->owned = false;
-    t_fast.slot = nullptr;
-    t_fast.epoch = 0;
-  }
-};
-
-// This thread's slot, taken under g_handlesMu (held by the caller); nullptr when the process
-// cannot issue the asymmetric barrier.
-HazardSlot* hazardSlotLocked() {
-  if (t_fast.slot) return t_fast.slot;
-  if (!mtxcomm::registerPrivateMembarrier()) return nullptr;
-  thread_local HazardSlotOwner owner;  // registers the release at thread exit
-  (void)owner;
-  for (HazardSlot* s : hazardSlots()) {
-    if (!s->owned) {
-      s->owned = true;
-      return t_fast.slot = s;
-    }
-  }
-  hazardSlots().push_back(new HazardSlot());
-  hazardSlots().back()->owned = true;
-  return t_fast.slot = hazardSlots().back();
-}
-
-// fork(): the child has only the forking thread, and the parent's communicators are the
-// parent's (their peers, sockets and shared segments). In the child every call on one of them
-// is MTXCOMM_INVALID_USAGE, destroy and abort forget it without touching what the parent still
-// uses, the other threads' hazard slots are freed and every fast lease's cache is stale. The
-// registry's and the log's locks are held across fork(), so the child gets them free.
-pid_t g_pid = getpid();  // this process (set again in a forked child, under g_handlesMu)
-
-void forkPrepare() {
-  g_handlesMu.lock();
-  mtxcomm::lockLogForFork();  // a leaf lock: taken last
-}
-void forkParent() {
-  mtxcomm::unlockLogAfterFork();
-  g_handlesMu.unlock();
-}
-void forkChild() {
-  mtxcomm::unlockLogAfterFork();
-  g_pid = getpid();
-  for (HazardSlot* s : hazardSlots()) {
-    if (s == t_fast.slot) continue;
-    s->hazard.store(nullptr, std::memory_order_relaxed);
-    s->owned = false;
-  }
-  g_retireEpoch.fetch_add(1, std::memory_order_relaxed);
-  g_handlesMu.unlock();
-}
-const int g_forkHandlers = pthread_atfork(forkPrepare, forkParent, forkChild);
-// Built when the library loads, before any thread could be inside their initialization at a
-// fork().
-const bool g_registriesBuilt = liveHandles().empty() && hazardSlots().empty();
-
-class Lease {
- public:
-  // Throws MTXCOMM_INVALID_ARGUMENT for a handle that is not live.
-  explicit Lease(mtxcomm_comm_t comm) : h_(comm) {
-    if (comm && comm == t_fast.handle && !t_fast.open && t_fast.epoch != 0) {
-      t_fast.slot->hazard.store(comm, std::memory_order_relaxed);
-      std::atomic_signal_fence(std::memory_order_seq_cst);  // retire()'s membarrier orders it
-      if (g_retireEpoch.load(std::memory_order_acquire) == t_fast.epoch) {
-        t_fast.open = fast_ = true;
-        return;
-      }
-      t_fast.slot->hazard.store(nullptr, std::memory_order_relaxed);
-    }
-    // Taken under the registry's lock: once retire() has taken the handle out of the
-    // registry, no call can start on it.
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    if (!comm || !liveHandles().count(comm)) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, notLive(comm));
-    if (comm->ownerPid != g_pid) {
-      mtxcomm::fail(MTXCOMM_INVALID_USAGE, "this communicator belongs to process ", comm->ownerPid,
-                    ", which forked this one (pid ", g_pid,
-                    "): a child cannot use its parent's communicators (make new ones in the "
-                    "child; destroy forgets the parent's without touching it)");
-    }
-    comm->refs.fetch_add(1, std::memory_order_relaxed);
-    if (!t_fast.open && hazardSlotLocked()) {
-      t_fast.handle = comm;
-      t_fast.epoch = g_retireEpoch.load(std::memory_order_relaxed);
-    }
-  }
-  ~Lease() {
-    if (fast_) {
-      t_fast.open = false;
-      t_fast.slot->hazard.store(nullptr, std::memory_order_release);
-      return;
-    }
-    // The last reference of a retired handle: its retire() waits for this.
-    if (h_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> l(h_->mu);
-      h_->drained = true;
-      h_->idle.notify_all();
-    }
-  }
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
-  Comm& comm() const { return *h_->impl; }
-
- private:
-  mtxcomm_comm_t h_;
-  bool fast_ = false;
-};
-
-// Whether a fast lease of another thread may still hold comm (retire(), after its barrier).
-bool hazardHolds(const mtxcomm_comm* comm) {
-  std::lock_guard<std::mutex> g(g_handlesMu);
-  for (const HazardSlot* s : hazardSlots()) {
-    if (s->hazard.load(std::memory_order_acquire) == comm) return true;
-  }
-  return false;
-}
 
 // Runs fn; turns an exception into its result code and message.
 template <class Fn>
@@ -241,80 +70,43 @@ mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
   bool leased = false;
   const mtxcomm_result_t code = capture(
       [&] {
-        Lease lease(comm);
+        mtxcomm::HandleLease lease(comm);
         leased = true;
         fn(lease.comm());
       },
       &message);
   if (code == MTXCOMM_SUCCESS) return code;
-  if (leased) {
-    // Live when the call started; it may have been destroyed since, so look again.
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    if (liveHandles().count(comm)) {
-      std::lock_guard<std::mutex> l(comm->mu);
-      comm->lastError = message;
-      return code;
-    }
-  }
+  // Live when the call started; it may have been destroyed since, so look again.
+  if (leased && mtxcomm::recordLastError(comm, message)) return code;
   t_lastInitError = message;
   return code;
 }
 
-// Removes a live handle from the registry and frees it once no call is running on it; a call
-// in flight (another thread) is cancelled with reason first. NULL and handles that are not live
-// are rejected (false). A destroy (not abortPeers) first runs the checks earlier calls left
-// pending (Comm::checkPendingAtDestroy); a disagreement found there is put in *pending (its
-// code; this thread's record has the message) and the communicator is freed all the same.
-bool retire(mtxcomm_comm_t comm, const char* reason, bool abortPeers,
-            mtxcomm_result_t* pending = nullptr) {
-  {
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    if (!comm || !liveHandles().erase(comm)) return false;
-    g_retireEpoch.fetch_add(1, std::memory_order_release);
-    if (comm->ownerPid != g_pid) {
-      // The parent's (this is a forked child): freeing it would close the parent's sockets
-      // and mark its rank gone in the shared segment. Forgotten, not freed.
-      (void)comm->impl.release();
-      return true;
-    }
-  }
-  // Fast leases (Lease): after the barrier, a thread either shows its hazard here or sees the
-  // new epoch. Without the barrier (refused: a forked child) give a store time to land.
-  if (!mtxcomm::privateMembarrier()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const bool slowHeld = comm->refs.fetch_sub(1, std::memory_order_acq_rel) != 1;
-  if (slowHeld || hazardHolds(comm)) {
-    // Calls in flight (other threads): cancel them, and wait until the last one has ended.
-    if (comm->impl) comm->impl->cancel(reason);
-    if (slowHeld) {
-      std::unique_lock<std::mutex> l(comm->mu);
-      comm->idle.wait(l, [&] { return comm->drained; });
-    }
-    while (hazardHolds(comm)) std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  if (abortPeers && comm->impl) {
-    try {
-      comm->impl->abort();
-    } catch (...) {
-      // Best effort: the communicator is going away regardless.
-    }
-  } else if (pending && comm->impl) {
-    *pending = capture([&] { comm->impl->checkPendingAtDestroy(); }, &t_lastInitError);
-  }
-  delete comm;
-  return true;
-}
-
 // mtxcomm_comm_destroy and mtxcomm_comm_abort: NULL is ignored; a live handle is retired (a
 // call in flight on another thread ends with "the communicator was <done> (<entry>, another
-// thread) during this call"); anything else is MTXCOMM_INVALID_ARGUMENT.
+// thread) during this call"); anything else is MTXCOMM_INVALID_ARGUMENT. An abort tells the
+// peers (best effort); a destroy first runs the checks earlier calls left pending
+// (Comm::checkPendingAtDestroy): a disagreement found there is its result (this thread's record
+// has the message), and the communicator is freed all the same.
 mtxcomm_result_t retireEntry(mtxcomm_comm_t comm, const char* entry, const char* done,
                              bool abortPeers) {
   if (!comm) return MTXCOMM_SUCCESS;
   const std::string reason = mtxcomm::strCat("the communicator was ", done, " (", entry,
                                              ", another thread) during this call");
   mtxcomm_result_t pending = MTXCOMM_SUCCESS;
-  if (retire(comm, reason.c_str(), abortPeers, &pending)) return pending;
-  t_lastInitError = std::string(entry) + ": " + notLive(comm);
+  auto last = [&](Comm& c) {
+    if (abortPeers) {
+      try {
+        c.abort();
+      } catch (...) {
+        // Best effort: the communicator is going away regardless.
+      }
+    } else {
+      pending = capture([&] { c.checkPendingAtDestroy(); }, &t_lastInitError);
+    }
+  };
+  if (mtxcomm::retireHandle(comm, reason.c_str(), last)) return pending;
+  t_lastInitError = std::string(entry) + ": " + mtxcomm::notLiveReason(comm);
   return MTXCOMM_INVALID_ARGUMENT;
 }
 
@@ -425,7 +217,7 @@ mtxcomm_result_t anyThread(mtxcomm_comm_t comm, Fn&& fn) {
   std::string ignored;
   return capture(
       [&] {
-        Lease lease(comm);
+        mtxcomm::HandleLease lease(comm);
         fn(lease.comm());
       },
       &ignored);
@@ -504,11 +296,7 @@ mtxcomm_result_t mtxcomm_comm_dump_flight_recorder(mtxcomm_comm_t comm, const ch
 }
 
 const char* mtxcomm_comm_last_algorithm(mtxcomm_comm_t comm) {
-  // Read under the registry's lock: a handle destroyed on another thread is not freed meanwhile
-  // (retire() takes it out of the registry first). The name is static.
-  std::lock_guard<std::mutex> g(g_handlesMu);
-  if (!comm || !liveHandles().count(comm)) return "";
-  return comm->impl->lastAlgorithmName();
+  return mtxcomm::lastAlgorithmOf(comm);
 }
 
 mtxcomm_result_t mtxcomm_config_get(const char* name, char* value, size_t len) {
@@ -625,17 +413,8 @@ const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
 }
 
 const char* mtxcomm_get_last_error(mtxcomm_comm_t comm) {
-  if (comm) {
-    std::lock_guard<std::mutex> g(g_handlesMu);
-    // A forked child's record of its parent's communicators is its own (their lock may be
-    // held by a thread the child does not have).
-    if (liveHandles().count(comm) && comm->ownerPid == g_pid) {
-      // A copy of this thread's own: another thread may record a new error meanwhile.
-      std::lock_guard<std::mutex> l(comm->mu);
-      t_lastErrorCopy = comm->lastError;
-      return t_lastErrorCopy.c_str();
-    }
-  }
+  // A copy of this thread's own: another thread may record a new error meanwhile.
+  if (comm && mtxcomm::copyLastError(comm, &t_lastErrorCopy)) return t_lastErrorCopy.c_str();
   return t_lastInitError.c_str();
 }
 
@@ -681,21 +460,3 @@ size_t mtxcomm_datatype_size(mtxcomm_datatype_t datatype) {
 }
 
 }  // extern "C"
-
-namespace mtxcomm {
-
-mtxcomm_comm_t wrapComm(std::unique_ptr<Comm> c) {
-  auto* h = new mtxcomm_comm();
-  h->impl = std::move(c);
-  std::lock_guard<std::mutex> g(g_handlesMu);
-  h->ownerPid = g_pid;
-  liveHandles().insert(h);
-  return h;
-}
-
-Comm* unwrapComm(mtxcomm_comm_t c) {
-  std::lock_guard<std::mutex> g(g_handlesMu);
-  return c && liveHandles().count(c) ? c->impl.get() : nullptr;
-}
-
-}  // namespace mtxcomm

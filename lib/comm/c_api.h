@@ -6,9 +6,9 @@
 // MTXCOMM_INVALID_ARGUMENT, never a crash (a new handle at the address of a destroyed one is
 // indistinguishable from it). A call holds a lease on the Comm for its duration (a reference, or
 // for a thread's repeated calls on one handle a hazard slot checked against the retire epoch
-// without a lock: c_api.cc, Lease); destroy and
-// abort from another thread cancel the call in flight (lib/base/cancel.h), wait for it to
-// return, and only then free the Comm.
+// without a lock: lib/comm/handle_registry.h, HandleLease); destroy and abort from another thread
+// cancel the call in flight (lib/base/cancel.h), wait for it to return, and only then free the
+// Comm.
 #ifndef MTXCOMM_LIB_C_API_H_
 #define MTXCOMM_LIB_C_API_H_
 
@@ -26,10 +26,10 @@
 struct mtxcomm_comm {
   std::unique_ptr<mtxcomm::Comm> impl;
   // References: 1 for the registry of live handles, 1 per entry point running on the handle
-  // through a slow lease (c_api.cc, Lease; fast leases are hazard slots), dropped without a lock.
-  // retire() drops the registry's; whoever drops the last one while calls were in flight sets
-  // drained and signals idle under mu, and retire() frees the handle once drained (or at once when
-  // no call was in flight).
+  // through a slow lease (handle_registry.h, HandleLease; fast leases are hazard slots), dropped
+  // without a lock. retireHandle() drops the registry's; whoever drops the last one while calls
+  // were in flight sets drained and signals idle under mu, and retireHandle() frees the handle
+  // once drained (or at once when no call was in flight).
   std::atomic<int> refs{1};
   pid_t ownerPid = 0;            // the process that made it: a child made by fork() cannot use it
   std::mutex mu;                 // guards lastError and drained

@@ -1,4 +1,4 @@
-// The TcpStore's request framing (lib/comm/tcp_store.cc has the protocol), as a pure function
+// The TcpStore's request framing (lib/comm/tcp_store_server.h has the protocol), as a pure function
 // of the bytes a client sent: the server parses with it, and tests/fuzz/fuzz_store_request.cc
 // feeds it arbitrary bytes.
 #ifndef MTXCOMM_LIB_COMM_STORE_WIRE_H_

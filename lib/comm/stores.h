@@ -4,8 +4,9 @@
 //                  name and renamed into place (atomic). The directory may be reused by
 //                  successive jobs, but not by two jobs at the same time: use one directory per
 //                  running job (see "Jobs" below).
-//   tcp:HOST:PORT  TcpStore (lib/comm/tcp_store.cc): rank 0 hosts a small server on HOST:PORT
-//                  (a thread); every rank, rank 0 included, is a client.
+//   tcp:HOST:PORT  TcpStore: rank 0 hosts a small server on HOST:PORT (a thread,
+//                  lib/comm/tcp_store_server.{h,cc}); every rank, rank 0 included, is a client
+//                  (lib/comm/tcp_store_client.cc).
 //
 // Jobs in a file store. Keys written by an earlier job in the same directory must never be read
 // by a later one (a stale "tcp/addr/1" would send a rank to a dead port). Timestamps cannot tell

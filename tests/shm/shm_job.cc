@@ -48,6 +48,7 @@
 
 #include "common/kill_outcome.h"
 #include "mtxcomm/mtxcomm.h"
+#include "mtxcomm/mtxcomm_engine.h"
 
 namespace {
 

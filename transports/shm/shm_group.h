@@ -15,6 +15,13 @@
 // a counter); every 50 ms of waiting, check the deadline, the peers' abort flags and whether
 // their processes still exist, so a SIGKILLed peer becomes MTXCOMM_REMOTE_ERROR naming it
 // within ~0.1 s.
+//
+// One class, one unit per subject: shm_group.cc (the data path: chunk sets, barrier, pieces, the
+// small ring), shm_segment.{h,cc} (the segment: layout, Control, making and mapping it),
+// shm_calls.cc (call signatures and deferred checks), shm_notify.cc (notifications, idle,
+// cycles), shm_wait.{h,cc} (waits and the publication that ends them, inline; abort and
+// liveness) and shm_lines.cc (the line exchange). shm_segment.h and shm_wait.h are for those
+// units only.
 #ifndef MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 #define MTXCOMM_TRANSPORTS_SHM_SHM_GROUP_H_
 
@@ -227,7 +234,7 @@ class ShmGroup {
  private:
   struct Control;
   ShmGroup(char* base, size_t bytes, int rank, int size, size_t slotBytes, double timeout);
-  Control& control(int r) const;
+  inline Control& control(int r) const;  // shm_segment.h
   enum class Counter {
     kLinesRead,
     kArrived,
@@ -258,7 +265,7 @@ class ShmGroup {
   bool deferredOverdue() const;
   // Waits until peer p's counter reaches target, watching the deadline, aborts and dead
   // processes; then checks that p is in the same call (its words at parity `parity`).
-  void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
+  inline void waitFor(int p, Counter counter, uint64_t target, const char* what, int parity);
   // The wait of waitFor on any word: until word(p) >= target (word(q) is also read for the
   // other peers, to tell a dead peer that had got there from one that had not).
   template <class Word>
@@ -281,8 +288,8 @@ class ShmGroup {
   // After this rank advanced a counter of c: wakes the peers asleep on it. published: from the
   // thread running this rank's calls, without a fence when every rank's process registered
   // membarrier(2) (asymmetric_); publishedFenced: from any thread.
-  void published(Control& c);
-  void publishedFenced(Control& c);
+  inline void published(Control& c);  // shm_wait.h
+  inline void publishedFenced(Control& c);
   // Wakes the notify waiter of the rank whose control block is c (no system call when none
   // sleeps).
   void wake(Control& c);
@@ -301,10 +308,10 @@ class ShmGroup {
   double timeoutSeconds_;
   uint64_t arrivals_ = 0;
   uint64_t chunks_ = 0;
-  uint64_t consumedByAll_ = 0;            // every peer has finished this many chunks (lower bound)
-  size_t slotShift_ = 0;                  // the current chunk's position in its slots (nextSet)
-  char* slotStart(int set, int r) const;  // slot(set, r) without the chunk's position
-  uint64_t smalls_ = 0;                   // small messages started
+  uint64_t consumedByAll_ = 0;  // every peer has finished this many chunks (lower bound)
+  size_t slotShift_ = 0;        // the current chunk's position in its slots (nextSet)
+  inline char* slotStart(int set, int r) const;  // slot(set, r) without the chunk's position
+  uint64_t smalls_ = 0;                          // small messages started
   uint64_t smallReadByAll_ = 0;  // every peer has read this many small messages (lower bound)
   uint64_t lines_ = 0;           // line exchanges started
   uint64_t linesReadByAll_ = 0;  // every peer has read this many line exchanges (lower bound)

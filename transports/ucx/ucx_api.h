@@ -1,4 +1,5 @@
-// The UCX functions the UCX transport calls (transports/ucx/ucx_transport.cc), loaded at run time.
+// The UCX functions the UCX transport calls (transports/ucx/ucx_transport.cc, ucx_worker.cc),
+// loaded at run time.
 //
 // Why: libucs installs handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE (and more) from its
 // library constructor, for the whole process, as soon as it is loaded. Linked into libmtxcomm it
