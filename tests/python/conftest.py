@@ -6,7 +6,7 @@ Each test computes its expected values from hvd.rank()/hvd.size() and checks the
 rank. Collectives come first in a test and asserts after them, so that a failing assert on one
 rank does not leave the other ranks waiting in a collective of the same test.
 
-test_transparent.py is different: it runs in one plain process and launches mtxrun jobs.
+test_transparent*.py are different: they run in one plain process and launch mtxrun jobs.
 """
 
 import os
@@ -51,6 +51,32 @@ def hvdk(hvd):
     mod = _import("mtxcomm.tensorflow.keras")
     mod.init()  # Horovod scripts call init() on the keras module too; it must be idempotent
     return mod
+
+
+@pytest.fixture(scope="session")
+def mc():
+    """mtxcomm's array API, initialised once per session; shut down at the end."""
+    import mtxcomm
+
+    assert not mtxcomm.is_initialized()
+    mtxcomm.init()
+    mtxcomm.init()  # a second init is a no-op
+    yield mtxcomm
+    mtxcomm.shutdown()
+    assert not mtxcomm.is_initialized()
+
+
+@pytest.fixture(scope="session")
+def core(mc):
+    from mtxcomm import _core
+
+    return _core
+
+
+# The jobs of test_transparent*.py write into one folder per test module.
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("transparent")
 
 
 def launched_size():

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Runs the Python tests of the TensorFlow binding (tests/python/README.md):
-#   1. test_ops.py + test_horovod_api.py + test_keras.py under mpirun at np=1 and np=2,
-#      test_ops.py + test_horovod_api.py at np=3
+#   1. test_ops*.py + test_horovod_api.py + test_keras*.py under mpirun at np=1 and np=2,
+#      test_ops*.py + test_horovod_api.py at np=3
 #      (one pytest session per rank count: importing TensorFlow takes seconds per process);
-#   2. test_transparent.py and test_engine_jobs.py, each in one plain process (they launch
+#   2. test_transparent*.py and test_engine_jobs.py, each in one plain process (they launch
 #      their own mtxrun jobs);
-#   3. test_arrays.py (the array API: NumPy, PyTorch and JAX arrays when importable) under
+#   3. test_arrays*.py (the array API: NumPy, PyTorch and JAX arrays when importable) under
 #      mpirun at np=1, 2 and 3, one short session each;
 #   4. test_torch.py (the "mtxcomm" torch.distributed backend and mtxcomm.torch) under mtxrun
 #      (which sets torch's env:// variables) at np=1, 2 and 3, and test_torch_jobs.py (DDP,
@@ -40,19 +40,23 @@ run() {  # run NAME TIMEOUT_S COMMAND...
   [ "$rc" -eq 0 ] || failed+=("$name (exit $rc$([ "$rc" -eq 124 ] && echo ', timed out'))")
 }
 
+# Each subject's files, in one session and in this order.
+OPS=(tests/python/test_ops.py tests/python/test_ops_collectives.py
+  tests/python/test_ops_gradients.py
+  tests/python/test_horovod_api.py)
+KERAS=(tests/python/test_keras.py tests/python/test_keras_callbacks.py)
+ARRAYS=(tests/python/test_arrays.py tests/python/test_arrays_errors.py
+  tests/python/test_arrays_frameworks.py)
 MPIRUN=(mpirun)
-run "np=1 ops+keras" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py tests/python/test_horovod_api.py tests/python/test_keras.py
-run "np=2 ops+keras" 480 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py tests/python/test_horovod_api.py tests/python/test_keras.py
-run "np=3 ops" 480 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
-  tests/python/test_ops.py tests/python/test_horovod_api.py
-run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py
+run "np=1 ops+keras" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" "${OPS[@]}" "${KERAS[@]}"
+run "np=2 ops+keras" 480 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" "${OPS[@]}" "${KERAS[@]}"
+run "np=3 ops" 480 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" "${OPS[@]}"
+run "transparent" 900 "$PY" "${PYTEST[@]}" tests/python/test_transparent.py \
+  tests/python/test_transparent_forms.py
 run "engine jobs" 900 "$PY" "${PYTEST[@]}" tests/python/test_engine_jobs.py
-run "np=1 arrays" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
-run "np=2 arrays" 300 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" tests/python/test_arrays.py
-run "np=3 arrays" 300 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" \
-  tests/python/test_arrays.py
+run "np=1 arrays" 300 "${MPIRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" "${ARRAYS[@]}"
+run "np=2 arrays" 300 "${MPIRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" "${ARRAYS[@]}"
+run "np=3 arrays" 300 "${MPIRUN[@]}" -np 3 --oversubscribe "$PY" "${PYTEST[@]}" "${ARRAYS[@]}"
 run "bench report" 600 "$PY" "${PYTEST[@]}" tests/python/test_bench_report.py
 
 if "$PY" -c "import torch" >/dev/null 2>&1; then

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 from conftest import REPO
-from test_transparent import VENV_BIN, job_env
+from mtxrun_jobs import VENV_BIN, job_env
 
 # MTXCOMM_BENCH: another build's binary (default: the one scripts/build.sh builds).
 BENCH = os.environ.get("MTXCOMM_BENCH") or os.path.join(REPO, "build", "bench", "mtxcomm_bench")

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO
-from test_transparent import SCRIPTS, Job, mtxrun
+from mtxrun_jobs import SCRIPTS, Job, mtxrun
 
 TIMEOUT = 240
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from test_transparent import SCRIPTS, VENV_BIN, Job, job_env, mtxrun
+from mtxrun_jobs import SCRIPTS, VENV_BIN, Job, job_env, mtxrun
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup_python.sh "
                                             "installs it; --no-torch leaves it out)")
