@@ -9,6 +9,7 @@ before its asserts. test_torch_jobs.py has the multi-process jobs (DDP, torchrun
 """
 
 import datetime
+import math
 import os
 import time
 
@@ -660,3 +661,18 @@ def test_hvd_join_last():
     assert last == SIZE - 1
     t = hvd.allreduce(torch.ones(1), op=hvd.Sum)  # everyone is back
     assert t.tolist() == [SIZE]
+
+
+@pytest.mark.parametrize("dt", [torch.int32, torch.int64], ids=["int32", "int64"])
+def test_hvd_integer_scale_factors_truncate_toward_zero(dt):
+    # As Horovod: an integer tensor is scaled in float64 and the product truncated toward zero
+    # (0.9 * -7 = -6.3 -> -6), before the sum (prescale) or after it (postscale).
+    v = [-7, 7, 5, -5, 3, -1, 0, 100]
+    pre = hvd.allreduce(torch.tensor(v, dtype=dt), op=hvd.Sum, prescale_factor=0.9)
+    post = hvd.allreduce(torch.tensor(v, dtype=dt), op=hvd.Sum, postscale_factor=0.3)
+    inplace = torch.tensor(v, dtype=dt)
+    hvd.allreduce_(inplace, op=hvd.Sum, prescale_factor=0.5, postscale_factor=0.7)
+    assert pre.dtype == dt and post.dtype == dt
+    assert pre.tolist() == [SIZE * math.trunc(x * 0.9) for x in v]
+    assert post.tolist() == [math.trunc(SIZE * x * 0.3) for x in v]
+    assert inplace.tolist() == [math.trunc(SIZE * math.trunc(x * 0.5) * 0.7) for x in v]

@@ -110,16 +110,19 @@ def _allreduce_work(tensors, op, name, prescale, postscale, what, outputs):
 
 
 def _scaled(t, factor):
+    """t * factor. Integers, as Horovod scales them: in float64, the product truncated toward
+    zero (a C cast: 0.9 * -7 -> -6)."""
     if t.is_floating_point() or t.is_complex():
         return t * factor
-    return (t.to(torch.float64) * factor).round().to(t.dtype)
+    return (t.to(torch.float64) * factor).to(t.dtype)
 
 
 def _scale_(t, factor):
+    """t *= factor in place (integers as _scaled)."""
     if t.is_floating_point() or t.is_complex():
         t.mul_(factor)
     else:
-        t.copy_((t.to(torch.float64) * factor).round().to(t.dtype))
+        t.copy_((t.to(torch.float64) * factor).to(t.dtype))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
