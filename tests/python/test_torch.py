@@ -676,3 +676,184 @@ def test_hvd_integer_scale_factors_truncate_toward_zero(dt):
     assert pre.tolist() == [SIZE * math.trunc(x * 0.9) for x in v]
     assert post.tolist() == [math.trunc(SIZE * x * 0.3) for x in v]
     assert inplace.tolist() == [math.trunc(SIZE * math.trunc(x * 0.5) * 0.7) for x in v]
+
+
+@multi_rank
+def test_hvd_same_element_count_but_another_shape_raises_on_every_rank():
+    # (2*SIZE, 3) on rank 0 and (3, 2*SIZE) elsewhere: the same count, not the same tensor.
+    shape = (2 * SIZE, 3) if RANK == 0 else (3, 2 * SIZE)
+    raised = {}
+    for what, call in (("allreduce", lambda t: hvd.allreduce(t, op=hvd.Sum)),
+                       ("broadcast", lambda t: hvd.broadcast(t, root_rank=0)),
+                       ("reducescatter", lambda t: hvd.reducescatter(t, op=hvd.Sum))):
+        try:
+            call(torch.ones(shape))
+        except RuntimeError as e:
+            raised[what] = str(e)
+    after = hvd.allreduce(torch.ones(2), op=hvd.Sum)  # the ranks are still in step
+    assert sorted(raised) == ["allreduce", "broadcast", "reducescatter"], raised
+    assert all("disagree on the shapes" in m for m in raised.values()), raised
+    assert after.tolist() == [SIZE] * 2
+
+
+def _dup_call(kind, name):
+    t = torch.ones(2 * SIZE, 2)
+    if kind == "allreduce":
+        return hvd.allreduce_async(t, name=name, op=hvd.Sum)
+    if kind == "allgather":
+        return hvd.allgather_async(t, name=name)
+    if kind == "broadcast":
+        return hvd.broadcast_async(t, root_rank=0, name=name)
+    if kind == "alltoall":
+        return hvd.alltoall_async(t, name=name)
+    return hvd.reducescatter_async(t, name=name, op=hvd.Sum)
+
+
+@multi_rank
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast", "alltoall",
+                                  "reducescatter"])
+def test_hvd_a_second_call_of_a_name_in_flight_raises_valueerror(kind):
+    # Rank 0 makes "a" before the barrier, the others after it; the others make "b" before it,
+    # rank 0 after it: each rank's first call of its name is surely still in flight (a rank
+    # it pairs with is in the barrier) when it makes a second one, which raises ValueError
+    # and submits nothing (the first still pairs with the others' call).
+    first, second = ("a", "b") if RANK == 0 else ("b", "a")
+    h1 = _dup_call(kind, "dup.%s.%s" % (kind, first))
+    with pytest.raises(ValueError, match="still in flight"):
+        _dup_call(kind, "dup.%s.%s" % (kind, first))
+    hvd.barrier()
+    h2 = _dup_call(kind, "dup.%s.%s" % (kind, second))
+    r1, r2 = hvd.synchronize(h1), hvd.synchronize(h2)
+    h3 = _dup_call(kind, "dup.%s.a" % kind)  # done: the name is free again
+    r3 = hvd.synchronize(h3)
+    want = {"allreduce": [[SIZE] * 2] * 2 * SIZE, "allgather": [[1.0] * 2] * 2 * SIZE * SIZE,
+            "broadcast": [[1.0] * 2] * 2 * SIZE, "alltoall": [[1.0] * 2] * 2 * SIZE,
+            "reducescatter": [[SIZE] * 2] * 2}[kind]
+    for r in (r1, r2, r3):
+        r = r[0] if kind == "alltoall" else r
+        assert r.tolist() == want
+
+
+@multi_rank
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "broadcast", "alltoall",
+                                  "reducescatter"])
+def test_hvd_poll_is_false_until_the_result_is_there(kind):
+    # Rank 0's call cannot complete before the others make theirs, after the barrier.
+    if RANK == 0:
+        h = _dup_call(kind, "poll." + kind)
+        early = hvd.poll(h)
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = _dup_call(kind, "poll." + kind)
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    r = hvd.synchronize(h)
+    r = r[0] if kind == "alltoall" else r
+    if RANK == 0:
+        assert early is False
+    assert r.shape[1:] == (2,) and r.numel() > 0
+
+
+@multi_rank
+def test_hvd_only_allreduce_runs_while_a_rank_has_joined():
+    # As Horovod: the last rank's allgather, broadcast, alltoall and reducescatter raise while
+    # the others have joined; its allreduce runs, with zeros from the joined ranks. (Calls
+    # made by some ranks only are named: an unnamed one would take a number the joined ranks
+    # do not, and their later unnamed calls would pair with the wrong ones, as in Horovod.)
+    raised = []
+    if RANK == SIZE - 1:
+        calls = (("allgather", lambda: hvd.allgather(torch.ones(2, 3), name="j.ag")),
+                 ("grouped_allgather",
+                  lambda: hvd.grouped_allgather([torch.ones(2)] * 2, name="j.gag")),
+                 ("broadcast", lambda: hvd.broadcast(torch.ones(3), RANK, name="j.bc")),
+                 ("alltoall", lambda: hvd.alltoall(torch.ones(SIZE, 2), name="j.a2a")),
+                 ("reducescatter", lambda: hvd.reducescatter(torch.ones(SIZE, 2), name="j.rs")))
+        for what, call in calls:
+            try:
+                call()
+            except RuntimeError as e:
+                raised.append((what, "join" in str(e)))
+        t = hvd.allreduce(torch.full((2,), 3.0), op=hvd.Sum, name="j.ar")
+        last = hvd.join()
+        assert t.tolist() == [3.0, 3.0]
+    else:
+        last = hvd.join()
+    after = hvd.allgather(torch.full((1,), float(RANK)))
+    assert last == SIZE - 1
+    assert after.tolist() == [float(r) for r in range(SIZE)]
+    if RANK == SIZE - 1:
+        assert raised == [(w, True) for w in ("allgather", "grouped_allgather", "broadcast",
+                                              "alltoall", "reducescatter")]
+
+
+def test_hvd_grouped_allreduce_in_place_and_its_gradient():
+    ts = [torch.full((3,), float(RANK + 1)), torch.arange(4, dtype=torch.float64) * (RANK + 1)]
+    same = hvd.grouped_allreduce_(ts, op=hvd.Sum)
+    h = hvd.grouped_allreduce_async_([torch.full((2,), RANK, dtype=torch.int32)], op=hvd.Max)
+    ints = hvd.synchronize(h)
+    xs = [torch.full((2,), float(RANK), requires_grad=True),
+          torch.full((3,), 2.0 * RANK, requires_grad=True)]
+    avg = hvd.grouped_allreduce(xs)  # Average
+    (avg[0].sum() * 2 + avg[1].sum() * 3).backward()
+    tri = SIZE * (SIZE + 1) / 2
+    assert same is ts or same == ts
+    assert ts[0].tolist() == [tri] * 3 and ts[1].tolist() == [tri * i for i in range(4)]
+    assert ints[0].tolist() == [SIZE - 1] * 2
+    mean = (SIZE - 1) / 2
+    assert avg[0].tolist() == pytest.approx([mean] * 2)
+    assert avg[1].tolist() == pytest.approx([2 * mean] * 3)
+    # The gradient of an average over ranks: the average of the upstream gradients (2 and 3).
+    assert xs[0].grad.tolist() == pytest.approx([2.0] * 2)
+    assert xs[1].grad.tolist() == pytest.approx([3.0] * 3)
+
+
+def test_hvd_grouped_allgather_and_its_gradient():
+    # Rank r gives r + 1 rows of value r to the first, 2 rows of value 10 r to the second.
+    a = torch.full((RANK + 1, 2), float(RANK), requires_grad=True)
+    b = torch.full((2,), 10.0 * RANK, requires_grad=True)
+    ga, gb = hvd.grouped_allgather([a, b])
+    h = hvd.grouped_allgather_async([torch.full((1,), RANK, dtype=torch.int16)] * 3)
+    small = hvd.synchronize(h)
+    # Upstream gradient: row i of ga gets weight i, element j of gb weight 100 + j.
+    (ga * torch.arange(ga.shape[0], dtype=torch.float32).unsqueeze(1)).sum().backward(
+        retain_graph=True)
+    (gb * (100 + torch.arange(gb.shape[0], dtype=torch.float32))).sum().backward()
+    rows = [r + 1 for r in range(SIZE)]
+    assert ga.tolist() == [[float(r)] * 2 for r in range(SIZE) for _ in range(r + 1)]
+    assert gb.tolist() == [10.0 * r for r in range(SIZE) for _ in range(2)]
+    assert [s.tolist() for s in small] == [list(range(SIZE))] * 3
+    # Every rank's upstream gradients are the same, so their average is themselves: rank r
+    # gets the weights of its own rows.
+    start = sum(rows[:RANK])
+    assert a.grad.tolist() == [[float(start + i)] * 2 for i in range(RANK + 1)]
+    assert b.grad.tolist() == [100.0 + 2 * RANK, 101.0 + 2 * RANK]
+
+
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_hvd_grouped_reducescatter_and_its_gradient(op):
+    # Rank r gives x_r[i, j] = (r + 1) * (i + 1) over 2 * SIZE + 1 rows (uneven: rank 0 gets
+    # one more row), and a second tensor of SIZE rows of 5 (r + 1).
+    hop = hvd.Sum if op == "sum" else hvd.Average
+    d0 = 2 * SIZE + 1
+    x = (torch.arange(1, d0 + 1, dtype=torch.float64).unsqueeze(1) * (RANK + 1)).repeat(1, 2)
+    x.requires_grad_()
+    y = torch.full((SIZE,), 5.0 * (RANK + 1), requires_grad=True)
+    rx, ry = hvd.grouped_reducescatter([x, y], op=hop)
+    (rx.sum() + 2 * ry.sum()).backward()
+    single = hvd.reducescatter(torch.full((SIZE, 1), float(RANK)), op=hvd.Sum,
+                               prescale_factor=2.0, postscale_factor=0.5)
+    tri = SIZE * (SIZE + 1) / 2
+    scale = tri if op == "sum" else tri / SIZE
+    mine = 2 + (1 if RANK == 0 else 0)
+    first = 0 if RANK == 0 else 3 + 2 * (RANK - 1)
+    want_x = torch.tensor([[scale * (first + i + 1)] * 2 for i in range(mine)],
+                          dtype=torch.float64)
+    torch.testing.assert_close(rx.detach(), want_x)
+    assert ry.tolist() == pytest.approx([5 * scale])
+    # As Horovod: the allgather of the upstream gradients (1 and 2 everywhere), times SIZE for
+    # Sum.
+    factor = SIZE if op == "sum" else 1
+    torch.testing.assert_close(x.grad, torch.full((d0, 2), float(factor), dtype=torch.float64))
+    assert y.grad.tolist() == pytest.approx([2.0 * factor] * SIZE)
+    assert single.tolist() == [[float(SIZE * (SIZE - 1) / 2)]]

@@ -33,8 +33,10 @@ from mtxcomm.torch import backend  # noqa: F401  (registers the backend)
 from mtxcomm.torch._ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
     allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
-    broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_async, join, poll,
-    reducescatter, reducescatter_async, synchronize)
+    broadcast_async, broadcast_async_, grouped_allgather, grouped_allgather_async,
+    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+    grouped_reducescatter, grouped_reducescatter_async, join, poll, reducescatter,
+    reducescatter_async, sparse_allreduce_async, synchronize)
 from mtxcomm.torch.backend import MtxcommBackend, Work  # noqa: F401
 from mtxcomm.torch.basics import (  # noqa: F401
     cross_rank, cross_size, init, is_initialized, local_rank, local_size, rank, shutdown, size)
@@ -46,6 +48,9 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async", "broadcast",
+    "grouped_allreduce_", "grouped_allreduce_async_", "sparse_allreduce_async",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async",
     "broadcast_", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "synchronize", "poll", "join", "barrier",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
