@@ -857,3 +857,109 @@ def test_hvd_grouped_reducescatter_and_its_gradient(op):
     torch.testing.assert_close(x.grad, torch.full((d0, 2), float(factor), dtype=torch.float64))
     assert y.grad.tolist() == pytest.approx([2.0 * factor] * SIZE)
     assert single.tolist() == [[float(SIZE * (SIZE - 1) / 2)]]
+
+
+def _sparse_of_rank(r):
+    # Rank r's (SIZE + 2, 3) sparse tensor: row r and row SIZE + 1 hold r + 1 (the last row is
+    # shared by every rank, so the result has duplicates to add up).
+    idx = torch.tensor([[r, r, SIZE + 1], [0, 2, 1]])
+    return torch.sparse_coo_tensor(idx, torch.full((3,), float(r + 1)), (SIZE + 2, 3))
+
+
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_hvd_sparse_allreduce_gathers_every_ranks_entries(op):
+    hop = hvd.Sum if op == "sum" else hvd.Average
+    fn = hvd.sparse_allreduce_async(_sparse_of_rank(RANK), name="sparse." + op, op=hop)
+    via_allreduce = hvd.allreduce(_sparse_of_rank(RANK), op=hop)
+    got = fn()
+    want = sum(_sparse_of_rank(r).to_dense() for r in range(SIZE))
+    if op == "avg":
+        want = want / SIZE
+    assert got.is_sparse and got.shape == (SIZE + 2, 3)
+    assert got._nnz() == 3 * SIZE  # every rank's entries, duplicates not yet added
+    torch.testing.assert_close(got.to_dense(), want)
+    torch.testing.assert_close(via_allreduce.to_dense(), want)
+
+
+def test_hvd_distributed_optimizer_reduces_parameters_a_rank_did_not_use():
+    # Even ranks use only a, odd ranks only b (y = a.x or b.x, x = (1, 2) * (r + 1)): each
+    # rank's unused parameter is reduced as a zero gradient, so no rank waits for it.
+    model = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 1, bias=False),
+                                 "b": torch.nn.Linear(2, 1, bias=False)})
+    with torch.no_grad():
+        model["a"].weight.fill_(1.0)
+        model["b"].weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters())
+    x = torch.tensor([[1.0, 2.0]]) * (RANK + 1)
+    model["a" if RANK % 2 == 0 else "b"](x).sum().backward()
+    opt.step()
+    ga = sum(r + 1 for r in range(SIZE) if r % 2 == 0) / SIZE
+    gb = sum(r + 1 for r in range(SIZE) if r % 2 == 1) / SIZE
+    assert model["a"].weight.detach().reshape(-1).tolist() == pytest.approx(
+        [1 - ga, 1 - 2 * ga])
+    assert model["b"].weight.detach().reshape(-1).tolist() == pytest.approx(
+        [1 - gb, 1 - 2 * gb])
+
+
+@pytest.mark.parametrize("as_dense", [False, True], ids=["sparse", "sparse_as_dense"])
+def test_hvd_distributed_optimizer_sparse_gradients(as_dense):
+    # Embedding(SIZE + 2, 2, sparse=True), weights 0; rank r looks up rows r and SIZE + 1: the
+    # gradient of the sum counts the lookups, so row r gets 1 / SIZE and row SIZE + 1 gets 1.
+    emb = torch.nn.Embedding(SIZE + 2, 2, sparse=True)
+    with torch.no_grad():
+        emb.weight.zero_()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                   named_parameters=emb.named_parameters(),
+                                   sparse_as_dense=as_dense)
+    emb(torch.tensor([RANK, SIZE + 1])).sum().backward()
+    opt.synchronize()
+    grad = emb.weight.grad
+    with opt.skip_synchronize():
+        opt.step()
+    want = torch.zeros(SIZE + 2, 2)
+    want[:SIZE] = 1.0 / SIZE
+    want[SIZE + 1] = 1.0
+    assert grad.is_sparse
+    torch.testing.assert_close(grad.to_dense(), want)
+    torch.testing.assert_close(emb.weight.detach(), -want)
+
+
+def test_hvd_distributed_optimizer_names_and_the_step_after_synchronize_warning():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(
+        [{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=0.0))
+    names = sorted(opt._parameter_names.values())
+    model(torch.ones(1, 2)).sum().backward()
+    opt.synchronize()
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt.step()  # synchronizes again, with a warning
+    opt.zero_grad()
+    model(torch.ones(1, 2)).sum().backward()
+    opt.synchronize()
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        with opt.skip_synchronize():
+            opt.step()
+    assert names == ["allreduce.noname.%d.%d" % (g, i) for g in range(2) for i in range(2)]
+    assert [str(w.message)[:60] for w in caught] == [
+        "optimizer.step() called without optimizer.skip_synchronize()"]
+    assert not quiet
+
+
+def test_hvd_broadcast_optimizer_state_creates_a_new_optimizers_state():
+    # A fresh SGD with momentum has no state: as Horovod, it gets zero gradients and a local
+    # step (momentum buffers of zeros) first; a parameter without requires_grad gets neither.
+    frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    w = torch.nn.Parameter(torch.full((3,), float(RANK)))
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD([frozen, w], lr=0.5 * (RANK + 1), momentum=0.9),
+        named_parameters=[("frozen", frozen), ("w", w)])
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    lr = hvd.allgather(torch.tensor([opt.param_groups[0]["lr"]]))
+    assert frozen.grad is None and w.grad.tolist() == [0.0] * 3
+    assert opt.state[w]["momentum_buffer"].tolist() == [0.0] * 3
+    assert frozen not in opt.state
+    assert lr.tolist() == [0.5] * SIZE
