@@ -42,7 +42,10 @@ from mtxcomm.torch.basics import (  # noqa: F401
     cross_rank, cross_size, init, is_initialized, local_rank, local_size, rank, shutdown, size)
 from mtxcomm.torch.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
+from mtxcomm.torch.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from mtxcomm.torch.optimizer import DistributedOptimizer  # noqa: F401
+from mtxcomm.torch.process_sets import (  # noqa: F401
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -50,7 +53,8 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async", "broadcast",
     "grouped_allreduce_", "grouped_allreduce_async_", "sparse_allreduce_async",
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-    "grouped_reducescatter_async",
+    "grouped_reducescatter_async", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt",
     "broadcast_", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "synchronize", "poll", "join", "barrier",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",

@@ -183,7 +183,7 @@ def _allreduce_call(tensors, outputs, op, name, prescale, postscale, what, proce
             if postscale != 1.0:
                 _scale_(o.detach(), postscale)
     if comm is not None:
-        call = comm.allreduce(ins, bufs, op, finish, what)
+        call = comm.allreduce(ins, bufs, op, finish, what, name)
     else:
         ps = _submit_by_dtype(_core.KIND_ALLREDUCE, ins, bufs, name, what, op)
         call = _handles.Call([_submitter.work(what, ps, list(outputs), (ins, bufs), finish)])
@@ -367,7 +367,7 @@ def _allgather_call(tensors, name, what, process_set):
     ts = _gather_inputs(tensors, what)
     bufs = [_tensors.Buf(t, what) for t in ts]
     if comm is not None:
-        call = comm.allgather(ts, bufs, what)
+        call = comm.allgather(ts, bufs, what, name)
         call.key = key
         return call
     n, k, r = size(), len(ts), rank()
@@ -474,7 +474,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     def finish(_):
         b.copy_back()
     if comm is not None:
-        call = comm.broadcast(b, process_set.ranks.index(int(root_rank)), finish, what)
+        call = comm.broadcast(b, process_set.ranks.index(int(root_rank)), finish, what,
+                              name)
     else:
         p = _submitter.submit(_core.KIND_BROADCAST, [b.ptr()], b.code, [b.dims()], [b.ptr()],
                               [b.dims()], root=int(root_rank), name=name)
@@ -553,7 +554,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     splits = _splits_of(t, splits, n, what)
     b = _tensors.Buf(t, what)
     if comm is not None:
-        call = comm.alltoall(t, b, splits, what)
+        call = comm.alltoall(t, b, splits, what, name)
         return _handles.register(call, None, post=lambda _: call.output, name=key)
     sizes_name, data_name, slot = _two_step_names(name)
     # The first step: the rows each rank receives from each (a small alltoall), beside the
@@ -622,7 +623,7 @@ def _reducescatter_call(tensors, op, name, prescale, postscale, what, process_se
             for o in outs:
                 _scale_(o, postscale)
     if comm is not None:
-        call = comm.reducescatter(bufs, obufs, op, finish, what, outs)
+        call = comm.reducescatter(bufs, obufs, op, finish, what, outs, name)
         call.key = key
         return call
     ps = _submit_by_dtype(_core.KIND_REDUCE_SCATTER, bufs, obufs, name, what, op)
