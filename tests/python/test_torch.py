@@ -719,7 +719,7 @@ def test_hvd_a_second_call_of_a_name_in_flight_raises_valueerror(kind):
     # and submits nothing (the first still pairs with the others' call).
     first, second = ("a", "b") if RANK == 0 else ("b", "a")
     h1 = _dup_call(kind, "dup.%s.%s" % (kind, first))
-    with pytest.raises(ValueError, match="still in flight"):
+    with pytest.raises(ValueError, match="in flight on this rank"):
         _dup_call(kind, "dup.%s.%s" % (kind, first))
     hvd.barrier()
     h2 = _dup_call(kind, "dup.%s.%s" % (kind, second))
@@ -1051,3 +1051,23 @@ def test_hvd_distributed_optimizer_of_a_process_set():
     hvd.remove_process_set(even)
     want = -sum(r + 1 for r in EVEN) / len(EVEN) if RANK % 2 == 0 else -(RANK + 1)
     assert w.detach().tolist() == pytest.approx([want] * 2)
+
+
+def test_hvd_a_name_is_taken_until_this_rank_has_seen_the_result():
+    # Taken until synchronize() or a poll() that says True, whatever the other ranks' timing
+    # (in a world of one rank the first call is done at once, but unseen); for a handle never
+    # synchronized, until the call is done and another call was made since.
+    h = hvd.allreduce_async(torch.ones(2), name="seen.a", op=hvd.Sum)
+    with pytest.raises(ValueError, match="in flight on this rank"):
+        hvd.allreduce_async(torch.ones(2), name="seen.a", op=hvd.Sum)
+    first = hvd.synchronize(h)
+    again = hvd.synchronize(hvd.allreduce_async(torch.ones(2), name="seen.a", op=hvd.Sum))
+    h = hvd.allreduce_async(torch.ones(1), name="seen.b", op=hvd.Sum)
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    polled = hvd.allreduce(torch.ones(1), name="seen.b", op=hvd.Sum)
+    hvd.allreduce_async(torch.ones(1), name="seen.c", op=hvd.Sum)  # never synchronized
+    later = hvd.allreduce(torch.ones(1), op=hvd.Sum)  # runs after seen.c on every rank
+    dropped = hvd.allreduce(torch.ones(1), name="seen.c", op=hvd.Sum)
+    assert first.tolist() == again.tolist() == [SIZE] * 2
+    assert polled.tolist() == later.tolist() == dropped.tolist() == [SIZE]

@@ -156,7 +156,20 @@ class _Handle:
 _lock = threading.Lock()
 _handles = {}
 _next_handle = [0]
-_names = {}  # name -> the call in flight under it
+# name -> (the call made under it, its number among this rank's calls). A name is taken from
+# the call until this rank has seen the call's result: at synchronize() of its handle, at a
+# poll() that says True, or, for a handle never synchronized, once the call is done and this
+# rank has made another call since. So a second call of a name made right after the first,
+# with nothing between, raises whatever the other ranks' timing (the first may have been
+# completed by fast peers, but the program has not seen it).
+_names = {}
+_calls = [0]
+
+
+def _release(name, call):
+    with _lock:
+        if _names.get(name, (None,))[0] is call:
+            del _names[name]
 
 
 def claim_name(name, what):
@@ -165,27 +178,28 @@ def claim_name(name, what):
     if name is None:
         return
     with _lock:
-        call = _names.get(name)
-    if call is None:
+        held = _names.get(name)
+        made_since = held is not None and _calls[0] > held[1] + 1
+    if held is None:
         return
-    if call.is_completed():
-        with _lock:
-            if _names.get(name) is call:
-                del _names[name]
+    if made_since and held[0].is_completed():
+        _release(name, held[0])
         return
-    raise ValueError("mtxcomm.torch.%s: a call named %r is still in flight on this rank; "
-                         "synchronize it first or give this one another name" % (what, name))
+    raise ValueError("mtxcomm.torch.%s: a call named %r is in flight on this rank (made and "
+                     "not synchronized yet); two calls in flight at once need different "
+                     "names" % (what, name))
 
 
 def register(call, result, post=None, name=None):
     """A handle (an int) for call; synchronize returns result (post(result) when post is set).
-    name: the call's name, in flight until the call is done."""
+    name: the call's name, taken until the call is done (see _names)."""
     with _lock:
         h = _next_handle[0]
         _next_handle[0] += 1
         _handles[h] = _Handle(call, result, post, name)
         if name is not None:
-            _names[name] = call
+            _names[name] = (call, _calls[0])
+        _calls[0] += 1
     return h
 
 
@@ -196,7 +210,10 @@ def poll(handle):
         entry = _handles.get(handle)
     if entry is None:
         raise ValueError("mtxcomm.torch.poll: unknown handle %r" % (handle,))
-    return entry.call.is_completed()
+    done = entry.call.is_completed()
+    if done and entry.name is not None:
+        _release(entry.name, entry.call)
+    return done
 
 
 def synchronize(handle):
@@ -208,7 +225,6 @@ def synchronize(handle):
     try:
         entry.call.wait()
     finally:
-        with _lock:
-            if entry.name is not None and _names.get(entry.name) is entry.call:
-                del _names[entry.name]
+        if entry.name is not None:
+            _release(entry.name, entry.call)
     return entry.post(entry.result) if entry.post else entry.result
