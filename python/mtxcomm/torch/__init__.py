@@ -30,8 +30,10 @@ from mtxcomm.torch import backend  # noqa: F401  (registers the backend)
 from mtxcomm.torch._ops import (  # noqa: F401
     Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
     allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
-    broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_async, join, poll,
-    reducescatter, reducescatter_async, synchronize)
+    broadcast_async, broadcast_async_, grouped_allgather, grouped_allgather_async,
+    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+    grouped_reducescatter, grouped_reducescatter_async, join, poll, reducescatter,
+    reducescatter_async, sparse_allreduce_async, synchronize)
 from mtxcomm.torch.backend import MtxcommBackend, Work  # noqa: F401
 from mtxcomm.torch.basics import (  # noqa: F401
     ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -40,12 +42,19 @@ from mtxcomm.torch.basics import (  # noqa: F401
 from mtxcomm.torch.compression import Compression  # noqa: F401
 from mtxcomm.torch.functions import (  # noqa: F401
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
+from mtxcomm.torch.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from mtxcomm.torch.optimizer import DistributedOptimizer  # noqa: F401
+from mtxcomm.torch.process_sets import (  # noqa: F401
+    ProcessSet, add_process_set, global_process_set, remove_process_set)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async", "broadcast",
+    "grouped_allreduce_", "grouped_allreduce_async_", "sparse_allreduce_async",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt",
     "broadcast_", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "synchronize", "poll", "join", "barrier",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",

@@ -58,6 +58,7 @@ class Buf:
                 raise TypeError("mtxcomm backend: %s: complex tensors take SUM, AVG or "
                                 "PREMUL_SUM only" % what)
             view = torch.view_as_real(view)
+        self._dims = list(view.shape)
         self.view = view.reshape(-1)
         self.code = code(self.view, what)
 
@@ -65,7 +66,13 @@ class Buf:
         return self.view.data_ptr()
 
     def shape(self):
+        """The flat shape [elements] (the backend's requests: c10d checks shapes itself)."""
         return [self.view.numel()]
+
+    def dims(self):
+        """The tensor's own shape (a complex tensor's with a last dimension of 2), for requests
+        whose shapes the engine must check across ranks (the Horovod-style API)."""
+        return list(self._dims)
 
     def copy_back(self):
         if self.contig is not self.tensor:

@@ -21,10 +21,18 @@ def init(comm=None, process_sets=None):
     """Starts mtxcomm (collective): under mtxrun/mpirun or with MTXCOMM_STORE its own bootstrap;
     under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set) through
     ``torch.distributed.init_process_group("mtxcomm")``, so the default process group is this
-    job too. Idempotent. comm and process_sets (Horovod's): only None."""
-    if comm is not None or process_sets is not None:
-        raise NotImplementedError("mtxcomm.torch.init: comm and process_sets are not supported "
-                                  "(mtxcomm runs the whole world)")
+    job too. Idempotent. process_sets (Horovod's): ProcessSets (or lists of ranks) to add
+    (add_process_set) once started. comm (an MPI communicator): only None."""
+    if comm is not None:
+        raise NotImplementedError("mtxcomm.torch.init: comm is not supported (mtxcomm runs "
+                                  "the whole world; use process sets for subsets)")
+    _start()
+    for ps in process_sets or ():
+        from mtxcomm.torch.process_sets import add_process_set
+        add_process_set(ps)
+
+
+def _start():
     if _core.is_initialized():
         return
     launched = _bootstrap.launched()
@@ -37,6 +45,9 @@ def init(comm=None, process_sets=None):
 
 
 def shutdown():
+    """Frees the process sets' communicators, then stops mtxcomm on every rank."""
+    from mtxcomm.torch.process_sets import close_all
+    close_all()
     _arrays.shutdown()
 
 
