@@ -164,3 +164,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         + ", ".join(f"{v} {k}" for k, v in counts.items())
         + (": " + " ".join(failed) if failed else "")
     )
+
+
+@pytest.fixture(scope="session")
+def torch_group():
+    """The default process group over the "mtxcomm" backend, made once per session for the torch
+    test files (test_torch.py, test_torch_hvd.py) and destroyed at its end."""
+    import datetime
+
+    import torch.distributed as dist
+
+    import mtxcomm.torch  # noqa: F401  (registers the backend)
+
+    assert "mtxcomm" in dist.Backend.backend_list
+    dist.init_process_group("mtxcomm", timeout=datetime.timedelta(seconds=120))
+    yield dist.group.WORLD
+    dist.destroy_process_group()

@@ -16,8 +16,11 @@ import pytest
 from conftest import REPO
 from mtxrun_jobs import SCRIPTS, VENV_BIN, Job, job_env, mtxrun
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (scripts/setup_python.sh "
-                                            "installs it; --no-torch leaves it out)")
+torch = pytest.importorskip(
+    "torch",
+    reason="PyTorch is not installed (scripts/setup_python.sh "
+    "installs it; --no-torch leaves it out)",
+)
 
 TIMEOUT = 240
 DDP = os.path.join(REPO, "examples", "torch_ddp_digits.py")
@@ -31,8 +34,13 @@ def tmp(tmp_path_factory):
 
 
 def torchrun():
-    return [os.path.join(VENV_BIN, "torchrun"), "--nproc-per-node", "2", "--master-port",
-            str(free_port())]
+    return [
+        os.path.join(VENV_BIN, "torchrun"),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+    ]
 
 
 def free_port():
@@ -77,8 +85,7 @@ def test_ddp_under_torchrun_matches_one_process(tmp, reference):
 
 
 def test_ddp_under_mtxrun_matches_one_process(tmp, reference):
-    job = run(mtxrun() + ["-np", "2", "python", DDP, *STEPS, "--save-weights", "mr.{rank}.pt"],
-              tmp)
+    job = run(mtxrun() + ["-np", "2", "python", DDP, *STEPS, "--save-weights", "mr.{rank}.pt"], tmp)
     check_ddp(job, tmp, "mr", reference)
 
 
@@ -103,15 +110,26 @@ def test_horovod_style_script_with_one_import_changed(tmp):
 def ranks(mode, tmp, size=2, env=None):
     """Starts `size` ranks of torch_fault.py with env:// variables; returns (code, out) each."""
     base = job_env()
-    base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(size),
-                MTXCOMM_TIMEOUT="20")
+    base.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(size),
+        MTXCOMM_TIMEOUT="20",
+    )
     base.update(env or {})
     procs = []
     for r in range(size):
         e = dict(base, RANK=str(r), LOCAL_RANK=str(r))
-        procs.append(subprocess.Popen([sys.executable, os.path.join(SCRIPTS, "torch_fault.py"),
-                                       mode], cwd=str(tmp), env=e, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, os.path.join(SCRIPTS, "torch_fault.py"), mode],
+                cwd=str(tmp),
+                env=e,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     out = []
     for p in procs:
         try:
@@ -164,8 +182,11 @@ def test_the_group_timeout_is_honoured(tmp):
     assert m.group(2) == "TimeoutError" and "timeout of 3 s" in m.group(3), m.group(0)
     assert 2.5 <= float(m.group(1)) < 30, m.group(0)
     # Afterwards the group refuses calls (a late pairing would mix up requests).
-    assert re.search(r"AFTER_TIMEOUT refused: .*no more collectives after an earlier one timed "
-                     r"out", text), text
+    assert re.search(
+        r"AFTER_TIMEOUT refused: .*no more collectives after an earlier one timed "
+        r"out",
+        text,
+    ), text
 
 
 def test_destroying_the_group_with_a_dropped_call_in_flight_keeps_memory_intact(tmp):
@@ -173,7 +194,10 @@ def test_destroying_the_group_with_a_dropped_call_in_flight_keeps_memory_intact(
     # group's life (they were freed with the group: heap corruption).
     for r, (code, text) in enumerate(ranks("destroy", tmp)):
         assert code == 0 and "JUNK %d intact" % r in text, "rank %d: exit %s\n%s" % (
-            r, code, text[-3000:])
+            r,
+            code,
+            text[-3000:],
+        )
 
 
 def test_the_job_secret_is_not_left_in_the_environment(tmp):

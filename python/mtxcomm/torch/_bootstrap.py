@@ -58,8 +58,10 @@ def _bootstrap_address():
         port = _free_port(host)
         if port is not None:
             return "%s:%d" % (host, port)
-    raise RuntimeError("mtxcomm backend: rank 0 found no local address to open mtxcomm's "
-                       "bootstrap store on (tried %s)" % ", ".join(candidates))
+    raise RuntimeError(
+        "mtxcomm backend: rank 0 found no local address to open mtxcomm's "
+        "bootstrap store on (tried %s)" % ", ".join(candidates)
+    )
 
 
 def init_engine(store, rank, size, timeout):
@@ -73,7 +75,8 @@ def init_engine(store, rank, size, timeout):
         raise RuntimeError(
             "mtxcomm backend: the process group is rank %d of %d but mtxcomm's world (from "
             "%s) is rank %d of %d; launch with one launcher (torchrun, or mtxrun/mpirun) or "
-            "unset MTXCOMM_STORE" % (rank, size, _launcher(), _core.rank(), _core.size()))
+            "unset MTXCOMM_STORE" % (rank, size, _launcher(), _core.rank(), _core.size())
+        )
 
 
 def _launcher():
@@ -90,8 +93,12 @@ def _init_through_store(store, rank, size, timeout):
     else:
         store.wait([_STORE_KEY], timeout)
         info = json.loads(bytes(store.get(_STORE_KEY)).decode())
-    env = {"MTXCOMM_RANK": str(rank), "MTXCOMM_SIZE": str(size), "MTXCOMM_STORE": info["store"],
-           "MTXCOMM_JOB_SECRET": info["secret"]}
+    env = {
+        "MTXCOMM_RANK": str(rank),
+        "MTXCOMM_SIZE": str(size),
+        "MTXCOMM_STORE": info["store"],
+        "MTXCOMM_JOB_SECRET": info["secret"],
+    }
     saved = {k: os.environ.get(k) for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE"]}
     os.environ.update(env)
     os.environ.pop("MTXCOMM_JOB_SECRET_FILE", None)
@@ -123,11 +130,23 @@ def check_group(opts):
     if ranks and world is not None and ranks != list(range(world)):
         raise RuntimeError(
             "mtxcomm backend: a group of ranks %s: mtxcomm runs groups of the whole world "
-            "(%d ranks) only; create this one with new_group(ranks, backend=\"gloo\")"
-            % (ranks, world))
-    if opts.group_size != len(ranks or range(opts.group_size)) or (world is not None and
-                                                                    opts.group_size != world):
+            '(%d ranks) only; create this one with new_group(ranks, backend="gloo")'
+            % (ranks, world)
+        )
+    if opts.group_size != len(ranks or range(opts.group_size)) or (
+        world is not None and opts.group_size != world
+    ):
         raise RuntimeError(
             "mtxcomm backend: a group of %d ranks: mtxcomm runs groups of the whole world "
-            "(%s ranks) only; create this one with new_group(ranks, backend=\"gloo\")"
-            % (opts.group_size, world))
+            '(%s ranks) only; create this one with new_group(ranks, backend="gloo")'
+            % (opts.group_size, world)
+        )
+
+
+def need_init(what):
+    """Raises unless mtxcomm runs (what: the mtxcomm.torch function called)."""
+    if not _core.is_initialized():
+        raise ValueError(
+            "mtxcomm.torch.%s: mtxcomm has not been initialized; call "
+            "mtxcomm.torch.init() first" % what
+        )

@@ -17,6 +17,7 @@ __all__ = ["Call", "Done", "register", "poll", "synchronize", "claim_name", "run
 
 # ---- helper threads ---------------------------------------------------------------------------
 
+
 class _Waiters:
     """Threads that each run one blocking function (a wait for a first step, then its second),
     as many as are busy at once: a thread idle for 10 s ends. No call ever waits behind
@@ -33,8 +34,9 @@ class _Waiters:
                 self._idle -= 1
                 self._queue.put(fn)
                 return
-        threading.Thread(target=self._loop, args=(fn,), name="mtxcomm-torch-steps",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._loop, args=(fn,), name="mtxcomm-torch-steps", daemon=True
+        ).start()
 
     def _loop(self, fn):
         while True:
@@ -65,6 +67,7 @@ def run_in_background(fn):
 
 
 # ---- calls ------------------------------------------------------------------------------------
+
 
 class Done:
     """A call that needed no request (one rank, nothing to send): complete at once."""
@@ -145,6 +148,7 @@ class Call:
 
 # ---- handles ----------------------------------------------------------------------------------
 
+
 class _Handle:
     def __init__(self, call, result, post, name):
         self.call = call
@@ -185,9 +189,11 @@ def claim_name(name, what):
     if made_since and held[0].is_completed():
         _release(name, held[0])
         return
-    raise ValueError("mtxcomm.torch.%s: a call named %r is in flight on this rank (made and "
-                     "not synchronized yet); two calls in flight at once need different "
-                     "names" % (what, name))
+    raise ValueError(
+        "mtxcomm.torch.%s: a call named %r is in flight on this rank (made and "
+        "not synchronized yet); two calls in flight at once need different "
+        "names" % (what, name)
+    )
 
 
 def register(call, result, post=None, name=None):

@@ -25,8 +25,7 @@ import zlib
 
 import torch
 
-import mtxcomm
-from mtxcomm import _arrays
+from mtxcomm import _arrays, _core
 from mtxcomm.torch import _bootstrap, _handles, _tensors
 
 __all__ = ["SetComm", "store_address"]
@@ -53,7 +52,7 @@ _lib = []
 def _library():
     """libmtxcomm (the copy mtxcomm._core is linked against, so one library in the process)."""
     if not _lib:
-        lib = _c.CDLL(os.path.join(os.path.dirname(mtxcomm.__file__), "lib", "libmtxcomm.so.0"))
+        lib = _c.CDLL(os.path.join(os.path.dirname(_core.__file__), "lib", "libmtxcomm.so.0"))
         for fn, (args, res) in _SIGNATURES.items():
             getattr(lib, fn).argtypes = args
             getattr(lib, fn).restype = res
@@ -62,14 +61,21 @@ def _library():
 
 
 _INT64 = _tensors.code(torch.empty(0, dtype=torch.int64), "process set")
-_KINDS = {"allreduce": 1, "allgather": 2, "broadcast": 3, "alltoall": 4, "reducescatter": 5,
-          "barrier": 6}
+_KINDS = {
+    "allreduce": 1,
+    "allgather": 2,
+    "broadcast": 3,
+    "alltoall": 4,
+    "reducescatter": 5,
+    "barrier": 6,
+}
 
 
 def store_address():
     """(store, secret) for a set's bootstrap: a TCP store on a free port of this host, which
     the set's first rank opens when it creates the communicator."""
     import secrets
+
     return "tcp:" + _bootstrap._bootstrap_address(), secrets.token_hex(32)
 
 
@@ -104,12 +110,18 @@ class SetComm:
         self.rank = self.ranks.index(global_rank)
         self.size = len(self.ranks)
         lib = _library()
-        env = {"MTXCOMM_RANK": str(self.rank), "MTXCOMM_SIZE": str(self.size),
-               "MTXCOMM_STORE": store, "MTXCOMM_JOB_SECRET": secret,
-               # The process was placed when the engine started: not again.
-               "MTXCOMM_PLACEMENT": "off"}
-        saved = {k: os.environ.get(k) for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE",
-                                                            "MTXCOMM_TRANSPORT"]}
+        env = {
+            "MTXCOMM_RANK": str(self.rank),
+            "MTXCOMM_SIZE": str(self.size),
+            "MTXCOMM_STORE": store,
+            "MTXCOMM_JOB_SECRET": secret,
+            # The process was placed when the engine started: not again.
+            "MTXCOMM_PLACEMENT": "off",
+        }
+        saved = {
+            k: os.environ.get(k)
+            for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE", "MTXCOMM_TRANSPORT"]
+        }
         os.environ.update(env)
         os.environ.pop("MTXCOMM_JOB_SECRET_FILE", None)
         if os.environ.get("MTXCOMM_TRANSPORT") == "mpi":
@@ -124,12 +136,16 @@ class SetComm:
                 else:
                     os.environ[k] = v
         if code:
-            raise _arrays._error(code, "mtxcomm.torch.add_process_set: the communicator of "
-                                       "ranks %s: %s" % (self.ranks, self._last_error(None)))
+            raise _arrays._error(
+                code,
+                "mtxcomm.torch.add_process_set: the communicator of "
+                "ranks %s: %s" % (self.ranks, self._last_error(None)),
+            )
         self._comm = comm
         self._queue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="mtxcomm-process-set-%d" % set_id,
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="mtxcomm-process-set-%d" % set_id, daemon=True
+        )
         self._thread.start()
 
     # ---- the thread -----------------------------------------------------------------------
@@ -173,9 +189,11 @@ class SetComm:
 
     def _ok(self, code, what):
         if code:
-            raise _arrays._error(code, "mtxcomm.torch.%s on process set %d (ranks %s), set rank "
-                                       "%d: %s" % (what, self.id, self.ranks, self.rank,
-                                                   self._last_error(self._comm)))
+            raise _arrays._error(
+                code,
+                "mtxcomm.torch.%s on process set %d (ranks %s), set rank "
+                "%d: %s" % (what, self.id, self.ranks, self.rank, self._last_error(self._comm)),
+            )
 
     def _agree(self, what, name, dtypes, shapes, op=0, root=0, skip_dim0=False):
         """The descriptor exchange: raises InvalidUsageError on every rank of the set where the
@@ -185,22 +203,27 @@ class SetComm:
             lib.mtxcomm_comm_set_call_label(self._comm, str(name).encode())
         dims = [tuple(s[1:]) if skip_dim0 else tuple(s) for s in shapes]
         kind = next(v for k, v in _KINDS.items() if k in what)
-        mine = torch.tensor([kind, len(shapes), int(op), int(root),
-                             _crc(dtypes), _crc(dims), _crc(name), 0], dtype=torch.int64)
+        mine = torch.tensor(
+            [kind, len(shapes), int(op), int(root), _crc(dtypes), _crc(dims), _crc(name), 0],
+            dtype=torch.int64,
+        )
         every = torch.empty(self.size, 8, dtype=torch.int64)
-        self._ok(lib.mtxcomm_allgather(mine.data_ptr(), every.data_ptr(), 8, _INT64, self._comm,
-                                       None), what)
+        self._ok(
+            lib.mtxcomm_allgather(mine.data_ptr(), every.data_ptr(), 8, _INT64, self._comm, None),
+            what,
+        )
         bad = [r for r in range(self.size) if not torch.equal(every[r], every[0])]
         if bad:
-            fields = ("collective", "number of tensors", "op", "root", "dtypes", "shapes",
-                      "name")
-            differ = [f for i, f in enumerate(fields)
-                      if any(every[r][i] != every[0][i] for r in bad)]
+            fields = ("collective", "number of tensors", "op", "root", "dtypes", "shapes", "name")
+            differ = [
+                f for i, f in enumerate(fields) if any(every[r][i] != every[0][i] for r in bad)
+            ]
             raise _arrays.InvalidUsageError(
                 "mtxcomm.torch.%s on process set %d (ranks %s): the ranks disagree on the %s "
                 "(set ranks %s differ from set rank 0; the calls of a process set pair in the "
-                "order each rank makes them)" % (what, self.id, self.ranks, ", ".join(differ),
-                                                 bad), 2)
+                "order each rank makes them)" % (what, self.id, self.ranks, ", ".join(differ), bad),
+                2,
+            )
 
     # ---- the collectives: each returns a Call ---------------------------------------------
 
@@ -210,9 +233,14 @@ class SetComm:
         def run(_):
             self._agree(what, name, [b.code for b in ins], [b.dims() for b in ins], op)
             for i, o in zip(ins, outs):
-                self._ok(lib.mtxcomm_allreduce(i.ptr(), o.ptr(), i.view.numel(), i.code,
-                                               int(op), self._comm, None), what)
+                self._ok(
+                    lib.mtxcomm_allreduce(
+                        i.ptr(), o.ptr(), i.view.numel(), i.code, int(op), self._comm, None
+                    ),
+                    what,
+                )
             finish(None)
+
         return self._call(run)
 
     def broadcast(self, b, root, finish, what, name):
@@ -220,9 +248,14 @@ class SetComm:
 
         def run(_):
             self._agree(what, name, [b.code], [b.dims()], root=root)
-            self._ok(lib.mtxcomm_broadcast(b.ptr(), b.ptr(), b.view.numel(), b.code, root,
-                                           self._comm, None), what)
+            self._ok(
+                lib.mtxcomm_broadcast(
+                    b.ptr(), b.ptr(), b.view.numel(), b.code, root, self._comm, None
+                ),
+                what,
+            )
             finish(None)
+
         return self._call(run)
 
     def allgather(self, ts, bufs, what, name):
@@ -230,12 +263,17 @@ class SetComm:
         n, k = self.size, len(ts)
 
         def run(call):
-            self._agree(what, name, [b.code for b in bufs], [b.dims() for b in bufs],
-                        skip_dim0=True)
+            self._agree(
+                what, name, [b.code for b in bufs], [b.dims() for b in bufs], skip_dim0=True
+            )
             mine = torch.tensor([t.shape[0] for t in ts], dtype=torch.int64)
             rows = torch.empty(n, k, dtype=torch.int64)
-            self._ok(lib.mtxcomm_allgather(mine.data_ptr(), rows.data_ptr(), k, _INT64,
-                                           self._comm, None), what)
+            self._ok(
+                lib.mtxcomm_allgather(
+                    mine.data_ptr(), rows.data_ptr(), k, _INT64, self._comm, None
+                ),
+                what,
+            )
             outs = []
             for i, (t, b) in enumerate(zip(ts, bufs)):
                 counts = rows[:, i].tolist()
@@ -244,22 +282,31 @@ class SetComm:
                 flat = _tensors.Buf(out, what)
                 top = max(counts)
                 if min(counts) == top:
-                    self._ok(lib.mtxcomm_allgather(b.ptr(), flat.ptr(), top * row, b.code,
-                                                   self._comm, None), what)
+                    self._ok(
+                        lib.mtxcomm_allgather(
+                            b.ptr(), flat.ptr(), top * row, b.code, self._comm, None
+                        ),
+                        what,
+                    )
                 else:
                     # Uneven first dimensions: every rank's rows padded to the longest.
                     pad = torch.zeros((top,) + tuple(t.shape[1:]), dtype=t.dtype)
-                    pad[:t.shape[0]] = t
+                    pad[: t.shape[0]] = t
                     padded = torch.empty((n * top,) + tuple(t.shape[1:]), dtype=t.dtype)
                     pb, gb = _tensors.Buf(pad, what), _tensors.Buf(padded, what)
-                    self._ok(lib.mtxcomm_allgather(pb.ptr(), gb.ptr(), top * row, b.code,
-                                                   self._comm, None), what)
+                    self._ok(
+                        lib.mtxcomm_allgather(
+                            pb.ptr(), gb.ptr(), top * row, b.code, self._comm, None
+                        ),
+                        what,
+                    )
                     start = 0
                     for r, c in enumerate(counts):
-                        out[start:start + c] = padded[r * top:r * top + c]
+                        out[start : start + c] = padded[r * top : r * top + c]
                         start += c
                 outs.append(out)
             call.output = (outs, rows)
+
         return self._call(run)
 
     def alltoall(self, t, b, splits, what, name):
@@ -270,8 +317,10 @@ class SetComm:
             self._agree(what, name, [b.code], [b.dims()], skip_dim0=True)
             sp = torch.tensor(splits, dtype=torch.int64)
             recv = torch.empty(n, dtype=torch.int64)
-            self._ok(lib.mtxcomm_alltoall(sp.data_ptr(), recv.data_ptr(), 1, _INT64,
-                                          self._comm, None), what)
+            self._ok(
+                lib.mtxcomm_alltoall(sp.data_ptr(), recv.data_ptr(), 1, _INT64, self._comm, None),
+                what,
+            )
             row = int(torch.Size(t.shape[1:]).numel()) * (2 if t.is_complex() else 1)
             out = torch.empty((int(recv.sum()),) + tuple(t.shape[1:]), dtype=t.dtype)
             o = _tensors.Buf(out, what)
@@ -281,9 +330,22 @@ class SetComm:
             for counts in (scounts, rcounts):
                 displs = [sum(counts[:j]) for j in range(n)]
                 arrays += [(_c.c_size_t * n)(*counts), (_c.c_size_t * n)(*displs)]
-            self._ok(lib.mtxcomm_alltoallv(b.ptr(), arrays[0], arrays[1], o.ptr(), arrays[2],
-                                           arrays[3], b.code, self._comm, None), what)
+            self._ok(
+                lib.mtxcomm_alltoallv(
+                    b.ptr(),
+                    arrays[0],
+                    arrays[1],
+                    o.ptr(),
+                    arrays[2],
+                    arrays[3],
+                    b.code,
+                    self._comm,
+                    None,
+                ),
+                what,
+            )
             call.output = (out, recv.to(torch.int32))
+
         return self._call(run)
 
     def reducescatter(self, bufs, obufs, op, finish, what, outs, name):
@@ -292,23 +354,31 @@ class SetComm:
 
         def run(_):
             self._agree(what, name, [b.code for b in bufs], [b.dims() for b in bufs], op)
-            for b, o, out in zip(bufs, obufs, outs):
+            for b, o, _ in zip(bufs, obufs, outs):
                 d0 = b.dims()[0]
                 row = b.view.numel() // d0 if d0 else 0
                 if d0 % n == 0:
-                    self._ok(lib.mtxcomm_reduce_scatter(b.ptr(), o.ptr(), (d0 // n) * row,
-                                                        b.code, int(op), self._comm, None),
-                             what)
+                    self._ok(
+                        lib.mtxcomm_reduce_scatter(
+                            b.ptr(), o.ptr(), (d0 // n) * row, b.code, int(op), self._comm, None
+                        ),
+                        what,
+                    )
                     continue
                 # Uneven (d0 // n rows each, one more on the first d0 % n): the whole
                 # reduction, of which this rank keeps its rows.
                 full = torch.empty_like(b.view)
                 fb = _tensors.Buf(full, what)
-                self._ok(lib.mtxcomm_allreduce(b.ptr(), fb.ptr(), b.view.numel(), b.code,
-                                               int(op), self._comm, None), what)
+                self._ok(
+                    lib.mtxcomm_allreduce(
+                        b.ptr(), fb.ptr(), b.view.numel(), b.code, int(op), self._comm, None
+                    ),
+                    what,
+                )
                 start = (me * (d0 // n) + min(me, d0 % n)) * row
-                o.view.copy_(full[start:start + o.view.numel()])
+                o.view.copy_(full[start : start + o.view.numel()])
             finish(None)
+
         return self._call(run, output=outs)
 
     def barrier(self):
@@ -317,4 +387,5 @@ class SetComm:
         def run(_):
             self._agree("barrier", None, [], [])
             self._ok(lib.mtxcomm_barrier(self._comm), "barrier")
+
         self._call(run).wait()

@@ -13,8 +13,10 @@ from mtxcomm import _arrays
 
 __all__ = ["SUPPORTED", "FAST_CODES", "OP_CODES", "code", "check", "Buf", "c10d_op"]
 
-SUPPORTED = ("int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, "
-             "float32, float64, bool (complex64/complex128 for SUM, AVG, PREMUL_SUM)")
+SUPPORTED = (
+    "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, "
+    "float32, float64, bool (complex64/complex128 for SUM, AVG, PREMUL_SUM)"
+)
 
 # torch dtype -> mtxcomm datatype (the real dtypes; complex tensors travel as their reals).
 FAST_CODES = {dt: code for dt, (code, _) in _arrays._torch_dtypes(torch).items()}
@@ -24,24 +26,29 @@ def code(t, what):
     """mtxcomm's datatype code of tensor t (a real dtype); TypeError naming what otherwise."""
     c = FAST_CODES.get(t.dtype)
     if c is None:
-        raise TypeError("mtxcomm backend: %s: a tensor of dtype %s, which mtxcomm does not "
-                        "support; supported: %s" % (what, t.dtype, SUPPORTED))
+        raise TypeError(
+            "mtxcomm backend: %s: a tensor of dtype %s, which mtxcomm does not "
+            "support; supported: %s" % (what, t.dtype, SUPPORTED)
+        )
     return c
 
 
 def check(t, what):
     """Raises unless t is a dense CPU torch.Tensor."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError("mtxcomm backend: %s: expected a torch.Tensor, got %s"
-                        % (what, type(t).__name__))
+        raise TypeError(
+            "mtxcomm backend: %s: expected a torch.Tensor, got %s" % (what, type(t).__name__)
+        )
     if t.device.type != "cpu":
         raise ValueError(
             "mtxcomm backend: %s: a tensor on %s; mtxcomm runs torch collectives on CPU "
-            "tensors (for CUDA tensors use init_process_group(\"cpu:mtxcomm,cuda:nccl\"))"
-            % (what, t.device))
+            'tensors (for CUDA tensors use init_process_group("cpu:mtxcomm,cuda:nccl"))'
+            % (what, t.device)
+        )
     if t.layout != torch.strided:
-        raise ValueError("mtxcomm backend: %s: a %s tensor; only dense (strided) tensors"
-                         % (what, t.layout))
+        raise ValueError(
+            "mtxcomm backend: %s: a %s tensor; only dense (strided) tensors" % (what, t.layout)
+        )
 
 
 class Buf:
@@ -55,8 +62,9 @@ class Buf:
         view = self.contig
         if view.is_complex():
             if not complex_ok:
-                raise TypeError("mtxcomm backend: %s: complex tensors take SUM, AVG or "
-                                "PREMUL_SUM only" % what)
+                raise TypeError(
+                    "mtxcomm backend: %s: complex tensors take SUM, AVG or PREMUL_SUM only" % what
+                )
             view = torch.view_as_real(view)
         self._dims = list(view.shape)
         self.view = view.reshape(-1)
@@ -79,8 +87,13 @@ class Buf:
             self.tensor.copy_(self.contig)
 
 
-OP_CODES = {ReduceOp.SUM: _arrays.SUM, ReduceOp.PRODUCT: _arrays.PROD, ReduceOp.MIN: _arrays.MIN,
-            ReduceOp.MAX: _arrays.MAX, ReduceOp.AVG: _arrays.AVG}
+OP_CODES = {
+    ReduceOp.SUM: _arrays.SUM,
+    ReduceOp.PRODUCT: _arrays.PROD,
+    ReduceOp.MIN: _arrays.MIN,
+    ReduceOp.MAX: _arrays.MAX,
+    ReduceOp.AVG: _arrays.AVG,
+}
 
 
 def c10d_op(reduce_op, what, tensors):
@@ -93,9 +106,12 @@ def c10d_op(reduce_op, what, tensors):
         return _arrays.SUM, factor
     c = OP_CODES.get(op_type)
     if c is None:
-        raise ValueError("mtxcomm backend: %s: reduce op %s is not supported (SUM, AVG, MIN, "
-                         "MAX, PRODUCT, PREMUL_SUM)" % (what, op_type))
+        raise ValueError(
+            "mtxcomm backend: %s: reduce op %s is not supported (SUM, AVG, MIN, "
+            "MAX, PRODUCT, PREMUL_SUM)" % (what, op_type)
+        )
     if any(t.is_complex() for t in tensors) and c not in (_arrays.SUM, _arrays.AVG):
-        raise ValueError("mtxcomm backend: %s: %s of complex tensors is not defined"
-                         % (what, op_type))
+        raise ValueError(
+            "mtxcomm backend: %s: %s of complex tensors is not defined" % (what, op_type)
+        )
     return c, None

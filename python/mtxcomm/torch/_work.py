@@ -9,6 +9,7 @@ Used by the backend (``backend.py``: one Submitter per process group) and the Ho
 
 import collections
 import datetime
+import functools
 import queue
 import threading
 import time
@@ -45,6 +46,7 @@ def to_seconds(timeout):
 
 # ---- Work -------------------------------------------------------------------------------------
 
+
 class _Failed:
     """A failed call's error, as the value of a Work's private future."""
 
@@ -70,8 +72,9 @@ class _Completer:
     def add(self, work):
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="mtxcomm-torch-futures",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="mtxcomm-torch-futures", daemon=True
+                )
                 self._thread.start()
         self._q.put(work)
 
@@ -176,7 +179,8 @@ class Work(dist._Work):
         e = _arrays.TimeoutError(
             "mtxcomm backend: %s on rank %d did not complete within the process group's "
             "timeout of %.0f s (a rank that never made the call, or a stalled peer)"
-            % (self._what, _core.rank(), seconds))
+            % (self._what, _core.rank(), seconds)
+        )
         self._submitter.broken = str(e)
         return e
 
@@ -233,8 +237,9 @@ class Work(dist._Work):
         return self._future
 
     def _set_future(self):
-        self._raw.set_result(_Failed(self._error) if self._error is not None
-                             else list(self._outputs))
+        self._raw.set_result(
+            _Failed(self._error) if self._error is not None else list(self._outputs)
+        )
 
     def _complete_future(self):
         seconds = None if self._deadline is None else max(0.0, self._deadline[0] - _now())
@@ -248,6 +253,7 @@ class Work(dist._Work):
 
 
 # ---- submitting -------------------------------------------------------------------------------
+
 
 class Submitter:
     """Names and submits requests for one user of the engine (a backend, the Horovod-style
@@ -275,11 +281,14 @@ class Submitter:
             # The group's timeout bounds this wait as it bounds Work.wait (a peer that never
             # makes the call, or died, must not hang the submitting thread).
             if not self._inflight[0].wait(-1.0 if self.timeout is None else self.timeout):
-                self.broken = ("the request of %d calls ago did not complete within the "
-                               "process group's timeout of %.0f s" % (_WINDOW, self.timeout))
-                raise _arrays.TimeoutError("mtxcomm backend: rank %d: %s (a rank that never "
-                                           "made that call, or a stalled peer)"
-                                           % (_core.rank(), self.broken))
+                self.broken = (
+                    "the request of %d calls ago did not complete within the "
+                    "process group's timeout of %.0f s" % (_WINDOW, self.timeout)
+                )
+                raise _arrays.TimeoutError(
+                    "mtxcomm backend: rank %d: %s (a rank that never "
+                    "made that call, or a stalled peer)" % (_core.rank(), self.broken)
+                )
             self._inflight.popleft()
         while self._inflight and self._inflight[0].done():
             self._inflight.popleft()
@@ -287,18 +296,32 @@ class Submitter:
         self._seq += 1
         return name
 
-    def submit(self, kind, inputs, code, shapes, outputs, out_shapes, op=_arrays.SUM, root=0,
-               splits=None, name=None):
+    def submit(
+        self,
+        kind,
+        inputs,
+        code,
+        shapes,
+        outputs,
+        out_shapes,
+        op=_arrays.SUM,
+        root=0,
+        splits=None,
+        name=None,
+    ):
         if self.broken is not None:
-            raise RuntimeError("mtxcomm backend: the process group takes no more collectives "
-                               "after an earlier one timed out (%s); destroy it and restart "
-                               "the job" % self.broken)
+            raise RuntimeError(
+                "mtxcomm backend: the process group takes no more collectives "
+                "after an earlier one timed out (%s); destroy it and restart "
+                "the job" % self.broken
+            )
         with self._lock:
             auto = name is None
             if auto:
                 name = self._next_name()
-            p = _core.submit(kind, name, inputs, code, shapes, int(op), int(root), splits,
-                             outputs, out_shapes)
+            p = _core.submit(
+                kind, name, inputs, code, shapes, int(op), int(root), splits, outputs, out_shapes
+            )
             if auto:
                 self._inflight.append(p)
         return p
@@ -309,9 +332,15 @@ class Submitter:
         try:
             # root -1: kRefusedRoot (bindings/common/request.h), which the others' error names
             # as a call this rank refused.
-            p = self.submit(_core.KIND_ALLREDUCE, [empty.data_ptr()],
-                            _tensors.code(empty, "placeholder"), [[0]], [empty.data_ptr()], [[0]],
-                            root=-1)
+            p = self.submit(
+                _core.KIND_ALLREDUCE,
+                [empty.data_ptr()],
+                _tensors.code(empty, "placeholder"),
+                [[0]],
+                [empty.data_ptr()],
+                [[0]],
+                root=-1,
+            )
         except Exception:  # noqa: BLE001 - the caller's own error is the one to raise
             return
         p.wait(-1.0 if self.timeout is None else self.timeout)
@@ -324,3 +353,24 @@ class Submitter:
         keeper.hold(pendings, keep, w, finish)
         return w
 
+
+def collective(method):
+    """A backend call that, when this rank refuses its own arguments before submitting
+    anything, still takes its place in the group's sequence of calls: it submits a request
+    that cannot match the others' (an allreduce of int8 (0,)), so their call fails at once with
+    InvalidUsageError instead of waiting, and the next call of every rank pairs with the next
+    again; then it raises its own error. (Ranks that all refuse the same way agree on the
+    placeholder and all raise.)"""
+
+    @functools.wraps(method)
+    def call(self, *args):
+        sub = self._submitter
+        seq = sub.seq
+        try:
+            return method(self, *args)
+        except (ValueError, TypeError):
+            if sub.seq == seq and sub.broken is None:
+                sub.placeholder()
+            raise
+
+    return call

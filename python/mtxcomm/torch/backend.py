@@ -52,7 +52,6 @@ buffers and complete futures), which the Horovod-style API (``_ops.py``) uses to
 
 import collections
 import datetime
-import functools
 
 import torch
 import torch.distributed as dist
@@ -60,7 +59,8 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
 from mtxcomm.torch import _bootstrap, _tensors, _work
-from mtxcomm.torch._work import Work
+from mtxcomm.torch._lists import ListCollectives
+from mtxcomm.torch._work import Work, collective
 
 __all__ = ["MtxcommBackend", "Work", "register"]
 
@@ -72,37 +72,21 @@ BACKEND_NAME = "mtxcomm"
 _backends_created = 0
 
 
-def _collective(method):
-    """A backend call that, when this rank refuses its own arguments before submitting
-    anything, still takes its place in the group's sequence of calls: it submits a request
-    that cannot match the others' (an allreduce of int8 (0,)), so their call fails at once with
-    InvalidUsageError instead of waiting, and the next call of every rank pairs with the next
-    again; then it raises its own error. (Ranks that all refuse the same way agree on the
-    placeholder and all raise.)"""
-    @functools.wraps(method)
-    def call(self, *args):
-        sub = self._submitter
-        seq = sub.seq
-        try:
-            return method(self, *args)
-        except (ValueError, TypeError):
-            if sub.seq == seq and sub.broken is None:
-                sub.placeholder()
-            raise
-    return call
-
-
-class MtxcommBackend(_C10dBackend):
+class MtxcommBackend(ListCollectives, _C10dBackend):
     """c10d backend over mtxcomm's engine; see the module's docstring."""
 
     def __init__(self, store, rank, size, timeout, options=None):
         global _backends_created
         super().__init__(rank, size)
-        self._options = options if options is not None else _C10dBackend.Options(
-            BACKEND_NAME, timeout=timeout if timeout is not None else datetime.timedelta(0))
+        self._options = (
+            options
+            if options is not None
+            else _C10dBackend.Options(
+                BACKEND_NAME, timeout=timeout if timeout is not None else datetime.timedelta(0)
+            )
+        )
         _bootstrap.init_engine(store, rank, size, timeout)
-        self._submitter = _work.Submitter("torch.%d" % _backends_created,
-                                          _work.to_seconds(timeout))
+        self._submitter = _work.Submitter("torch.%d" % _backends_created, _work.to_seconds(timeout))
         _backends_created += 1
 
     @property
@@ -141,8 +125,10 @@ class MtxcommBackend(_C10dBackend):
 
     def _root(self, root, what):
         if not 0 <= root < self.size():
-            raise ValueError("mtxcomm backend: %s: root %d is not a rank of this group (size "
-                             "%d)" % (what, root, self.size()))
+            raise ValueError(
+                "mtxcomm backend: %s: root %d is not a rank of this group (size "
+                "%d)" % (what, root, self.size())
+            )
         return root
 
     # -- allreduce --
@@ -163,16 +149,16 @@ class MtxcommBackend(_C10dBackend):
         for dtype, group in groups.items():
             ptrs = [b.ptr() for b in group]
             shapes = [b.shape() for b in group]
-            calls.append(((_core.KIND_ALLREDUCE, ptrs, dtype, shapes, ptrs, shapes),
-                          {"op": code}))
+            calls.append(((_core.KIND_ALLREDUCE, ptrs, dtype, shapes, ptrs, shapes), {"op": code}))
         pendings = self._submit_each(calls, bufs)
 
         def finish(_):
             for b in bufs:
                 b.copy_back()
+
         return self._work(what, pendings, list(tensors), bufs, finish)
 
-    @_collective
+    @collective
     def allreduce(self, tensors, opts):
         # The common case (one contiguous CPU tensor of a real dtype, not PREMUL_SUM) without
         # the general path's bookkeeping: a few microseconds less per call.
@@ -180,36 +166,50 @@ class MtxcommBackend(_C10dBackend):
             t = tensors[0]
             code = _tensors.FAST_CODES.get(t.dtype)
             op = _tensors.OP_CODES.get(opts.reduceOp.op)
-            if (code is not None and op is not None and t.is_contiguous() and
-                    t.device.type == "cpu" and t.layout == torch.strided):
+            if (
+                code is not None
+                and op is not None
+                and t.is_contiguous()
+                and t.device.type == "cpu"
+                and t.layout == torch.strided
+            ):
                 n = t.numel()
                 ptr = t.data_ptr()
-                p = self._submitter.submit(_core.KIND_ALLREDUCE, [ptr], code, [[n]], [ptr],
-                                           [[n]], op=op)
+                p = self._submitter.submit(
+                    _core.KIND_ALLREDUCE, [ptr], code, [[n]], [ptr], [[n]], op=op
+                )
                 return self._work("allreduce", [p], [t], t)
         return self._allreduce(tensors, opts.reduceOp, "allreduce")
 
-    @_collective
+    @collective
     def allreduce_coalesced(self, tensors, opts):
         return self._allreduce(tensors, opts.reduceOp, "allreduce_coalesced")
 
     # -- broadcast, reduce --
 
-    @_collective
+    @collective
     def broadcast(self, tensors, opts):
         what = "broadcast"
         root = self._root(opts.rootRank, what)
         bufs = [_tensors.Buf(t, what, complex_ok=True) for t in tensors]
         pendings = self._submit_each(
-            [((_core.KIND_BROADCAST, [b.ptr()], b.code, [b.shape()], [b.ptr()], [b.shape()]),
-              {"root": root}) for b in bufs], bufs)
+            [
+                (
+                    (_core.KIND_BROADCAST, [b.ptr()], b.code, [b.shape()], [b.ptr()], [b.shape()]),
+                    {"root": root},
+                )
+                for b in bufs
+            ],
+            bufs,
+        )
 
         def finish(_):
             for b in bufs:
                 b.copy_back()
+
         return self._work(what, pendings, list(tensors), bufs, finish)
 
-    @_collective
+    @collective
     def reduce(self, tensors, opts):
         what = "reduce"
         root = self._root(opts.rootRank, what)
@@ -221,14 +221,26 @@ class MtxcommBackend(_C10dBackend):
             # The root reduces in place; the others into scratch: their tensors keep their values.
             out = b.view if self.rank() == root else torch.empty_like(b.view)
             scratch += [src, out]
-            calls.append(((_core.KIND_ALLREDUCE, [src.data_ptr()], b.code, [b.shape()],
-                           [out.data_ptr()], [b.shape()]), {"op": code}))
+            calls.append(
+                (
+                    (
+                        _core.KIND_ALLREDUCE,
+                        [src.data_ptr()],
+                        b.code,
+                        [b.shape()],
+                        [out.data_ptr()],
+                        [b.shape()],
+                    ),
+                    {"op": code},
+                )
+            )
         pendings = self._submit_each(calls, (bufs, scratch))
 
         def finish(_):
             if self.rank() == root:
                 for b in bufs:
                     b.copy_back()
+
         return self._work(what, pendings, list(tensors), (bufs, scratch), finish)
 
     # -- allgather --
@@ -238,16 +250,24 @@ class MtxcommBackend(_C10dBackend):
         b = _tensors.Buf(inp, what)
         out = _tensors.Buf(flat_out, what)
         if out.code != b.code:
-            raise TypeError("mtxcomm backend: %s: the output is %s but the input is %s"
-                            % (what, flat_out.dtype, inp.dtype))
+            raise TypeError(
+                "mtxcomm backend: %s: the output is %s but the input is %s"
+                % (what, flat_out.dtype, inp.dtype)
+            )
         return b, out
 
     @staticmethod
     def _gather_call(b, out):
-        return (_core.KIND_ALLGATHER, [b.ptr()], b.code, [b.shape()], [out.ptr()],
-                [out.shape()]), {}
+        return (
+            _core.KIND_ALLGATHER,
+            [b.ptr()],
+            b.code,
+            [b.shape()],
+            [out.ptr()],
+            [out.shape()],
+        ), {}
 
-    @_collective
+    @collective
     def allgather(self, output_tensors, input_tensors, opts):
         what = "allgather"
         keep, copies = [], []
@@ -257,42 +277,51 @@ class MtxcommBackend(_C10dBackend):
         # buffers a later error dropped would be written after they are freed.
         for outs, inp in zip(output_tensors, input_tensors):
             if len(outs) != self.size():
-                raise ValueError("mtxcomm backend: allgather: %d output tensors for a group of "
-                                 "%d ranks" % (len(outs), self.size()))
+                raise ValueError(
+                    "mtxcomm backend: allgather: %d output tensors for a group of "
+                    "%d ranks" % (len(outs), self.size())
+                )
             for o in outs:
                 _tensors.check(o, what)
                 if o.dtype != inp.dtype:
-                    raise TypeError("mtxcomm backend: allgather: an output tensor is %s but the "
-                                    "input is %s" % (o.dtype, inp.dtype))
+                    raise TypeError(
+                        "mtxcomm backend: allgather: an output tensor is %s but the "
+                        "input is %s" % (o.dtype, inp.dtype)
+                    )
             if outs[self.rank()].numel() != inp.numel():
-                raise ValueError("mtxcomm backend: allgather: this rank's output tensor has %d "
-                                 "elements but its input %d" % (outs[self.rank()].numel(),
-                                                                inp.numel()))
+                raise ValueError(
+                    "mtxcomm backend: allgather: this rank's output tensor has %d "
+                    "elements but its input %d" % (outs[self.rank()].numel(), inp.numel())
+                )
             flat = torch.empty(sum(o.numel() for o in outs), dtype=inp.dtype)
             b, out = self._gather_bufs(what, inp, flat)
             keep += [b, out]
             copies.append((flat, outs))
         pendings = self._submit_each(
-            [self._gather_call(b, out) for b, out in zip(keep[0::2], keep[1::2])], keep)
+            [self._gather_call(b, out) for b, out in zip(keep[0::2], keep[1::2])], keep
+        )
 
         def finish(_):
             for flat, outs in copies:
                 offset = 0
                 for o in outs:
-                    o.copy_(flat[offset:offset + o.numel()].view(o.shape))
+                    o.copy_(flat[offset : offset + o.numel()].view(o.shape))
                     offset += o.numel()
-        # The Work's result is a flat list of tensors (as Gloo's: the one input's outputs).
-        return self._work(what, pendings, [o for outs in output_tensors for o in outs], keep,
-                          finish)
 
-    @_collective
+        # The Work's result is a flat list of tensors (as Gloo's: the one input's outputs).
+        return self._work(
+            what, pendings, [o for outs in output_tensors for o in outs], keep, finish
+        )
+
+    @collective
     def all_gather_single(self, output, input, opts):
         what = "all_gather_into_tensor"
         _tensors.check(output, what)
         if output.numel() != input.numel() * self.size():
-            raise ValueError("mtxcomm backend: %s: the output has %d elements, not size() x the "
-                             "input's = %d x %d" % (what, output.numel(), self.size(),
-                                                    input.numel()))
+            raise ValueError(
+                "mtxcomm backend: %s: the output has %d elements, not size() x the "
+                "input's = %d x %d" % (what, output.numel(), self.size(), input.numel())
+            )
         out = _tensors.Buf(output, what)
         b, o = self._gather_bufs(what, input, out.contig)
         args, kwargs = self._gather_call(b, o)
@@ -300,24 +329,29 @@ class MtxcommBackend(_C10dBackend):
 
         def finish(_):
             out.copy_back()
+
         return self._work(what, [p], [output], (b, o, out), finish)
 
     _allgather_base = all_gather_single
 
-    @_collective
+    @collective
     def allgather_coalesced(self, output_lists, input_tensors, opts):
         # c10d passes output_lists[rank][i] (ProcessGroupGloo reads it so); allgather takes one
         # list per input, [i][rank]. Read the other way, the result came back transposed.
         if len(output_lists) != self.size():
-            raise ValueError("mtxcomm backend: allgather_coalesced: %d output lists for a group "
-                             "of %d ranks (one per rank)" % (len(output_lists), self.size()))
+            raise ValueError(
+                "mtxcomm backend: allgather_coalesced: %d output lists for a group "
+                "of %d ranks (one per rank)" % (len(output_lists), self.size())
+            )
         for r, outs in enumerate(output_lists):
             if len(outs) != len(input_tensors):
-                raise ValueError("mtxcomm backend: allgather_coalesced: the output list of rank "
-                                 "%d has %d tensors for %d inputs" % (r, len(outs),
-                                                                       len(input_tensors)))
-        by_input = [[output_lists[r][i] for r in range(self.size())]
-                    for i in range(len(input_tensors))]
+                raise ValueError(
+                    "mtxcomm backend: allgather_coalesced: the output list of rank "
+                    "%d has %d tensors for %d inputs" % (r, len(outs), len(input_tensors))
+                )
+        by_input = [
+            [output_lists[r][i] for r in range(self.size())] for i in range(len(input_tensors))
+        ]
         return self.allgather(by_input, input_tensors, opts)
 
     # -- reduce-scatter --
@@ -325,9 +359,10 @@ class MtxcommBackend(_C10dBackend):
     def _reduce_scatter_bufs(self, what, inp, out, reduce_op):
         code, factor = _tensors.c10d_op(reduce_op, what, [inp])
         if inp.numel() != out.numel() * self.size():
-            raise ValueError("mtxcomm backend: %s: the input has %d elements, not size() x the "
-                             "output's = %d x %d" % (what, inp.numel(), self.size(),
-                                                     out.numel()))
+            raise ValueError(
+                "mtxcomm backend: %s: the input has %d elements, not size() x the "
+                "output's = %d x %d" % (what, inp.numel(), self.size(), out.numel())
+            )
         b = _tensors.Buf(inp, what, complex_ok=True)
         if factor is not None:
             b.view = b.view * factor
@@ -336,10 +371,16 @@ class MtxcommBackend(_C10dBackend):
 
     @staticmethod
     def _reduce_scatter_call(code, b, o):
-        return (_core.KIND_REDUCE_SCATTER, [b.ptr()], b.code, [b.shape()], [o.ptr()],
-                [o.shape()]), {"op": code}
+        return (
+            _core.KIND_REDUCE_SCATTER,
+            [b.ptr()],
+            b.code,
+            [b.shape()],
+            [o.ptr()],
+            [o.shape()],
+        ), {"op": code}
 
-    @_collective
+    @collective
     def reduce_scatter_single(self, output, input, opts):
         what = "reduce_scatter_tensor"
         _tensors.check(output, what)
@@ -350,11 +391,12 @@ class MtxcommBackend(_C10dBackend):
 
         def finish(_):
             o.copy_back()
+
         return self._work(what, [p], [output], (b, o), finish)
 
     _reduce_scatter_base = reduce_scatter_single
 
-    @_collective
+    @collective
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         what = "reduce_scatter"
         keep, outs, staged = [], [], []
@@ -363,17 +405,23 @@ class MtxcommBackend(_C10dBackend):
         for out, ins in zip(output_tensors, input_tensors):
             _tensors.check(out, what)
             if len(ins) != self.size():
-                raise ValueError("mtxcomm backend: reduce_scatter: %d input tensors for a group "
-                                 "of %d ranks" % (len(ins), self.size()))
+                raise ValueError(
+                    "mtxcomm backend: reduce_scatter: %d input tensors for a group "
+                    "of %d ranks" % (len(ins), self.size())
+                )
             for t in ins:
                 _tensors.check(t, what)
                 if t.numel() != out.numel() or t.dtype != out.dtype:
-                    raise ValueError("mtxcomm backend: reduce_scatter: every input tensor must "
-                                     "have the output's %d elements and dtype %s"
-                                     % (out.numel(), out.dtype))
+                    raise ValueError(
+                        "mtxcomm backend: reduce_scatter: every input tensor must "
+                        "have the output's %d elements and dtype %s" % (out.numel(), out.dtype)
+                    )
             # Every list is checked and staged before any is submitted (allgather's reason).
-            staged.append(self._reduce_scatter_bufs(what, torch.cat([t.reshape(-1) for t in ins]),
-                                                    out, opts.reduceOp))
+            staged.append(
+                self._reduce_scatter_bufs(
+                    what, torch.cat([t.reshape(-1) for t in ins]), out, opts.reduceOp
+                )
+            )
         for _, b, o in staged:
             keep += [b, o]
             outs.append(o)
@@ -382,19 +430,22 @@ class MtxcommBackend(_C10dBackend):
         def finish(_):
             for o in outs:
                 o.copy_back()
+
         return self._work(what, pendings, output_tensors, keep, finish)
 
     # -- alltoall --
 
-    @_collective
+    @collective
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
         what = "all_to_all_single"
         _tensors.check(output, what)
         _tensors.check(input, what)
         n = self.size()
         if output.dtype != input.dtype:
-            raise TypeError("mtxcomm backend: %s: the output is %s but the input is %s"
-                            % (what, output.dtype, input.dtype))
+            raise TypeError(
+                "mtxcomm backend: %s: the output is %s but the input is %s"
+                % (what, output.dtype, input.dtype)
+            )
         rows_in = input.shape[0] if input.dim() else 1
         row = input[0].numel() if input.dim() and rows_in else max(1, input.numel())
         if input.dim() and rows_in == 0:
@@ -402,120 +453,59 @@ class MtxcommBackend(_C10dBackend):
         in_splits = list(input_split_sizes) if input_split_sizes else None
         if in_splits is None:
             if rows_in % n:
-                raise ValueError("mtxcomm backend: %s: %d rows do not split evenly over %d "
-                                 "ranks (give input_split_sizes)" % (what, rows_in, n))
+                raise ValueError(
+                    "mtxcomm backend: %s: %d rows do not split evenly over %d "
+                    "ranks (give input_split_sizes)" % (what, rows_in, n)
+                )
             in_splits = [rows_in // n] * n
         if len(in_splits) != n or sum(in_splits) != rows_in or min(in_splits) < 0:
-            raise ValueError("mtxcomm backend: %s: input_split_sizes %s do not split %d rows "
-                             "over %d ranks" % (what, in_splits, rows_in, n))
+            raise ValueError(
+                "mtxcomm backend: %s: input_split_sizes %s do not split %d rows "
+                "over %d ranks" % (what, in_splits, rows_in, n)
+            )
         out_splits = list(output_split_sizes) if output_split_sizes else None
         b = _tensors.Buf(input, what)
         o = _tensors.Buf(output, what)
         # Rows of `row` elements each (1-D to the engine: shape (rows * row,) with splits in
         # elements keeps the row length out of the agreement).
         splits = [s * row for s in in_splits]
-        p = self._submit(_core.KIND_ALLTOALL, [b.ptr()], b.code, [b.shape()], [o.ptr()],
-                         [o.shape()], splits=splits)
+        p = self._submit(
+            _core.KIND_ALLTOALL,
+            [b.ptr()],
+            b.code,
+            [b.shape()],
+            [o.ptr()],
+            [o.shape()],
+            splits=splits,
+        )
 
         def finish(pendings):
             if out_splits is not None:
                 got = [s // row for s in pendings[0].received_splits()]
                 if got != out_splits:
-                    raise ValueError("mtxcomm backend: %s on rank %d: output_split_sizes %s but "
-                                     "the ranks sent %s rows" % (what, self.rank(), out_splits,
-                                                                 got))
+                    raise ValueError(
+                        "mtxcomm backend: %s on rank %d: output_split_sizes %s but "
+                        "the ranks sent %s rows" % (what, self.rank(), out_splits, got)
+                    )
             o.copy_back()
+
         return self._work(what, [p], [output], (b, o), finish)
 
     alltoall_base = all_to_all_single
 
-    @_collective
-    def alltoall(self, output_tensors, input_tensors, opts):
-        return self._alltoall_lists("all_to_all", output_tensors, input_tensors)
-
-    # -- gather, scatter: alltoalls in which only the root receives, or only the root sends --
-
-    @_collective
-    def gather(self, output_tensors, input_tensors, opts):
-        return self._rooted("gather", opts.rootRank, input_tensors, output_tensors,
-                            root_sends=False)
-
-    @_collective
-    def scatter(self, output_tensors, input_tensors, opts):
-        return self._rooted("scatter", opts.rootRank, output_tensors, input_tensors,
-                            root_sends=True)
-
-    def _rooted(self, what, root, single, lists, root_sends):
-        """gather (root_sends False) or scatter: every rank's one tensor `single`, the root's
-        list of size() tensors in `lists` ([[...]]; [] on the others)."""
-        root = self._root(root, what)
-        t = self._one(single, what, "tensor")
-        _tensors.check(t, what)
-        none = [torch.empty(0, dtype=t.dtype)] * self.size()
-        mine = list(none)
-        mine[root] = t
-        if self.rank() == root:
-            listed = self._one(lists, what, "list (the root's %s_list)" % what)
-        elif any(len(x) for x in lists):
-            raise ValueError("mtxcomm backend: %s: rank %d is not the root (%d) but was given a "
-                             "%s_list" % (what, self.rank(), root, what))
-        else:
-            listed = none
-        outs, ins = (mine, listed) if root_sends else (listed, mine)
-        # What the Work's result() holds: the root's gathered list, or each rank's scattered
-        # tensor.
-        result = list(single) if root_sends else [y for x in lists for y in x]
-        return self._alltoall_lists(what, outs, ins, result=result)
-
-    @staticmethod
-    def _one(items, what, name):
-        if len(items) != 1:
-            raise ValueError("mtxcomm backend: %s: expected one %s, got %d" % (what, name,
-                                                                                 len(items)))
-        return items[0]
-
-    def _alltoall_lists(self, what, output_tensors, input_tensors, result=None):
-        """Alltoall of lists: input_tensors[j] goes to rank j, output_tensors[i] comes from
-        rank i (one flat alltoall with splits; each output's size is checked against what its
-        sender sent). result: the tensors the Work reports (default output_tensors)."""
-        n = self.size()
-        if len(output_tensors) != n or len(input_tensors) != n:
-            raise ValueError("mtxcomm backend: %s: %d output and %d input tensors for a group of "
-                             "%d ranks" % (what, len(output_tensors), len(input_tensors), n))
-        for t in list(output_tensors) + list(input_tensors):
-            _tensors.check(t, what)
-        dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
-        if len(dtypes) != 1:
-            raise TypeError("mtxcomm backend: %s: tensors of several dtypes %s"
-                            % (what, sorted(str(d) for d in dtypes)))
-        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
-        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat_in.dtype)
-        b = _tensors.Buf(flat_in, what)
-        o = _tensors.Buf(flat_out, what)
-        p = self._submit(_core.KIND_ALLTOALL, [b.ptr()], b.code, [b.shape()], [o.ptr()],
-                         [o.shape()], splits=[t.numel() for t in input_tensors])
-        expected = [t.numel() for t in output_tensors]
-
-        def finish(pendings):
-            got = list(pendings[0].received_splits())
-            if got != expected:
-                raise ValueError("mtxcomm backend: %s on rank %d: the output tensors hold %s "
-                                 "elements but the ranks sent %s" % (what, self.rank(), expected,
-                                                                     got))
-            offset = 0
-            for t in output_tensors:
-                t.copy_(flat_out[offset:offset + t.numel()].view(t.shape))
-                offset += t.numel()
-        return self._work(what, [p], list(output_tensors) if result is None else result,
-                          (b, o), finish)
-
     # -- barrier --
 
-    @_collective
+    @collective
     def barrier(self, opts):
         t = torch.zeros(1, dtype=torch.int32)
-        p = self._submit(_core.KIND_ALLREDUCE, [t.data_ptr()], _tensors.code(t, "barrier"),
-                         [[1]], [t.data_ptr()], [[1]])
+        p = self._submit(
+            _core.KIND_ALLREDUCE,
+            [t.data_ptr()],
+            _tensors.code(t, "barrier"),
+            [[1]],
+            [t.data_ptr()],
+            [[1]],
+        )
         return self._work("barrier", [p], [t], t)
 
     def shutdown(self):

@@ -10,11 +10,32 @@ import torch.distributed as dist
 from mtxcomm import _arrays, _core
 from mtxcomm.common.build_flags import BuildFlags
 from mtxcomm.torch import _bootstrap, backend
+from mtxcomm.torch import process_sets as _process_sets
+from mtxcomm.torch._bootstrap import need_init
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "need_init", "mpi_built", "mpi_enabled",
-           "mpi_threads_supported", "nccl_built", "cuda_built", "gloo_built", "gloo_enabled",
-           "ccl_built", "ddl_built", "rocm_built", "mlsl_built"]
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "need_init",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
+    "cuda_built",
+    "gloo_built",
+    "gloo_enabled",
+    "ccl_built",
+    "ddl_built",
+    "rocm_built",
+    "mlsl_built",
+]
 
 
 def init(comm=None, process_sets=None):
@@ -24,20 +45,20 @@ def init(comm=None, process_sets=None):
     job too. Idempotent. process_sets (Horovod's): ProcessSets (or lists of ranks) to add
     (add_process_set) once started. comm (an MPI communicator): only None."""
     if comm is not None:
-        raise NotImplementedError("mtxcomm.torch.init: comm is not supported (mtxcomm runs "
-                                  "the whole world; use process sets for subsets)")
+        raise NotImplementedError(
+            "mtxcomm.torch.init: comm is not supported (mtxcomm runs "
+            "the whole world; use process sets for subsets)"
+        )
     _start()
     for ps in process_sets or ():
-        from mtxcomm.torch.process_sets import add_process_set
-        add_process_set(ps)
+        _process_sets.add_process_set(ps)
 
 
 def _start():
     if _core.is_initialized():
         return
     launched = _bootstrap.launched()
-    torchrun = all(os.environ.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
-                                                 "MASTER_PORT"))
+    torchrun = all(os.environ.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
     if not launched and torchrun and not dist.is_initialized():
         dist.init_process_group(backend.BACKEND_NAME)
     else:
@@ -46,20 +67,12 @@ def _start():
 
 def shutdown():
     """Frees the process sets' communicators, then stops mtxcomm on every rank."""
-    from mtxcomm.torch.process_sets import close_all
-    close_all()
+    _process_sets.close_all()
     _arrays.shutdown()
 
 
 def is_initialized():
     return _core.is_initialized()
-
-
-def need_init(what):
-    """Raises unless mtxcomm runs (what: the mtxcomm.torch function called)."""
-    if not _core.is_initialized():
-        raise ValueError("mtxcomm.torch.%s: mtxcomm has not been initialized; call "
-                         "mtxcomm.torch.init() first" % what)
 
 
 def _fact(value, what):
@@ -94,8 +107,9 @@ def cross_rank():
 
 # What this build has: Horovod's build queries (common/build_flags.py). torch's mpi_enabled and
 # mpi_threads_supported answer mpi_built() (TensorFlow's differ, see there).
-_build_flags = BuildFlags(_core.build_feature, mpi_enabled_needs_launcher=False,
-                          mpi_threads_need_mpi=True)
+_build_flags = BuildFlags(
+    _core.build_feature, mpi_enabled_needs_launcher=False, mpi_threads_need_mpi=True
+)
 mpi_built = _build_flags.mpi_built
 mpi_enabled = _build_flags.mpi_enabled
 mpi_threads_supported = _build_flags.mpi_threads_supported

@@ -13,8 +13,12 @@ from mtxcomm.torch import _handles
 from mtxcomm.torch._ops import _allgather_call, broadcast_, broadcast_async_, synchronize
 from mtxcomm.torch.basics import need_init, rank
 
-__all__ = ["broadcast_object", "allgather_object", "broadcast_parameters",
-           "broadcast_optimizer_state"]
+__all__ = [
+    "broadcast_object",
+    "allgather_object",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+]
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
@@ -30,12 +34,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     else:
         length = torch.zeros(1, dtype=torch.int64)
     base = name or "broadcast_object"
-    broadcast_(length, root_rank, name=None if name is None else base + ".len",
-               process_set=process_set)
+    broadcast_(
+        length, root_rank, name=None if name is None else base + ".len", process_set=process_set
+    )
     if rank() != root_rank:
         data = torch.empty(int(length[0]), dtype=torch.uint8)
-    broadcast_(data, root_rank, name=None if name is None else base + ".data",
-               process_set=process_set)
+    broadcast_(
+        data, root_rank, name=None if name is None else base + ".data", process_set=process_set
+    )
     if rank() == root_rank:
         return obj
     return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
@@ -52,7 +58,7 @@ def allgather_object(obj, name=None, process_set=None):
     gathered, rows = call.output
     out, offset = [], 0
     for n in rows[:, 0].tolist():
-        out.append(pickle.loads(gathered[0][offset:offset + n].numpy().tobytes()))
+        out.append(pickle.loads(gathered[0][offset : offset + n].numpy().tobytes()))
         offset += n
     return out
 
@@ -70,8 +76,9 @@ def broadcast_parameters(params, root_rank):
     for n, p in items:
         if not isinstance(p, torch.Tensor):
             continue
-        handles.append(broadcast_async_(p.data if p.requires_grad else p, root_rank,
-                                        name="broadcast.%s" % n))
+        handles.append(
+            broadcast_async_(p.data if p.requires_grad else p, root_rank, name="broadcast.%s" % n)
+        )
     for h in handles:
         synchronize(h)
 
@@ -95,8 +102,10 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=None
     the learning rate) to root_rank's. An optimizer without state yet gets it first, as in
     Horovod: zero gradients and one local step (which leaves those zero gradients)."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise ValueError("mtxcomm.torch.broadcast_optimizer_state: cannot broadcast the state "
-                         "of torch.optim.LBFGS")
+        raise ValueError(
+            "mtxcomm.torch.broadcast_optimizer_state: cannot broadcast the state "
+            "of torch.optim.LBFGS"
+        )
     if not optimizer.state_dict()["state"]:
         _zero_grads_and_step(optimizer)
     state = broadcast_object(optimizer.state_dict(), root_rank, process_set=process_set)

@@ -8,10 +8,17 @@ import warnings
 import torch
 
 from mtxcomm import _arrays
-from mtxcomm.torch._ops import (Adasum, Average, Sum, allreduce_async, allreduce_async_,
-                                sparse_allreduce_async, synchronize)
-from mtxcomm.torch.compression import Compression
+from mtxcomm.torch._ops import (
+    Adasum,
+    Average,
+    Sum,
+    allreduce_async,
+    allreduce_async_,
+    sparse_allreduce_async,
+    synchronize,
+)
 from mtxcomm.torch.basics import need_init, size
+from mtxcomm.torch.compression import Compression
 
 __all__ = ["DistributedOptimizer"]
 
@@ -19,31 +26,48 @@ __all__ = ["DistributedOptimizer"]
 class _DistributedOptimizer:
     """Mixed into the wrapped optimizer's class (see DistributedOptimizer)."""
 
-    def _mtx_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, sparse_as_dense, process_set):
+    def _mtx_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        sparse_as_dense,
+        process_set,
+    ):
         params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not isinstance(x, tuple) for x in named):
-                raise ValueError("DistributedOptimizer: named_parameters must be (name, "
-                                 "parameter) pairs, e.g. model.named_parameters()")
+                raise ValueError(
+                    "DistributedOptimizer: named_parameters must be (name, "
+                    "parameter) pairs, e.g. model.named_parameters()"
+                )
             names = [n for n, _ in named]
             if len(set(names)) != len(names):
                 raise ValueError("DistributedOptimizer: parameter names are not unique")
             by_id = {id(p): n for n, p in named}
             missing = [p for p in params if id(p) not in by_id]
             if missing:
-                raise ValueError("DistributedOptimizer: named_parameters misses %d of the "
-                                 "optimizer's parameters" % len(missing))
+                raise ValueError(
+                    "DistributedOptimizer: named_parameters misses %d of the "
+                    "optimizer's parameters" % len(missing)
+                )
         else:
             # Horovod's names for unnamed parameters: by group and position.
-            by_id = {id(p): "allreduce.noname.%d.%d" % (gi, pi)
-                     for gi, g in enumerate(self.param_groups) for pi, p in enumerate(g["params"])}
+            by_id = {
+                id(p): "allreduce.noname.%d.%d" % (gi, pi)
+                for gi, g in enumerate(self.param_groups)
+                for pi, p in enumerate(g["params"])
+            }
         if backward_passes_per_step < 1:
             raise ValueError("DistributedOptimizer: backward_passes_per_step must be >= 1")
         if op == Adasum:
-            raise NotImplementedError("DistributedOptimizer: op=Adasum is not supported in the "
-                                      "torch API; use Average or Sum")
+            raise NotImplementedError(
+                "DistributedOptimizer: op=Adasum is not supported in the "
+                "torch API; use Average or Sum"
+            )
         # Horovod's attribute: parameter -> the name its gradient is reduced under.
         self._parameter_names = {p: by_id[id(p)] for p in params}
         self._mtx_compression = compression
@@ -77,9 +101,13 @@ class _DistributedOptimizer:
         grad = p.grad
         if grad.is_sparse and not self._mtx_sparse_as_dense:
             # An allgather of the indices and one of the values (sparse_allreduce_async).
-            self._mtx_handles[p] = ("sparse", sparse_allreduce_async(
-                grad, name=name, op=Average if self._mtx_op == Average else Sum,
-                process_set=ps), None)
+            self._mtx_handles[p] = (
+                "sparse",
+                sparse_allreduce_async(
+                    grad, name=name, op=Average if self._mtx_op == Average else Sum, process_set=ps
+                ),
+                None,
+            )
             return
         if self._mtx_op == Average:
             # Horovod: divide by predivide before the sum, the rest after.
@@ -89,13 +117,20 @@ class _DistributedOptimizer:
         else:
             pre, post, op = 1.0, 1.0, self._mtx_op
         if grad.is_sparse:  # sparse_as_dense: reduced dense, put back sparse in synchronize
-            h = allreduce_async(grad.to_dense(), name=name, op=op, prescale_factor=pre,
-                                postscale_factor=post, process_set=ps)
+            h = allreduce_async(
+                grad.to_dense(),
+                name=name,
+                op=op,
+                prescale_factor=pre,
+                postscale_factor=post,
+                process_set=ps,
+            )
             self._mtx_handles[p] = ("dense", h, None)
             return
         t, ctx = self._mtx_compression.compress(grad)
-        h = allreduce_async_(t, name=name, op=op, prescale_factor=pre, postscale_factor=post,
-                             process_set=ps)
+        h = allreduce_async_(
+            t, name=name, op=op, prescale_factor=pre, postscale_factor=post, process_set=ps
+        )
         self._mtx_handles[p] = ("in place", h, (t, ctx))
 
     def _mtx_hook(self, p):
@@ -103,7 +138,8 @@ class _DistributedOptimizer:
             raise AssertionError(
                 "DistributedOptimizer: a gradient was computed more than "
                 "backward_passes_per_step times before step() (call optimizer.synchronize() "
-                "between the backward passes, or raise backward_passes_per_step)")
+                "between the backward passes, or raise backward_passes_per_step)"
+            )
         n = self._mtx_counts.get(p, 0) + 1
         self._mtx_counts[p] = n
         if n == self._mtx_passes:
@@ -145,6 +181,7 @@ class _DistributedOptimizer:
 
             def __exit__(self, *exc):
                 opt._mtx_skip = False
+
         return _Skip()
 
     def _local_step(self, closure=None):
@@ -154,18 +191,23 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if not self._mtx_skip:
             if self._mtx_synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(): the gradients are "
-                              "reduced again (synchronize() then step() inside "
-                              "skip_synchronize() reduces them once)")
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() "
+                    "context after optimizer.synchronize(): the gradients are "
+                    "reduced again (synchronize() then step() inside "
+                    "skip_synchronize() reduces them once)",
+                    stacklevel=2,
+                )
             self.synchronize()
         self._mtx_synchronized = False
         return super().step(closure)
 
     def zero_grad(self, set_to_none=True):
         if self._mtx_handles:
-            raise AssertionError("DistributedOptimizer: zero_grad() while gradients are being "
-                                 "reduced; call step() or synchronize() first")
+            raise AssertionError(
+                "DistributedOptimizer: zero_grad() while gradients are being "
+                "reduced; call step() or synchronize() first"
+            )
         return super().zero_grad(set_to_none=set_to_none)
 
 
@@ -177,9 +219,18 @@ def _set_grad(p, reduced):
         p.grad.copy_(reduced)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+def DistributedOptimizer(
+    optimizer,
+    named_parameters=None,
+    compression=None,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    sparse_as_dense=False,
+    process_set=None,
+):
     """optimizer, made to reduce each gradient over the ranks (of process_set, default all) as
     soon as backward produces it (one asynchronous allreduce per parameter, named after it; the
     engine fuses those ready together) and to wait for them in step(). op: Average (default)
@@ -196,7 +247,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     dist_opt = cls.__new__(cls)
     dist_opt.__dict__ = optimizer.__dict__
-    dist_opt._mtx_setup(named_parameters, compression, backward_passes_per_step,
-                        _arrays._op(op, "DistributedOptimizer"), gradient_predivide_factor,
-                        sparse_as_dense, process_set)
+    dist_opt._mtx_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        _arrays._op(op, "DistributedOptimizer"),
+        gradient_predivide_factor,
+        sparse_as_dense,
+        process_set,
+    )
     return dist_opt

@@ -8,14 +8,51 @@ on the engine; another set's on a communicator of its ranks (``_setcomm.py``: ma
 is added, freed when it is removed or at shutdown), in the order each rank makes them.
 """
 
+import json
 import threading
 
-from mtxcomm import _core
-from mtxcomm.torch import _setcomm
-from mtxcomm.torch.basics import need_init, rank, size
+import numpy as np
 
-__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "communicator", "close_all"]
+from mtxcomm import _arrays, _core
+from mtxcomm.torch import _setcomm
+from mtxcomm.torch._bootstrap import need_init
+
+
+def rank():
+    return _core.rank()
+
+
+def size():
+    return _core.size()
+
+
+def _gathered_sets(ranks):
+    """Every rank's list of ranks, in rank order (the array API: the lengths, then the lists)."""
+    lengths = _arrays.allgather(np.array([len(ranks)], np.int64))
+    flat = _arrays.allgather(np.array(ranks, np.int64))
+    every, at = [], 0
+    for n in lengths:
+        every.append([int(v) for v in flat[at : at + n]])
+        at += n
+    return every
+
+
+def _broadcast_address(address, root):
+    """root's address (a JSON-able tuple) on every rank (the array API: its length, then it)."""
+    data = json.dumps(address).encode() if rank() == root else b""
+    n = int(_arrays.broadcast(np.array([len(data)], np.int64), root=root)[0])
+    buf = np.frombuffer(data, np.uint8).copy() if rank() == root else np.zeros(n, np.uint8)
+    return tuple(json.loads(_arrays.broadcast(buf, root=root).tobytes().decode()))
+
+
+__all__ = [
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "communicator",
+    "close_all",
+]
 
 
 class ProcessSet:
@@ -78,27 +115,31 @@ def add_process_set(process_set):
     create its communicator). ValueError where a set of those ranks exists already (the global
     set has every rank) or the ranks disagree."""
     need_init("add_process_set")
-    from mtxcomm.torch.functions import allgather_object, broadcast_object
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.process_set_id is not None:
         raise ValueError("mtxcomm.torch.add_process_set: %s was added already" % ps)
     ranks = ps.ranks
-    every = allgather_object(ranks, name="process_sets.add")
+    every = _gathered_sets(ranks)
     if any(r != ranks for r in every):
-        raise ValueError("mtxcomm.torch.add_process_set: the ranks passed different sets: %s"
-                         % every)
+        raise ValueError(
+            "mtxcomm.torch.add_process_set: the ranks passed different sets: %s" % every
+        )
     if not ranks or len(set(ranks)) != len(ranks) or not 0 <= ranks[0] <= ranks[-1] < size():
-        raise ValueError("mtxcomm.torch.add_process_set: %s is not a set of distinct ranks of "
-                         "[0, %d)" % (ranks, size()))
+        raise ValueError(
+            "mtxcomm.torch.add_process_set: %s is not a set of distinct ranks of "
+            "[0, %d)" % (ranks, size())
+        )
     with _lock:
         taken = [s for s in _sets.values() if s.ranks == ranks]
     if ranks == list(range(size())) or taken:
-        raise ValueError("mtxcomm.torch.add_process_set: a process set of ranks %s exists "
-                         "already (%s)" % (ranks, taken[0] if taken else global_process_set))
+        raise ValueError(
+            "mtxcomm.torch.add_process_set: a process set of ranks %s exists "
+            "already (%s)" % (ranks, taken[0] if taken else global_process_set)
+        )
     # The set's first rank opens the bootstrap store of its communicator; every rank learns
     # the address (the others ignore it).
     address = _setcomm.store_address() if rank() == ranks[0] else None
-    address = broadcast_object(address, root_rank=ranks[0], name="process_sets.address")
+    address = _broadcast_address(address, ranks[0])
     with _lock:
         set_id = _next_id[0]
         _next_id[0] += 1
@@ -134,11 +175,15 @@ def communicator(process_set, what):
     if process_set is None or process_set is global_process_set:
         return None
     if not isinstance(process_set, ProcessSet):
-        raise TypeError("mtxcomm.torch.%s: process_set must be a ProcessSet, got %s"
-                        % (what, type(process_set).__name__))
+        raise TypeError(
+            "mtxcomm.torch.%s: process_set must be a ProcessSet, got %s"
+            % (what, type(process_set).__name__)
+        )
     if process_set.process_set_id is None:
-        raise ValueError("mtxcomm.torch.%s: %s has not been added (add_process_set) or was "
-                         "removed" % (what, process_set))
+        raise ValueError(
+            "mtxcomm.torch.%s: %s has not been added (add_process_set) or was "
+            "removed" % (what, process_set)
+        )
     if process_set._comm is None:
         raise ValueError("mtxcomm.torch.%s: rank %d is not in %s" % (what, rank(), process_set))
     return process_set._comm
