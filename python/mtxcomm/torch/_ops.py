@@ -29,7 +29,7 @@ import torch
 
 from mtxcomm import _arrays, _core
 from mtxcomm.torch import _handles, _tensors, _work, process_sets
-from mtxcomm.torch._handles import poll, synchronize
+from mtxcomm.torch._handles import poll, synchronize  # noqa: F401  (poll: re-exported)
 from mtxcomm.torch.basics import need_init, rank, size
 
 __all__ = [
@@ -361,8 +361,8 @@ def _gather_inputs(tensors, what):
 
 
 def _allgather_call(tensors, name, what, process_set):
-    """One allgather of tensors : a Call whose output is (the gathered tensors, the
-    rows each rank gave, an int64 tensor [ranks, tensors])."""
+    """One allgather of tensors (one request per dtype): a Call whose output is (the gathered
+    tensors, the rows each rank gave, an int64 tensor [ranks, tensors])."""
     comm, key = _start(name, what, process_set)
     ts = _gather_inputs(tensors, what)
     bufs = [_tensors.Buf(t, what) for t in ts]
@@ -605,8 +605,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 # ---- reducescatter ----------------------------------------------------------------------------
 
 def _reducescatter_call(tensors, op, name, prescale, postscale, what, process_set):
-    """One reduce-scatter request of tensors : a Call whose output is the list of
-    this rank's rows of each reduction."""
+    """One reduce-scatter of tensors (one request per dtype): a Call whose output is the list
+    of this rank's rows of each reduction."""
     comm, key = _start(name, what, process_set)
     op = _arrays._op(op, what)
     ts = [_rows_input(t, what) for t in tensors]
