@@ -205,3 +205,13 @@ def test_the_job_secret_is_not_left_in_the_environment(tmp):
     for r, (code, text) in enumerate(out):
         assert code == 0, text
         assert "SECRET_IN_ENV %d False" % r in text, text
+
+
+def test_a_process_set_never_removed_is_freed_at_exit(tmp):
+    for r, (code, text) in enumerate(ranks("process_set_exit", tmp)):
+        assert code == 0 and "SET_SUM %d [1.0, 1.0]" % r in text, "rank %d: exit %s\n%s" % (
+            r,
+            code,
+            text[-3000:],
+        )
+        assert "terminate called" not in text, text[-3000:]

@@ -8,22 +8,30 @@
 
 and is also a drop-in for ``horovod.torch`` (``import mtxcomm.torch as hvd``): ``init``, ``rank``,
 ``size``, ``local_rank``, ``local_size``, ``allreduce``/``allreduce_``/``allreduce_async``/
-``allreduce_async_``, ``grouped_allreduce``, ``allgather``, ``broadcast``/``broadcast_``,
-``alltoall``, ``reducescatter``, ``synchronize``/``poll``, ``join``, ``barrier``,
-``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``,
-``allgather_object``, ``DistributedOptimizer`` and ``Compression``.
+``allreduce_async_``, ``grouped_allreduce`` (and ``_``/``_async`` forms),
+``sparse_allreduce_async``, ``allgather``, ``grouped_allgather``, ``broadcast``/``broadcast_``,
+``alltoall``, ``reducescatter``, ``grouped_reducescatter``, ``synchronize``/``poll``, ``join``,
+``barrier``, ``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``,
+``allgather_object``, ``DistributedOptimizer``, ``Compression``, process sets
+(``ProcessSet``, ``global_process_set``, ``add_process_set``, ``remove_process_set``) and
+Horovod's exception classes.
 
-Every call runs on mtxcomm's engine, as the backend's and TensorFlow's do; a named call
-(``name="..."``) pairs with the call of the same name on every other rank whatever the order
-(Horovod's contract), an unnamed one with the same-numbered unnamed call. Tensors: CPU, dense,
-any dtype mtxcomm has. Results are new tensors (the ``_`` variants write in place); allreduce,
-allgather, broadcast, alltoall and reducescatter have gradients, as in Horovod.
+A call of the global process set runs on mtxcomm's engine, as the backend's and TensorFlow's
+do; a named call (``name="..."``) pairs with the call of the same name on every other rank
+whatever the order (Horovod's contract), an unnamed one with the same-numbered unnamed call.
+A call of another process set runs on that set's own communicator. Tensors: CPU, dense (sparse
+for allreduce), any dtype mtxcomm has. Results are new tensors (the ``_`` variants write in
+place); allreduce, allgather, broadcast, alltoall and reducescatter have gradients, as in
+Horovod.
 
-The package, laid out as ``horovod.torch``: ``basics.py`` (init, rank, size...), ``_ops.py``
-(the collectives, handles, join, barrier, their gradients), ``functions.py`` (objects,
-parameters and optimizer state), ``optimizer.py`` (DistributedOptimizer); under them and the
-backend (``backend.py``), ``_bootstrap.py``, ``_tensors.py`` and ``_work.py``. This module
-only re-exports.
+The package, laid out as ``horovod.torch``: ``basics.py`` (init, rank, size, build queries),
+``_ops.py`` (the rules, join, barrier) over ``_calls.py``, ``_allreduce.py`` and
+``_collectives.py`` (the collectives and their gradients), ``_handles.py`` (calls in flight,
+handles, names), ``functions.py`` (objects, parameters and optimizer state), ``optimizer.py``
+(DistributedOptimizer), ``process_sets.py`` and ``_setcomm.py`` (process sets and their
+communicators), ``compression.py``, ``exceptions.py``; under them and the backend
+(``backend.py``, ``_lists.py``), ``_bootstrap.py``, ``_tensors.py`` and ``_work.py``. This
+module only re-exports.
 """
 
 from mtxcomm.torch import backend  # noqa: F401  (registers the backend)

@@ -333,6 +333,10 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
         indices = synchronize(idx)
         if op == Average:
             values = values / n
-        return torch.sparse_coo_tensor(indices.t(), values, t.size(), dtype=values.dtype)
+        # The indices are every rank's valid ones: no invariant check (and no warning that
+        # torch skips it by default).
+        return torch.sparse_coo_tensor(
+            indices.t(), values, t.size(), dtype=values.dtype, check_invariants=False
+        )
 
     return result

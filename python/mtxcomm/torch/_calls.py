@@ -157,8 +157,8 @@ def _gather_inputs(tensors, what):
 
 
 def _allgather_call(tensors, name, what, process_set):
-    """One allgather of tensors : a Call whose output is (the gathered tensors, the
-    rows each rank gave, an int64 tensor [ranks, tensors])."""
+    """One allgather of tensors (one request per dtype): a Call whose output is (the gathered
+    tensors, the rows each rank gave, an int64 tensor [ranks, tensors])."""
     comm, key = _start(name, what, process_set)
     ts = _gather_inputs(tensors, what)
     bufs = [_tensors.Buf(t, what) for t in ts]

@@ -264,8 +264,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 
 def _reducescatter_call(tensors, op, name, prescale, postscale, what, process_set):
-    """One reduce-scatter request of tensors : a Call whose output is the list of
-    this rank's rows of each reduction."""
+    """One reduce-scatter of tensors (one request per dtype): a Call whose output is the list
+    of this rank's rows of each reduction."""
     comm, key = _start(name, what, process_set)
     op = _arrays._op(op, what)
     ts = [_rows_input(t, what) for t in tensors]

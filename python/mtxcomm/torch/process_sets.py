@@ -8,6 +8,7 @@ on the engine; another set's on a communicator of its ranks (``_setcomm.py``: ma
 is added, freed when it is removed or at shutdown), in the order each rank makes them.
 """
 
+import atexit
 import json
 import threading
 
@@ -195,3 +196,8 @@ def close_all():
         sets = list(_sets.values())
     for ps in sets:
         remove_process_set(ps)
+
+
+# Before the engine's own exit handler (registered earlier, run later): a communicator still
+# alive when the process ends would end it with std::terminate (its threads still joinable).
+atexit.register(close_all)

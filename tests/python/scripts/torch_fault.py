@@ -12,6 +12,10 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
     torch_fault.py window    rank 1 sleeps; rank 0 submits 70 async allreduces (more than the
                              backend's 64 names in flight): the 65th call must fail after the
                              group's 3 s timeout, not block
+    torch_fault.py process_set_exit
+                             a process set added and used, never removed, then a normal exit:
+                             the set's communicator must be freed at exit (exit 0, no
+                             std::terminate of its threads)
     torch_fault.py destroy   an async allreduce of a temporary, its Work dropped, then
                              destroy_process_group() while it is in flight (rank 1 comes 1 s
                              late): the tensors allocated after it must keep their values
@@ -63,6 +67,15 @@ if mode == "ddp_kill":
             % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
         )
     os._exit(3)
+if mode == "process_set_exit":
+    import mtxcomm.torch as hvd
+
+    hvd.init()
+    sets = [hvd.add_process_set([r]) for r in range(hvd.size())]  # every rank adds each
+    report(
+        "SET_SUM", rank, hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=sets[rank]).tolist()
+    )
+    sys.exit(0)
 if mode == "destroy":
     n = 40000
     if rank == 1:
