@@ -10,8 +10,8 @@ RUFF=.venv-lint/bin/ruff
   echo "run_ruff: ruff is not installed (scripts/install_deps.sh puts it in .venv-lint)"
   exit 1
 }
-case "$2" in
+case "${2:-}" in
   check) exec "$RUFF" check --no-cache . ;;
   format) exec "$RUFF" format --no-cache --check . ;;
-  *) echo "run_ruff: mode must be check or format, not '$2'"; exit 2 ;;
+  *) echo "run_ruff: mode must be check or format, not '${2:-}'"; exit 2 ;;
 esac
