@@ -10,6 +10,7 @@ is added, freed when it is removed or at shutdown), in the order each rank makes
 
 import atexit
 import json
+import operator
 import threading
 
 import numpy as np
@@ -64,8 +65,13 @@ class ProcessSet:
         if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
             raise ValueError("ProcessSet: expected a list of ranks, got %r" % (ranks,))
         ranks = list(ranks)
-        if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
-            raise ValueError("ProcessSet: ranks must be ints, got %r" % (ranks,))
+        try:
+            # Python and NumPy integers (operator.index), never bools or floats.
+            if any(isinstance(r, bool) for r in ranks):
+                raise TypeError
+            ranks = [operator.index(r) for r in ranks]
+        except TypeError:
+            raise ValueError("ProcessSet: ranks must be ints, got %r" % (ranks,)) from None
         self._ranks = sorted(ranks)
         self.process_set_id = None
         self._comm = None
@@ -78,7 +84,9 @@ class ProcessSet:
 
     def size(self):
         """The number of ranks, or None before the set is added."""
-        if self.process_set_id is None:
+        if self.process_set_id is None or (
+            self is global_process_set and not _core.is_initialized()
+        ):
             return None
         return size() if self is global_process_set else len(self._ranks)
 
