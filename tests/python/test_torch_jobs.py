@@ -89,6 +89,15 @@ def test_ddp_under_mtxrun_matches_one_process(tmp, reference):
     check_ddp(job, tmp, "mr", reference)
 
 
+def test_ddp_on_a_2d_device_mesh_at_np4(tmp):
+    job = run(mtxrun() + ["-np", "4", "python", os.path.join(SCRIPTS, "torch_mesh.py")], tmp)
+    job.check_ok()
+    for r, (dp, tp) in enumerate(
+        [([0, 2], [0, 1]), ([1, 3], [0, 1]), ([0, 2], [2, 3]), ([1, 3], [2, 3])]
+    ):
+        assert "mesh ok rank %d dp %s tp %s" % (r, dp, tp) in job.stdout, job.describe()
+
+
 def test_horovod_style_script_with_one_import_changed(tmp):
     launcher = "mtxrun"
     with open(HVD) as f:

@@ -4,8 +4,7 @@
 share it): under ``mpirun``/``mtxrun`` or with ``MTXCOMM_STORE`` set through mtxcomm's own
 bootstrap, otherwise through the c10d ``Store`` PyTorch hands the backend (rank 0 opens
 mtxcomm's TCP bootstrap store and publishes its address and a fresh job secret under
-``mtxcomm/bootstrap``; see ``backend.py``'s docstring). ``check_group`` refuses, when a process
-group is created, a group other than the whole world. ``launched()`` says whether a launcher
+``mtxcomm/bootstrap``; see ``backend.py``'s docstring). ``launched()`` says whether a launcher
 (or ``MTXCOMM_STORE``) set up mtxcomm's world, which the Horovod-style ``init`` asks too.
 """
 
@@ -16,7 +15,7 @@ import socket
 
 from mtxcomm import _arrays, _core
 
-__all__ = ["LAUNCHER_VARS", "launched", "init_engine", "check_group"]
+__all__ = ["LAUNCHER_VARS", "launched", "init_engine", "need_init"]
 
 _STORE_KEY = "mtxcomm/bootstrap"
 
@@ -118,29 +117,6 @@ def _init_through_store(store, rank, size, timeout):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def check_group(opts):
-    """Raises unless the process group register_backend's creator is asked for (its
-    ``opts``: global_ranks_in_group, group_size) is the whole world, in order."""
-    world = None
-    ranks = list(opts.global_ranks_in_group or [])
-    if _core.is_initialized():
-        world = _core.size()
-    if ranks and world is not None and ranks != list(range(world)):
-        raise RuntimeError(
-            "mtxcomm backend: a group of ranks %s: mtxcomm runs groups of the whole world "
-            '(%d ranks) only; create this one with new_group(ranks, backend="gloo")'
-            % (ranks, world)
-        )
-    if opts.group_size != len(ranks or range(opts.group_size)) or (
-        world is not None and opts.group_size != world
-    ):
-        raise RuntimeError(
-            "mtxcomm backend: a group of %d ranks: mtxcomm runs groups of the whole world "
-            '(%s ranks) only; create this one with new_group(ranks, backend="gloo")'
-            % (opts.group_size, world)
-        )
 
 
 def need_init(what):

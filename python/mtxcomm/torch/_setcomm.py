@@ -104,11 +104,13 @@ class SetComm:
     """The communicator of process set set_id (ranks: the global ranks, sorted) on this rank,
     one of them; collective over the set's ranks (which all pass the same store and secret)."""
 
-    def __init__(self, set_id, ranks, global_rank, store, secret):
+    def __init__(self, set_id, ranks, global_rank, store, secret, label=None, timeout=None):
         self.id = set_id
         self.ranks = list(ranks)
         self.rank = self.ranks.index(global_rank)
         self.size = len(self.ranks)
+        # How errors name this communicator and the call that made it.
+        self.label = label or "process set %d (ranks %s)" % (set_id, self.ranks)
         lib = _library()
         env = {
             "MTXCOMM_RANK": str(self.rank),
@@ -118,6 +120,8 @@ class SetComm:
             # The process was placed when the engine started: not again.
             "MTXCOMM_PLACEMENT": "off",
         }
+        if timeout is not None:
+            env["MTXCOMM_TIMEOUT"] = "%g" % max(1.0, timeout)
         saved = {
             k: os.environ.get(k)
             for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE", "MTXCOMM_TRANSPORT"]
@@ -138,13 +142,12 @@ class SetComm:
         if code:
             raise _arrays._error(
                 code,
-                "mtxcomm.torch.add_process_set: the communicator of "
-                "ranks %s: %s" % (self.ranks, self._last_error(None)),
+                "mtxcomm.torch: the communicator of %s: %s" % (self.label, self._last_error(None)),
             )
         self._comm = comm
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(
-            target=self._loop, name="mtxcomm-process-set-%d" % set_id, daemon=True
+            target=self._loop, name="mtxcomm-comm-%s" % set_id, daemon=True
         )
         self._thread.start()
 
@@ -166,7 +169,7 @@ class SetComm:
         """fn(call) run on the set's thread: a Call (_handles) done when it has run (fn may
         set the call's output)."""
         if self._comm is None:
-            raise ValueError("mtxcomm.torch: process set %d was removed" % self.id)
+            raise ValueError("mtxcomm.torch: %s was removed" % self.label)
         work = _SetWork()
         call = _handles.Call([work], output=output)
         self._queue.put((fn, call, work))
@@ -191,20 +194,21 @@ class SetComm:
         if code:
             raise _arrays._error(
                 code,
-                "mtxcomm.torch.%s on process set %d (ranks %s), set rank "
-                "%d: %s" % (what, self.id, self.ranks, self.rank, self._last_error(self._comm)),
+                "mtxcomm.torch.%s on %s, rank %d there: %s"
+                % (what, self.label, self.rank, self._last_error(self._comm)),
             )
 
-    def _agree(self, what, name, dtypes, shapes, op=0, root=0, skip_dim0=False):
+    def _agree(self, what, name, dtypes, shapes, op=0, root=0, skip_dim0=False, extra=0):
         """The descriptor exchange: raises InvalidUsageError on every rank of the set where the
-        ranks' calls differ (collective, op, root, dtypes, shapes, name)."""
+        ranks' calls differ (collective, op, root, dtypes, shapes, name). extra: a number each
+        rank tells the others (not compared); returns every rank's, in rank order."""
         lib = _library()
         if name is not None:
             lib.mtxcomm_comm_set_call_label(self._comm, str(name).encode())
         dims = [tuple(s[1:]) if skip_dim0 else tuple(s) for s in shapes]
         kind = next(v for k, v in _KINDS.items() if k in what)
         mine = torch.tensor(
-            [kind, len(shapes), int(op), int(root), _crc(dtypes), _crc(dims), _crc(name), 0],
+            [kind, len(shapes), int(op), int(root), _crc(dtypes), _crc(dims), _crc(name), extra],
             dtype=torch.int64,
         )
         every = torch.empty(self.size, 8, dtype=torch.int64)
@@ -212,18 +216,19 @@ class SetComm:
             lib.mtxcomm_allgather(mine.data_ptr(), every.data_ptr(), 8, _INT64, self._comm, None),
             what,
         )
-        bad = [r for r in range(self.size) if not torch.equal(every[r], every[0])]
+        bad = [r for r in range(self.size) if not torch.equal(every[r, :7], every[0, :7])]
         if bad:
             fields = ("collective", "number of tensors", "op", "root", "dtypes", "shapes", "name")
             differ = [
                 f for i, f in enumerate(fields) if any(every[r][i] != every[0][i] for r in bad)
             ]
             raise _arrays.InvalidUsageError(
-                "mtxcomm.torch.%s on process set %d (ranks %s): the ranks disagree on the %s "
-                "(set ranks %s differ from set rank 0; the calls of a process set pair in the "
-                "order each rank makes them)" % (what, self.id, self.ranks, ", ".join(differ), bad),
+                "mtxcomm.torch.%s on %s: the ranks disagree on the %s (ranks %s there differ "
+                "from its rank 0; its calls pair in the order each rank makes them)"
+                % (what, self.label, ", ".join(differ), bad),
                 2,
             )
+        return every[:, 7].tolist()
 
     # ---- the collectives: each returns a Call ---------------------------------------------
 

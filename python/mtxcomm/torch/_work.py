@@ -296,6 +296,15 @@ class Submitter:
         self._seq += 1
         return name
 
+    def check_usable(self):
+        """Raises once a call of this Submitter timed out (see ``broken``)."""
+        if self.broken is not None:
+            raise RuntimeError(
+                "mtxcomm backend: the process group takes no more collectives "
+                "after an earlier one timed out (%s); destroy it and restart "
+                "the job" % self.broken
+            )
+
     def submit(
         self,
         kind,
@@ -309,12 +318,7 @@ class Submitter:
         splits=None,
         name=None,
     ):
-        if self.broken is not None:
-            raise RuntimeError(
-                "mtxcomm backend: the process group takes no more collectives "
-                "after an earlier one timed out (%s); destroy it and restart "
-                "the job" % self.broken
-            )
+        self.check_usable()
         with self._lock:
             auto = name is None
             if auto:

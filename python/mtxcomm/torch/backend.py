@@ -40,14 +40,15 @@ secret under ``mtxcomm/bootstrap``; every rank reads them from the c10d store, s
 rendezvous is configured by hand. The secret keeps strangers out of mtxcomm's bootstrap; it is
 as private as the c10d store it travels through (PyTorch's TCPStore has no authentication).
 
-Groups: the world only. ``new_group`` of every rank in order works (it shares the engine); a
-smaller group raises, naming a workaround (``new_group(ranks, backend="gloo")``).
+Groups: the world in order (the default group, ``new_group`` of every rank) shares the engine;
+any other group (a subset, ``new_subgroups``, a ``DeviceMesh`` dimension) runs the same calls on
+a communicator of its own ranks (``_group.py``, which says why not ``mtxcomm_comm_split``).
 
 This module holds the backend class (each collective's checks, staging and submission) and its
 registration with ``torch.distributed``; the rest is beside it: ``_bootstrap.py`` (rendezvous,
-the engine's start, the whole-world check of a new group), ``_tensors.py`` (tensor checks,
-dtype and op codes, ``Buf``), ``_work.py`` (``Submitter``, ``Work`` and the helpers that hold
-buffers and complete futures), which the Horovod-style API (``_ops.py``) uses too.
+the engine's start), ``_group.py`` (the groups other than the world), ``_tensors.py`` (tensor
+checks, dtype and op codes, ``Buf``), ``_work.py`` (``Submitter``, ``Work`` and the helpers
+that hold buffers and complete futures), which the Horovod-style API (``_ops.py``) uses too.
 """
 
 import collections
@@ -58,7 +59,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
-from mtxcomm.torch import _bootstrap, _tensors, _work
+from mtxcomm.torch import _bootstrap, _group, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
 from mtxcomm.torch._work import Work, collective
 
@@ -75,7 +76,7 @@ _backends_created = 0
 class MtxcommBackend(ListCollectives, _C10dBackend):
     """c10d backend over mtxcomm's engine; see the module's docstring."""
 
-    def __init__(self, store, rank, size, timeout, options=None):
+    def __init__(self, store, rank, size, timeout, options=None, global_ranks=None):
         global _backends_created
         super().__init__(rank, size)
         self._options = (
@@ -85,9 +86,27 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
                 BACKEND_NAME, timeout=timeout if timeout is not None else datetime.timedelta(0)
             )
         )
-        _bootstrap.init_engine(store, rank, size, timeout)
-        self._submitter = _work.Submitter("torch.%d" % _backends_created, _work.to_seconds(timeout))
-        _backends_created += 1
+        ranks = list(global_ranks) if global_ranks else list(range(size))
+        if len(ranks) != size or len(set(ranks)) != size:
+            raise ValueError(
+                "mtxcomm backend: a group of %d ranks given global ranks %s" % (size, ranks)
+            )
+        self._comm = None
+        if ranks == list(range(size)) and (
+            not dist.is_initialized() or size == dist.get_world_size()
+        ):
+            # The world, in order: mtxcomm's engine (fusion, the response cache, shm).
+            _bootstrap.init_engine(store, rank, size, timeout)
+            # Named by how many engine groups this process made: every rank makes each of
+            # them (each holds every rank), in the same order, so the names pair.
+            self._submitter = _work.Submitter(
+                "torch.%d" % _backends_created, _work.to_seconds(timeout)
+            )
+            _backends_created += 1
+        else:
+            # A subset, or the world in another order: a communicator of its own (_group.py).
+            self._comm = _group.open_group(store, rank, ranks, timeout)
+            self._submitter = _group.GroupSubmitter(self._comm, _work.to_seconds(timeout))
 
     @property
     def options(self):
@@ -509,8 +528,11 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
         return self._work("barrier", [p], [t], t)
 
     def shutdown(self):
-        """The engine outlives the group (the array API or TensorFlow may share it); it ends at
-        exit or with mtxcomm.shutdown()."""
+        """A group's own communicator is freed (after its calls already made); the engine
+        outlives the world's group (the array API or TensorFlow may share it) and ends at exit
+        or with mtxcomm.shutdown()."""
+        if self._comm is not None:
+            self._comm.close()
 
     def abort(self):
         _core.shutdown()
@@ -518,11 +540,17 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
 
 def _create(opts, backend_options):
     """register_backend's creator (extended_api=True)."""
-    _bootstrap.check_group(opts)
     options = backend_options
     if not isinstance(options, _C10dBackend.Options):
         options = _C10dBackend.Options(BACKEND_NAME, timeout=opts.timeout)
-    return MtxcommBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout, options)
+    return MtxcommBackend(
+        opts.store,
+        opts.group_rank,
+        opts.group_size,
+        opts.timeout,
+        options,
+        global_ranks=opts.global_ranks_in_group,
+    )
 
 
 _registered = False
