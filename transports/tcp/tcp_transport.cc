@@ -161,6 +161,41 @@ class TcpTransport : public Transport {
     }
   }
 
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    std::vector<TcpRequest*> mine;
+    mine.reserve(reqs.size());
+    for (auto& r : reqs) {
+      if (!r) continue;
+      auto* t = dynamic_cast<TcpRequest*>(r.get());
+      if (t == nullptr || t->shared() != shared_.get()) {
+        fail(MTXCOMM_INVALID_USAGE, "tcp transport: testAll given a request of another transport");
+      }
+      mine.push_back(t);
+    }
+    if (mine.empty()) return true;
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->checkFailed();
+    shared_->progress();
+    const TcpRequest* pending = nullptr;
+    std::vector<bool> done(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) {
+      done[i] = mine[i]->done();
+      if (!done[i] && !pending) pending = mine[i];
+    }
+    if (pending) {
+      checkCancelled();
+      checkPeersGone(mine, *pending, /*slow=*/true);
+    }
+    // Released without the lock: a request's destructor takes it.
+    lock.unlock();
+    size_t i = 0;
+    for (auto& r : reqs) {
+      if (!r) continue;
+      if (done[i++]) r.reset();
+    }
+    return pending == nullptr;
+  }
+
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t context_id) override {
     std::vector<int> global;
     int new_rank = -1;

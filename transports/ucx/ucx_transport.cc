@@ -388,6 +388,46 @@ class UcxTransport : public Transport {
     }
   }
 
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    UcxShared& s = *shared_;
+    std::unique_lock<std::mutex> lk(s.mu);
+    checkHealthy();
+    std::vector<UcxRequest*> mine;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* u = dynamic_cast<UcxRequest*>(r.get());
+      if (!u)
+        fail(MTXCOMM_INVALID_USAGE, "ucx transport: testAll given a request of another transport");
+      mine.push_back(u);
+    }
+    while (s.ucx().ucp_worker_progress(s.worker()) != 0) {
+    }
+    std::vector<bool> done(mine.size(), true);
+    bool all = true;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      for (UcxOp& op : mine[i]->ops) {
+        if (!s.test(*mine[i], op)) {
+          done[i] = false;
+          continue;
+        }
+        checkOp(*mine[i], op);
+      }
+      all = all && done[i];
+    }
+    if (!all) {
+      checkCancelled();
+      s.receiveAborts();
+      checkPeers(mine);
+    }
+    lk.unlock();  // a request's destructor takes the lock
+    size_t i = 0;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      if (done[i++]) r.reset();
+    }
+    return all;
+  }
+
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t contextId) override {
     std::vector<int> global;
     int me = -1;
