@@ -26,7 +26,8 @@ class P2pHub {
   bool started = false;          // the thread runs (or ran); false: failChannel() aborts the view
   bool failed = false;
   mtxcomm_result_t code = MTXCOMM_SUCCESS;
-  std::string reason;  // the first failure
+  std::string reason;     // the first failure
+  bool finished = false;  // the thread has ended: failChannel() aborts the view where asked
   bool tellPeers = false;
   bool viewAborted = false;
 
@@ -119,7 +120,7 @@ void P2p::failChannel(mtxcomm_result_t code, const std::string& reason, bool tel
   {
     std::lock_guard<std::mutex> lock(hub_->mu);
     hub_->failLocked(code, reason, tellPeers);
-    if (!hub_->started) {
+    if (!hub_->started || hub_->finished) {
       // No thread uses the view, and none will start (the channel has failed).
       hub_->started = true;
       abortHere = true;
@@ -230,6 +231,11 @@ void P2p::failAll() {
   for (const P2pOpPtr& op : ops) {
     if (op->done.load(std::memory_order_acquire)) continue;  // a send of two parts, listed twice
     complete(*op, code, strCat("rank ", rank_, ": ", describeP2pOp(*op), ": ", reason));
+  }
+  {
+    // From here failChannel() aborts the view itself where asked; before, it is asked here.
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    hub_->finished = true;
   }
   abortViewOnce();
 }

@@ -175,7 +175,13 @@ class TcpTransport : public Transport {
     if (mine.empty()) return true;
     std::unique_lock<std::mutex> lock(shared_->mu);
     shared_->checkFailed();
-    shared_->progress();
+    // A thread of another view asleep in poll(2) reads for everyone when it wakes; reading here
+    // could take the data that is to wake it.
+    if (shared_->poller_active) {
+      shared_->progressWrites();
+    } else {
+      shared_->progress();
+    }
     const TcpRequest* pending = nullptr;
     std::vector<bool> done(mine.size());
     for (size_t i = 0; i < mine.size(); ++i) {

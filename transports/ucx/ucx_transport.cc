@@ -263,11 +263,17 @@ class UcxShared {
     }
     ucs_status_t s = ucx().ucp_worker_arm(w_->worker);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
+    sleeping = true;
     lk.unlock();
     pollfd pfd{w_->efd, POLLIN, 0};
     ::poll(&pfd, 1, ms);
     lk.lock();
+    sleeping = false;
   }
+
+  // A thread sleeps on the armed worker (sleep()): testAll then leaves progress to it, since
+  // progress here could take the events that are to wake it (it would sleep its full time).
+  bool sleeping = false;
 
   ucp_worker_h worker() const { return w_->worker; }
   const UcxApi& ucx() const { return *w_->api; }
@@ -400,7 +406,7 @@ class UcxTransport : public Transport {
         fail(MTXCOMM_INVALID_USAGE, "ucx transport: testAll given a request of another transport");
       mine.push_back(u);
     }
-    while (s.ucx().ucp_worker_progress(s.worker()) != 0) {
+    while (!s.sleeping && s.ucx().ucp_worker_progress(s.worker()) != 0) {
     }
     std::vector<bool> done(mine.size(), true);
     bool all = true;
