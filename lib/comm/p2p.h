@@ -78,7 +78,7 @@ struct P2pOp {
   // The progress thread's.
   static constexpr size_t kHeaderBytes = 256;
   static constexpr size_t kInlineBytes = kHeaderBytes - 16;  // after u64 bytes, u64 reserved
-  alignas(8) unsigned char header[kHeaderBytes];
+  alignas(8) unsigned char header[kHeaderBytes] = {};
   int partsLeft = 0;  // a send's transport messages still in flight
 };
 using P2pOpPtr = std::shared_ptr<P2pOp>;

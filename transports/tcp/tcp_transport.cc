@@ -109,16 +109,7 @@ class TcpTransport : public Transport {
 
   void waitAll(std::vector<RequestPtr>& reqs, Clock::time_point deadline) override {
     const auto start = Clock::now();
-    std::vector<TcpRequest*> mine;
-    mine.reserve(reqs.size());
-    for (auto& r : reqs) {
-      if (!r) continue;
-      auto* t = dynamic_cast<TcpRequest*>(r.get());
-      if (t == nullptr || t->shared() != shared_.get()) {
-        fail(MTXCOMM_INVALID_USAGE, "tcp transport: waitAll given a request of another transport");
-      }
-      mine.push_back(t);
-    }
+    const std::vector<TcpRequest*> mine = ownRequests(reqs, "waitAll");
     std::vector<pollfd> pfds;
     std::unique_lock<std::mutex> lock(shared_->mu);
     for (bool slow = false;; slow = true) {
@@ -162,16 +153,7 @@ class TcpTransport : public Transport {
   }
 
   bool testAll(std::vector<RequestPtr>& reqs) override {
-    std::vector<TcpRequest*> mine;
-    mine.reserve(reqs.size());
-    for (auto& r : reqs) {
-      if (!r) continue;
-      auto* t = dynamic_cast<TcpRequest*>(r.get());
-      if (t == nullptr || t->shared() != shared_.get()) {
-        fail(MTXCOMM_INVALID_USAGE, "tcp transport: testAll given a request of another transport");
-      }
-      mine.push_back(t);
-    }
+    const std::vector<TcpRequest*> mine = ownRequests(reqs, "testAll");
     if (mine.empty()) return true;
     std::unique_lock<std::mutex> lock(shared_->mu);
     shared_->checkFailed();
@@ -233,6 +215,22 @@ class TcpTransport : public Transport {
   }
 
  private:
+  // The requests of reqs (null entries skipped), each checked to be of this transport.
+  std::vector<TcpRequest*> ownRequests(std::vector<RequestPtr>& reqs, const char* entry) const {
+    std::vector<TcpRequest*> mine;
+    mine.reserve(reqs.size());
+    for (auto& r : reqs) {
+      if (!r) continue;
+      auto* t = dynamic_cast<TcpRequest*>(r.get());
+      if (t == nullptr || t->shared() != shared_.get()) {
+        fail(MTXCOMM_INVALID_USAGE, "tcp transport: ", entry,
+             " given a request of another transport");
+      }
+      mine.push_back(t);
+    }
+    return mine;
+  }
+
   // "receive from peer rank 1 (tag 3, 8 bytes)"
   static std::string describe(const TcpRequest& t) {
     return strCat(t.isSend() ? "send to" : "receive from", " peer rank ", t.peer(), " (tag ",

@@ -352,14 +352,7 @@ class UcxTransport : public Transport {
     UcxShared& s = *shared_;
     std::unique_lock<std::mutex> lk(s.mu);
     checkHealthy();
-    std::vector<UcxRequest*> mine;
-    for (RequestPtr& r : reqs) {
-      if (!r) continue;
-      auto* u = dynamic_cast<UcxRequest*>(r.get());
-      if (!u)
-        fail(MTXCOMM_INVALID_USAGE, "ucx transport: waitAll given a request of another transport");
-      mine.push_back(u);
-    }
+    const std::vector<UcxRequest*> mine = ownRequests(reqs, "waitAll");
     int polls = 0;
     for (;;) {
       while (s.ucx().ucp_worker_progress(s.worker()) != 0) {
@@ -398,14 +391,7 @@ class UcxTransport : public Transport {
     UcxShared& s = *shared_;
     std::unique_lock<std::mutex> lk(s.mu);
     checkHealthy();
-    std::vector<UcxRequest*> mine;
-    for (RequestPtr& r : reqs) {
-      if (!r) continue;
-      auto* u = dynamic_cast<UcxRequest*>(r.get());
-      if (!u)
-        fail(MTXCOMM_INVALID_USAGE, "ucx transport: testAll given a request of another transport");
-      mine.push_back(u);
-    }
+    const std::vector<UcxRequest*> mine = ownRequests(reqs, "testAll");
     while (!s.sleeping && s.ucx().ucp_worker_progress(s.worker()) != 0) {
     }
     std::vector<bool> done(mine.size(), true);
@@ -467,6 +453,21 @@ class UcxTransport : public Transport {
     auto r = std::make_unique<UcxRequest>(shared_, peer, members_[peer], isSend, bytes, tag);
     shared_->post(*r, ctxBits_, buf, bytes);
     return r;
+  }
+
+  // The requests of reqs (null entries skipped), each checked to be a UCX one.
+  static std::vector<UcxRequest*> ownRequests(std::vector<RequestPtr>& reqs, const char* entry) {
+    std::vector<UcxRequest*> mine;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* u = dynamic_cast<UcxRequest*>(r.get());
+      if (!u) {
+        fail(MTXCOMM_INVALID_USAGE, "ucx transport: ", entry,
+             " given a request of another transport");
+      }
+      mine.push_back(u);
+    }
+    return mine;
   }
 
   void checkHealthy() const {
