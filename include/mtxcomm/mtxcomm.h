@@ -376,6 +376,9 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   runs a collective on the same communicator, and several threads may post, test and wait on
  *   one communicator at once (posts of one thread are ordered as that thread made them). A
  *   request may be tested and waited on by several threads; it is freed once, after completion.
+ *   Under MPI this needs MPI_THREAD_MULTIPLE (what mtxcomm asks for when it initialises MPI);
+ *   over an MPI the program initialised at a lower level, make point-to-point and collective
+ *   calls from one thread at a time.
  *   mtxcomm_comm_destroy and mtxcomm_comm_abort complete the pending requests with an error
  *   (the request handles stay valid until freed). */
 
