@@ -19,6 +19,13 @@
 //   whether it was a send or a receive; the caller adds rank, collective and algorithm. After an
 //   error the transport is failed: later calls may throw again; the requests are abandoned and
 //   their buffers are no longer touched once waitAll has thrown.
+// - Polling: testAll makes progress once without blocking and releases (resets to null) every
+//   request of reqs that has completed; it returns whether none is left. A request that is
+//   merely not done yet is never an error (there is no deadline: the caller keeps its own), but
+//   testAll throws as waitAll does for what is known to have failed: a peer gone or aborted, a
+//   size mismatch, the token cancelled; the transport is then failed as after waitAll. It is for
+//   callers that progress many requests at once and complete them one by one (the communicator's
+//   point-to-point thread, lib/comm/p2p.h); the caller waits politely between calls.
 // - Cancellation: waitAll checks the transport's CancelToken (setCancelToken) at least every
 //   50 ms and throws its MTXCOMM_INVALID_USAGE once another thread cancelled it.
 // - Thread safety: one thread at a time calls a given Transport object. Distinct transports
@@ -73,6 +80,10 @@ class Transport {
   // Completes every request in reqs (entries may be null and are skipped), or throws as the
   // contract says once the deadline has passed or a peer is gone.
   virtual void waitAll(std::vector<RequestPtr>& reqs, Clock::time_point deadline) = 0;
+  // One round of progress, without blocking: releases (sets to null) the entries of reqs that
+  // have completed and returns true when every entry is null. Throws as the contract says for a
+  // known failure, never for a request that is simply not done yet.
+  virtual bool testAll(std::vector<RequestPtr>& reqs) = 0;
 
   // A transport over a subset of this one's ranks. members[i] is the rank, in this transport,
   // of rank i of the new one; it contains rank(). context_id is the same on every member and

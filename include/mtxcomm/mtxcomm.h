@@ -89,14 +89,15 @@
  * rank, the peer, the collective and the algorithm); it is not cleared by later successes. The
  * library never calls abort() or exit().
  *
- * Thread safety: a communicator may be used by one thread at a time. Distinct communicators may
- * be used concurrently from distinct threads. Safe from any thread at any time, also while
- * another thread is inside a collective on the same communicator: mtxcomm_comm_abort and
- * mtxcomm_comm_destroy (the collective in flight returns promptly with an error naming which;
- * the watchdog pattern of ncclCommAbort), mtxcomm_get_last_error, and the engine-support
- * functions mtxcomm_comm_notify_state and mtxcomm_comm_wakeup (mtxcomm/mtxcomm_engine.h). A handle
- * that was destroyed, or never was one, is rejected with MTXCOMM_INVALID_ARGUMENT (a registry of
- * live communicators), never dereferenced.
+ * Thread safety: a communicator may be used by one thread at a time for collectives. Distinct
+ * communicators may be used concurrently from distinct threads. The point-to-point calls
+ * (mtxcomm_isend and the rest, below) may be made from any thread at any time. Safe from any thread
+ * at any time, also while another thread is inside a collective on the same communicator:
+ * mtxcomm_comm_abort and mtxcomm_comm_destroy (the collective in flight returns promptly with an
+ * error naming which; the watchdog pattern of ncclCommAbort), mtxcomm_get_last_error, and the
+ * engine-support functions mtxcomm_comm_notify_state and mtxcomm_comm_wakeup
+ * (mtxcomm/mtxcomm_engine.h). A handle that was destroyed, or never was one, is rejected with
+ * MTXCOMM_INVALID_ARGUMENT (a registry of live communicators), never dereferenced.
  *
  * fork(): a communicator belongs to the process that made it. In a child made by fork(), every
  * call on one of its parent's communicators is MTXCOMM_INVALID_USAGE (naming the fork), and
@@ -329,6 +330,94 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_alltoallv(const void* sendbuf, const size_t
 
 /* Returns on any rank only after every rank has entered it. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
+
+/* ---- Point-to-point (host buffers) ----------------------------------------------------------
+ *
+ * Tagged, non-blocking sends and receives between two ranks of a communicator, as MPI's
+ * MPI_Isend/MPI_Irecv/MPI_Test/MPI_Wait (for frameworks: torch.distributed's send, recv, isend,
+ * irecv and batch_isend_irecv).
+ * - Shapes and units: buf holds count elements of datatype (count * mtxcomm_datatype_size bytes);
+ *   peer is a rank of comm; tag is in [0, MTXCOMM_P2P_MAX_TAG]. Host buffers only.
+ * - Matching: a receive matches a send from peer to this rank with the same tag on the same
+ *   communicator. Messages from one sender to one receiver with one tag are matched in the order
+ *   they were posted (MPI's non-overtaking rule); other tags and peers are independent. User
+ *   messages never match the communicator's collectives (they travel in a context of their own).
+ * - Sizes: a matched send and receive must have the same byte count (count * element size; the
+ *   datatypes may differ). A mismatch fails the receive with MTXCOMM_INVALID_USAGE naming both
+ *   byte counts, the peer and the tag; nothing is written to its buffer and the message is
+ *   consumed (the next receive matches the next message). The send completes normally.
+ * - Self: peer == own rank is allowed: the message is matched within the process (a send with no
+ *   receive posted yet is copied aside and completes at once).
+ * - count 0 is a message of zero bytes: it is matched and delivered like any other (buf may then
+ *   be NULL).
+ * - Buffers: mtxcomm_isend and mtxcomm_irecv return at once; the buffer belongs to the library
+ *   until the request has completed (mtxcomm_test says done, or mtxcomm_wait returned): do not
+ *   write a send buffer or read a receive buffer before.
+ * - Progress: made by a thread of the communicator (started at its first point-to-point call),
+ *   never by the caller: a posted receive never waits for an earlier operation, so the exchange
+ *   "irecv from peer; isend to peer; wait both" on both ranks works at every size. Waiting
+ *   spins briefly, then sleeps. Over shared memory the messages go over the communicator's
+ *   point-to-point transport (MPI, TCP or UCX), not its shared-memory segment, in this version.
+ * - Setup: each communicator (init and split) makes its point-to-point context at creation,
+ *   collectively (under MPI an MPI_Comm_create_group); nothing is made later.
+ * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size),
+ *   tag out of range, buf NULL with count > 0, count * element size overflowing size_t, req
+ *   NULL) are MTXCOMM_INVALID_ARGUMENT naming what was wrong, before anything is posted; *req is
+ *   then NULL. The first failure of the communicator's point-to-point channel - a peer that died
+ *   or aborted (MTXCOMM_REMOTE_ERROR), a wait that timed out (MTXCOMM_TIMEOUT), this rank's
+ *   mtxcomm_comm_abort or mtxcomm_comm_destroy (MTXCOMM_INVALID_USAGE), a collective of the
+ *   communicator that failed - completes every pending request with that error, each message
+ *   naming this rank, the peer, send or receive, the tag and the bytes (mtxcomm_get_last_error
+ *   of comm, or of NULL once comm is gone); later isend/irecv on the communicator are
+ *   MTXCOMM_INVALID_USAGE quoting it. Its collectives are not failed by it (unless the transport
+ *   itself failed: a dead peer). A timed-out or failed request's buffer is no longer touched
+ *   once the request has completed.
+ * - Thread safety: every function here may be called from any thread, also while another thread
+ *   runs a collective on the same communicator, and several threads may post, test and wait on
+ *   one communicator at once (posts of one thread are ordered as that thread made them). A
+ *   request may be tested and waited on by several threads; it is freed once, after completion.
+ *   Under MPI this needs MPI_THREAD_MULTIPLE (what mtxcomm asks for when it initialises MPI);
+ *   over an MPI the program initialised at a lower level, make point-to-point and collective
+ *   calls from one thread at a time.
+ *   mtxcomm_comm_destroy and mtxcomm_comm_abort complete the pending requests with an error
+ *   (the request handles stay valid until freed). */
+
+#define MTXCOMM_P2P_MAX_TAG 32767 /* MPI's least MPI_TAG_UB */
+
+/* Opaque request handle of one non-blocking send or receive. */
+typedef struct mtxcomm_request_s* mtxcomm_request_t;
+
+/* Posts a send of count elements of buf to peer with tag; *req receives the request. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_isend(const void* buf, size_t count,
+                                           mtxcomm_datatype_t datatype, int peer, int tag,
+                                           mtxcomm_comm_t comm, mtxcomm_request_t* req);
+
+/* Posts a receive of count elements into buf from peer with tag; *req receives the request. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_irecv(void* buf, size_t count, mtxcomm_datatype_t datatype,
+                                           int peer, int tag, mtxcomm_comm_t comm,
+                                           mtxcomm_request_t* req);
+
+/* Non-blocking: *done = 1 once req has completed (then the result is the request's:
+ * MTXCOMM_SUCCESS or its error, the same at every later test or wait), else *done = 0 and
+ * MTXCOMM_SUCCESS. MTXCOMM_INVALID_ARGUMENT for a req or done that is NULL or not live. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_test(mtxcomm_request_t req, int* done);
+
+/* Blocks until req completes and returns its result. timeout_seconds <= 0: the communicator's
+ * MTXCOMM_TIMEOUT. Past the timeout the communicator's point-to-point channel fails (above):
+ * req and every other pending request complete with MTXCOMM_TIMEOUT, and this returns it. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_wait(mtxcomm_request_t req, double timeout_seconds);
+
+/* Frees a completed request (NULL is accepted and ignored). A request still in flight is not
+ * freed: MTXCOMM_INVALID_USAGE (there is no cancel; wait for it first). A handle that is not
+ * live (freed already) is MTXCOMM_INVALID_ARGUMENT. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_request_free(mtxcomm_request_t req);
+
+/* Blocking conveniences: post, wait with the communicator's MTXCOMM_TIMEOUT, free. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_send(const void* buf, size_t count,
+                                          mtxcomm_datatype_t datatype, int peer, int tag,
+                                          mtxcomm_comm_t comm);
+MTXCOMM_API mtxcomm_result_t mtxcomm_recv(void* buf, size_t count, mtxcomm_datatype_t datatype,
+                                          int peer, int tag, mtxcomm_comm_t comm);
 
 /* ---- Errors and version ------------------------------------------------------------------ */
 

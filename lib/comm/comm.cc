@@ -44,6 +44,7 @@ void Comm::shareCancelToken(CancelTokenPtr token) {
 }
 
 Comm::~Comm() {
+  p2p_.reset();  // its thread uses the transport's view
   if (recorder_) unregisterFlightRecorder(recorder_.get());
 }
 
@@ -328,6 +329,8 @@ void Comm::failCall(const CollArgs& args, const std::string& what, const Error& 
 }
 
 void Comm::abortWith(const std::string& reason, mtxcomm_result_t code) {
+  // Pending point-to-point operations fail, and peers waiting on this rank's messages learn.
+  if (p2p_) p2p_->failChannel(code, reason, /*tellPeers=*/true);
   transport_->abort(reason);
   if (shm_) shm_->abort(reason, code);
   for (Comm* level : {local_.get(), cross_.get()}) {
@@ -342,8 +345,8 @@ void Comm::ensureLevels() {
   if (local_) return;
   const int me = rank();
   const int node = topo_.nodeOf(me), localRank = topo_.localRank(me);
-  std::unique_ptr<Comm> local = split(node, localRank);
-  std::unique_ptr<Comm> cross = split(localRank, node);
+  std::unique_ptr<Comm> local = split(node, localRank, /*withP2p=*/false);
+  std::unique_ptr<Comm> cross = split(localRank, node, /*withP2p=*/false);
   // A level runs flat algorithms: "hierarchical" forced for this communicator means the
   // composition, not the levels' own choice.
   for (Comm* level : {local.get(), cross.get()}) {
@@ -367,7 +370,7 @@ void Comm::ensureLevels() {
               localRank, " (", cross_->size(), " nodes)");
 }
 
-std::unique_ptr<Comm> Comm::split(int color, int key) {
+std::unique_ptr<Comm> Comm::split(int color, int key, bool withP2p) {
   checkUsable("split");
   const int n = size(), me = rank();
   // Allgather (color, key) over this communicator.
@@ -402,6 +405,7 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   }
   auto comm = std::make_unique<Comm>(std::move(child), config_, ctx);
   comm->setName(strCat(name_, ".split", splitIndex, ".color", color));
+  comm->withP2p_ = withP2p;
   if (topo_.empty()) {
     comm->setup();
   } else {
@@ -430,6 +434,10 @@ void Comm::checkPendingAtDestroy() {
 
 void Comm::abort() {
   poison(strCat("rank ", rank(), ": the communicator was aborted"));
+  if (p2p_) {
+    p2p_->stop(MTXCOMM_INVALID_USAGE, "the communicator was aborted on this rank",
+               /*tellPeers=*/true);
+  }
   abortWith("the application aborted the communicator");
 }
 

@@ -16,6 +16,7 @@
 #include "lib/base/topology.h"
 #include "lib/comm/config.h"
 #include "lib/comm/flight_recorder.h"
+#include "lib/comm/p2p.h"
 #include "lib/comm/select.h"
 #include "transports/shm/shm_group.h"
 #include "transports/transport.h"
@@ -51,7 +52,14 @@ class Comm {
   // collective and algorithm in the message.
   void run(const CollArgs& args);
 
-  std::unique_ptr<Comm> split(int color, int key);
+  // withP2p: the child gets a point-to-point channel (false for the internal levels of the
+  // hierarchical algorithms, which carry none).
+  std::unique_ptr<Comm> split(int color, int key, bool withP2p = true);
+  // The user's point-to-point channel (lib/comm/p2p.h), made at setup; null before setup and
+  // on the internal levels. Thread-safe to use once set up.
+  P2p* p2p() const { return p2p_.get(); }
+  // How long setup took to make the point-to-point view, in seconds (0 without one).
+  double p2pSetupSeconds() const { return p2pSetupSeconds_; }
   // Collective, once, before the first collective: agrees on the topology — allgathers every
   // rank's RankSummary (and takes rank 0's cost-model parameters) unless the caller passes the
   // agreed topology (a split passes its parent's restricted to its members; tests pass an
@@ -141,6 +149,8 @@ class Comm {
   void abortWith(const std::string& reason, mtxcomm_result_t code = MTXCOMM_REMOTE_ERROR);
   // The node-local and cross-node sub-communicators, built at the first hierarchical call.
   void ensureLevels();
+  // setup's last step: the point-to-point view of the transport (collective under MPI).
+  void makeP2p();
 
   // First: the transport and the segment keep a pointer into it until they are gone.
   std::unique_ptr<FlightRecorder> recorder_;  // null with MTXCOMM_FLIGHT_RECORDER=0
@@ -160,6 +170,9 @@ class Comm {
   // topology (so every rank has the same value); set by setup().
   size_t shmSlotBytes_ = 256 << 10;
   bool setUp_ = false;
+  bool withP2p_ = true;
+  double p2pSetupSeconds_ = 0.0;
+  std::unique_ptr<P2p> p2p_;     // after transport_: stopped before the transport goes
   std::unique_ptr<Comm> local_;  // this rank's node (hierarchical algorithms), or null
   std::unique_ptr<Comm> cross_;  // the ranks with this rank's local index, one per node
   Config config_;

@@ -174,6 +174,36 @@ void Comm::agreeTopology() {
   }
 }
 
+namespace {
+
+// The point-to-point view's context id: the communicator's, mixed with a constant, so that it is
+// distinct from the communicator's own and from its children's (comm.cc, split).
+uint64_t p2pContextId(uint64_t contextId) {
+  uint64_t ctx = (contextId ^ 0x7032703270327032ull) * 0xD6E8FEB86659FD93ull;
+  ctx ^= ctx >> 32;
+  return ctx == 0 ? 1 : ctx;
+}
+
+}  // namespace
+
+void Comm::makeP2p() {
+  const auto start = Clock::now();
+  std::vector<int> everyone(size());
+  for (int r = 0; r < size(); ++r) everyone[r] = r;
+  std::unique_ptr<Transport> view;
+  try {
+    view = transport_->split(everyone, p2pContextId(contextId_));
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", rank(), ": the point-to-point view of the ",
+                                 transport_->name(), " transport: ", e.what()));
+  }
+  view->setCancelToken(cancel_);
+  p2p_ = std::make_unique<P2p>(std::move(view), rank());
+  p2pSetupSeconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+  MTXCOMM_LOG(kDebug, rank(), "point-to-point view over ", transport_->name(), " made in ",
+              p2pSetupSeconds_ * 1e6, " us");
+}
+
 void Comm::setup(const Topology* agreed) {
   if (setUp_) return;
   setUp_ = true;
@@ -193,6 +223,7 @@ void Comm::setup(const Topology* agreed) {
   } else {
     agreeTopology();
   }
+  if (withP2p_) makeP2p();
   size_t shmFree = topo_.minShmFreeBytes();
   if (agreed && !config_.shmSlotBytes && topo_.numNodes() == 1 && n > 1 && config_.shm != "off") {
     // A split: the summaries were taken at the parent's init, before any segment existed; the

@@ -150,11 +150,7 @@ class InprocTransport : public Transport {
         if (backoff.sleeping()) {
           checkCancelled();
           noteWaitingOn(req->peer());
-          std::string reason;
-          if (world_->isDead(ctx_, globalOf_[req->peer()], &reason)) {
-            fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req->peer(), " aborted while this rank waited",
-                 " for a ", what(*req), " (peer's reason: ", reason, ")");
-          }
+          checkPeerAlive(*req);
           if (Clock::now() > deadline) {
             fail(MTXCOMM_TIMEOUT, "timed out waiting for a ", what(*req),
                  " (the peer never posted the matching operation)");
@@ -162,13 +158,26 @@ class InprocTransport : public Transport {
         }
         backoff.pause();
       }
-      if (st == kSizeMismatch) {
-        fail(MTXCOMM_INVALID_USAGE, "size mismatch on a ", what(*req), ": peer posted ",
-             req->otherBytes_,
-             " bytes (the ranks disagree on the call: a different collective, count, datatype or "
-             "root)");
-      }
+      if (st == kSizeMismatch) sizeMismatch(*req);
     }
+  }
+
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    bool all = true;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* req = static_cast<InprocRequest*>(r.get());
+      const int st = req->status_.load(std::memory_order_acquire);
+      if (st == kPending) {
+        checkCancelled();
+        checkPeerAlive(*req);
+        all = false;
+        continue;
+      }
+      if (st == kSizeMismatch) sizeMismatch(*req);
+      r.reset();
+    }
+    return all;
   }
 
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t ctx) override {
@@ -192,6 +201,19 @@ class InprocTransport : public Transport {
       fail(MTXCOMM_INTERNAL_ERROR, "inproc: invalid peer rank ", peer, " (size ", size(), ", rank ",
            rank_, ")");
     }
+  }
+  // Throws MTXCOMM_REMOTE_ERROR when the peer of a pending request has aborted.
+  void checkPeerAlive(const InprocRequest& req) const {
+    std::string reason;
+    if (world_->isDead(ctx_, globalOf_[req.peer()], &reason)) {
+      fail(MTXCOMM_REMOTE_ERROR, "peer rank ", req.peer(), " aborted while this rank waited",
+           " for a ", what(req), " (peer's reason: ", reason, ")");
+    }
+  }
+  [[noreturn]] static void sizeMismatch(const InprocRequest& req) {
+    fail(MTXCOMM_INVALID_USAGE, "size mismatch on a ", what(req), ": peer posted ", req.otherBytes_,
+         " bytes (the ranks disagree on the call: a different collective, count, datatype or "
+         "root)");
   }
   static std::string what(const InprocRequest& r) {
     return strCat(r.isSend() ? "send to" : "receive from", " peer rank ", r.peer(), " (tag ",

@@ -120,45 +120,11 @@ class MpiTransport : public Transport {
       auto* req = static_cast<MpiRequest*>(r.get());
       Backoff backoff;
       std::vector<MPI_Status> statuses(req->chunks.size());  // once per request, not per poll
-      for (;;) {
-        int done = 0;
-        int rc = MPI_Testall(static_cast<int>(req->chunks.size()), req->chunks.data(), &done,
-                             statuses.data());
-        if (rc != MPI_SUCCESS) {
-          std::string detail = mpiErrorString(rc);
-          if (rc == MPI_ERR_IN_STATUS) {
-            for (auto& st : statuses) {
-              if (st.MPI_ERROR != MPI_SUCCESS) detail = mpiErrorString(st.MPI_ERROR);
-            }
-          }
-          bool truncated = false;
-          for (auto& st : statuses) {
-            int cls = 0;
-            if (st.MPI_ERROR != MPI_SUCCESS && MPI_Error_class(st.MPI_ERROR, &cls) == MPI_SUCCESS)
-              truncated = truncated || cls == MPI_ERR_TRUNCATE;
-          }
-          if (truncated) {
-            failWith(MTXCOMM_INVALID_USAGE,
-                     strCat("size mismatch on a ", what(*req), ": the peer sent more bytes (the ",
-                            "ranks disagree on the call: a different collective, count, datatype ",
-                            "or root)"));
-          }
-          failWith(MTXCOMM_REMOTE_ERROR, strCat("MPI failed on a ", what(*req), ": ", detail));
-        }
-        if (done) {
-          if (!req->isSend()) checkReceivedBytes(*req, statuses);
-          break;
-        }
+      while (!testRequest(*req, statuses)) {
         if (backoff.sleeping()) {
           checkCancelled();
           noteWaitingOn(req->peer());
-          checkAborts(*req);
-          int dead = liveness_.findDeadPeer();
-          if (dead >= 0) {
-            failWith(MTXCOMM_REMOTE_ERROR,
-                     strCat("peer rank ", dead, " (on this node) has exited while this rank ",
-                            "waited for a ", what(*req)));
-          }
+          checkPeersGone(*req);
           if (Clock::now() > deadline) {
             failWith(MTXCOMM_TIMEOUT, strCat("timed out waiting for a ", what(*req)));
           }
@@ -166,6 +132,26 @@ class MpiTransport : public Transport {
         backoff.pause();
       }
     }
+  }
+
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    checkHealthy();
+    const MpiRequest* pending = nullptr;
+    std::vector<MPI_Status> statuses;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* req = static_cast<MpiRequest*>(r.get());
+      statuses.resize(req->chunks.size());
+      if (testRequest(*req, statuses)) {
+        r.reset();
+      } else if (!pending) {
+        pending = req;
+      }
+    }
+    if (!pending) return true;
+    checkCancelled();
+    checkPeersGone(*pending);
+    return false;
   }
 
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t) override {
@@ -220,6 +206,48 @@ class MpiTransport : public Transport {
   }
 
  private:
+  // One MPI_Testall over req's chunks: true once complete (a receive's byte count checked).
+  // Throws on an MPI failure (a truncation: the ranks disagree on the sizes).
+  bool testRequest(MpiRequest& req, std::vector<MPI_Status>& statuses) {
+    int done = 0;
+    int rc =
+        MPI_Testall(static_cast<int>(req.chunks.size()), req.chunks.data(), &done, statuses.data());
+    if (rc != MPI_SUCCESS) {
+      std::string detail = mpiErrorString(rc);
+      if (rc == MPI_ERR_IN_STATUS) {
+        for (auto& st : statuses) {
+          if (st.MPI_ERROR != MPI_SUCCESS) detail = mpiErrorString(st.MPI_ERROR);
+        }
+      }
+      bool truncated = false;
+      for (auto& st : statuses) {
+        int cls = 0;
+        if (st.MPI_ERROR != MPI_SUCCESS && MPI_Error_class(st.MPI_ERROR, &cls) == MPI_SUCCESS)
+          truncated = truncated || cls == MPI_ERR_TRUNCATE;
+      }
+      if (truncated) {
+        failWith(MTXCOMM_INVALID_USAGE,
+                 strCat("size mismatch on a ", what(req), ": the peer sent more bytes (the ",
+                        "ranks disagree on the call: a different collective, count, datatype ",
+                        "or root)"));
+      }
+      failWith(MTXCOMM_REMOTE_ERROR, strCat("MPI failed on a ", what(req), ": ", detail));
+    }
+    if (done && !req.isSend()) checkReceivedBytes(req, statuses);
+    return done != 0;
+  }
+
+  // The slow checks of a wait on pending: a peer's ABORT, a node-local peer gone.
+  void checkPeersGone(const MpiRequest& pending) {
+    checkAborts(pending);
+    int dead = liveness_.findDeadPeer();
+    if (dead >= 0) {
+      failWith(MTXCOMM_REMOTE_ERROR,
+               strCat("peer rank ", dead, " (on this node) has exited while this rank ",
+                      "waited for a ", what(pending)));
+    }
+  }
+
   // A shorter message than the receive expected means the ranks disagree on the schedule.
   void checkReceivedBytes(const MpiRequest& req, std::vector<MPI_Status>& statuses) {
     size_t got = 0;

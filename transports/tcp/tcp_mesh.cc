@@ -121,6 +121,13 @@ void TcpShared::progress() {
   }
 }
 
+void TcpShared::progressWrites() {
+  for (int g = 0; g < size(); ++g) {
+    if (g == rank_ || peers_[g].closed || peers_[g].fd < 0) continue;
+    writePeer(g);
+  }
+}
+
 void TcpShared::pollSet(std::vector<pollfd>& pfds) const {
   pfds.clear();
   for (int g = 0; g < size(); ++g) {

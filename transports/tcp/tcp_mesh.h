@@ -152,6 +152,9 @@ class TcpShared {
   // One non-blocking round over every open peer: write what the sockets take, read what they
   // have. Throws (failing the state) on a size mismatch.
   void progress();
+  // The writing half of progress(): what another thread's poll(2) cannot miss (a read here
+  // would take the data that is to wake it).
+  void progressWrites();
 
   // The poll(2) set for the next wait: every open peer for reading, those with queued sends for
   // writing.

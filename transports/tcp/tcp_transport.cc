@@ -109,16 +109,7 @@ class TcpTransport : public Transport {
 
   void waitAll(std::vector<RequestPtr>& reqs, Clock::time_point deadline) override {
     const auto start = Clock::now();
-    std::vector<TcpRequest*> mine;
-    mine.reserve(reqs.size());
-    for (auto& r : reqs) {
-      if (!r) continue;
-      auto* t = dynamic_cast<TcpRequest*>(r.get());
-      if (t == nullptr || t->shared() != shared_.get()) {
-        fail(MTXCOMM_INVALID_USAGE, "tcp transport: waitAll given a request of another transport");
-      }
-      mine.push_back(t);
-    }
+    const std::vector<TcpRequest*> mine = ownRequests(reqs, "waitAll");
     std::vector<pollfd> pfds;
     std::unique_lock<std::mutex> lock(shared_->mu);
     for (bool slow = false;; slow = true) {
@@ -161,6 +152,38 @@ class TcpTransport : public Transport {
     }
   }
 
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    const std::vector<TcpRequest*> mine = ownRequests(reqs, "testAll");
+    if (mine.empty()) return true;
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->checkFailed();
+    // A thread of another view asleep in poll(2) reads for everyone when it wakes; reading here
+    // could take the data that is to wake it.
+    if (shared_->poller_active) {
+      shared_->progressWrites();
+    } else {
+      shared_->progress();
+    }
+    const TcpRequest* pending = nullptr;
+    std::vector<bool> done(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) {
+      done[i] = mine[i]->done();
+      if (!done[i] && !pending) pending = mine[i];
+    }
+    if (pending) {
+      checkCancelled();
+      checkPeersGone(mine, *pending, /*slow=*/true);
+    }
+    // Released without the lock: a request's destructor takes it.
+    lock.unlock();
+    size_t i = 0;
+    for (auto& r : reqs) {
+      if (!r) continue;
+      if (done[i++]) r.reset();
+    }
+    return pending == nullptr;
+  }
+
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t context_id) override {
     std::vector<int> global;
     int new_rank = -1;
@@ -192,6 +215,22 @@ class TcpTransport : public Transport {
   }
 
  private:
+  // The requests of reqs (null entries skipped), each checked to be of this transport.
+  std::vector<TcpRequest*> ownRequests(std::vector<RequestPtr>& reqs, const char* entry) const {
+    std::vector<TcpRequest*> mine;
+    mine.reserve(reqs.size());
+    for (auto& r : reqs) {
+      if (!r) continue;
+      auto* t = dynamic_cast<TcpRequest*>(r.get());
+      if (t == nullptr || t->shared() != shared_.get()) {
+        fail(MTXCOMM_INVALID_USAGE, "tcp transport: ", entry,
+             " given a request of another transport");
+      }
+      mine.push_back(t);
+    }
+    return mine;
+  }
+
   // "receive from peer rank 1 (tag 3, 8 bytes)"
   static std::string describe(const TcpRequest& t) {
     return strCat(t.isSend() ? "send to" : "receive from", " peer rank ", t.peer(), " (tag ",

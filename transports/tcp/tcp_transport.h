@@ -20,7 +20,8 @@
 // before their receive is posted are copied to the heap (the unexpected queue). Progress is made in
 // waitAll with non-blocking sockets and poll(2): while a send waits for room in a socket buffer,
 // incoming data from every peer keeps being read, so two ranks sending large messages to each other
-// cannot deadlock.
+// cannot deadlock. testAll makes one such round without blocking (only its writing half while a
+// thread of another view sleeps in poll(2), which reads for everyone when it wakes).
 //
 // Views and threads: split() returns a view sharing the sockets and the matching state (one
 // mutex guards it), with its own rank translation and context id; the root transport uses

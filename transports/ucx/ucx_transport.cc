@@ -263,11 +263,17 @@ class UcxShared {
     }
     ucs_status_t s = ucx().ucp_worker_arm(w_->worker);
     if (s == UCS_ERR_BUSY) return;  // events pending: progress again
+    sleeping = true;
     lk.unlock();
     pollfd pfd{w_->efd, POLLIN, 0};
     ::poll(&pfd, 1, ms);
     lk.lock();
+    sleeping = false;
   }
+
+  // A thread sleeps on the armed worker (sleep()): testAll then leaves progress to it, since
+  // progress here could take the events that are to wake it (it would sleep its full time).
+  bool sleeping = false;
 
   ucp_worker_h worker() const { return w_->worker; }
   const UcxApi& ucx() const { return *w_->api; }
@@ -346,14 +352,7 @@ class UcxTransport : public Transport {
     UcxShared& s = *shared_;
     std::unique_lock<std::mutex> lk(s.mu);
     checkHealthy();
-    std::vector<UcxRequest*> mine;
-    for (RequestPtr& r : reqs) {
-      if (!r) continue;
-      auto* u = dynamic_cast<UcxRequest*>(r.get());
-      if (!u)
-        fail(MTXCOMM_INVALID_USAGE, "ucx transport: waitAll given a request of another transport");
-      mine.push_back(u);
-    }
+    const std::vector<UcxRequest*> mine = ownRequests(reqs, "waitAll");
     int polls = 0;
     for (;;) {
       while (s.ucx().ucp_worker_progress(s.worker()) != 0) {
@@ -386,6 +385,39 @@ class UcxTransport : public Transport {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       s.sleep(lk, static_cast<int>(std::clamp<long>(left.count(), 1, kMaxPollMs)));
     }
+  }
+
+  bool testAll(std::vector<RequestPtr>& reqs) override {
+    UcxShared& s = *shared_;
+    std::unique_lock<std::mutex> lk(s.mu);
+    checkHealthy();
+    const std::vector<UcxRequest*> mine = ownRequests(reqs, "testAll");
+    while (!s.sleeping && s.ucx().ucp_worker_progress(s.worker()) != 0) {
+    }
+    std::vector<bool> done(mine.size(), true);
+    bool all = true;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      for (UcxOp& op : mine[i]->ops) {
+        if (!s.test(*mine[i], op)) {
+          done[i] = false;
+          continue;
+        }
+        checkOp(*mine[i], op);
+      }
+      all = all && done[i];
+    }
+    if (!all) {
+      checkCancelled();
+      s.receiveAborts();
+      checkPeers(mine);
+    }
+    lk.unlock();  // a request's destructor takes the lock
+    size_t i = 0;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      if (done[i++]) r.reset();
+    }
+    return all;
   }
 
   std::unique_ptr<Transport> split(const std::vector<int>& members, uint64_t contextId) override {
@@ -421,6 +453,21 @@ class UcxTransport : public Transport {
     auto r = std::make_unique<UcxRequest>(shared_, peer, members_[peer], isSend, bytes, tag);
     shared_->post(*r, ctxBits_, buf, bytes);
     return r;
+  }
+
+  // The requests of reqs (null entries skipped), each checked to be a UCX one.
+  static std::vector<UcxRequest*> ownRequests(std::vector<RequestPtr>& reqs, const char* entry) {
+    std::vector<UcxRequest*> mine;
+    for (RequestPtr& r : reqs) {
+      if (!r) continue;
+      auto* u = dynamic_cast<UcxRequest*>(r.get());
+      if (!u) {
+        fail(MTXCOMM_INVALID_USAGE, "ucx transport: ", entry,
+             " given a request of another transport");
+      }
+      mine.push_back(u);
+    }
+    return mine;
   }
 
   void checkHealthy() const {

@@ -26,7 +26,9 @@
 //
 // Progress and waiting: waitAll drives ucp_worker_progress; after a short spin it arms the
 // worker's event file descriptor (UCP_FEATURE_WAKEUP) and sleeps in poll(2) for at most 100 ms
-// at a time, so a waiting rank does not burn a core.
+// at a time, so a waiting rank does not burn a core. testAll progresses once without blocking
+// (not at all while another view's thread sleeps on the armed worker: that one progresses
+// for every view when it wakes).
 //
 // Errors: endpoints to other nodes use UCP_ERR_HANDLING_MODE_PEER; a failed endpoint (closed
 // connection, peer gone, unreachable) marks its peer lost, and a waitAll that involves that peer

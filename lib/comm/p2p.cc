@@ -1,0 +1,406 @@
+// The communicator's point-to-point channel (p2p.h): the queue, the progress thread, the
+// header protocol and the waits.
+#include "lib/comm/p2p.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <system_error>
+
+#include "lib/base/error.h"
+#include "lib/base/spin.h"
+
+namespace mtxcomm {
+
+// What the user threads and the progress thread share, under mu. Operations hold it too, so a
+// wait outlives neither the channel's lock nor its failure state.
+class P2pHub {
+ public:
+  std::mutex mu;
+  std::condition_variable work;  // the progress thread sleeps on it: a post, a failure
+  std::condition_variable done;  // waiters sleep on it: a completion
+  std::deque<P2pOpPtr> queue;    // posted, not taken by the thread yet
+  bool started = false;          // the thread runs (or ran); false: failChannel() aborts the view
+  bool failed = false;
+  mtxcomm_result_t code = MTXCOMM_SUCCESS;
+  std::string reason;     // the first failure
+  bool finished = false;  // the thread has ended: failChannel() aborts the view where asked
+  bool tellPeers = false;
+  bool viewAborted = false;
+
+  // Under mu.
+  void failLocked(mtxcomm_result_t c, const std::string& r, bool tell) {
+    if (!failed) {
+      failed = true;
+      code = c;
+      reason = r;
+    }
+    tellPeers = tellPeers || tell;
+    work.notify_all();
+  }
+};
+
+namespace {
+
+constexpr uint64_t kHeaderMagic = 0x7032706d74786d31ull;  // "1mxtmp2p": catches a framing slip
+
+std::chrono::steady_clock::duration secondsToDuration(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::min(s, 31536000.0)));
+}
+
+}  // namespace
+
+std::string describeP2pOp(const P2pOp& op) {
+  return strCat(op.isSend ? "send to" : "receive from", " peer rank ", op.peer, " (tag ", op.tag,
+                ", ", op.bytes, " bytes)");
+}
+
+mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* message) {
+  static const int kSpin = pausesFor(kSpinMicros);
+  if (!spinUntil(kSpin, [&] { return op.done.load(std::memory_order_acquire); })) {
+    P2pHub& hub = *op.hub;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + secondsToDuration(timeoutSeconds);
+    std::unique_lock<std::mutex> lock(hub.mu);
+    bool timedOut = false;
+    while (!op.done.load(std::memory_order_acquire)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!timedOut && now >= deadline) {
+        // The channel fails; the progress thread completes op (and every other) with it.
+        hub.failLocked(
+            MTXCOMM_TIMEOUT,
+            strCat("timed out after ", timeoutSeconds, " s waiting for the ", describeP2pOp(op),
+                   " (MTXCOMM_TIMEOUT, or the timeout of mtxcomm_wait); point-to-point "
+                   "on this communicator is failed from now on"),
+            /*tell=*/false);
+        timedOut = true;
+      }
+      const auto until = timedOut ? now + std::chrono::milliseconds(50) : deadline;
+      hub.done.wait_until(lock, until);
+    }
+  }
+  if (message) *message = op.message;
+  return op.code;
+}
+
+P2p::P2p(std::unique_ptr<Transport> view, int rank)
+    : view_(std::move(view)), rank_(rank), hub_(std::make_shared<P2pHub>()) {}
+
+P2p::~P2p() {
+  stop(MTXCOMM_INVALID_USAGE, "the communicator was destroyed on this rank", /*tellPeers=*/false);
+}
+
+P2pOpPtr P2p::post(bool isSend, int peer, int tag, void* buf, size_t bytes) {
+  auto op = std::make_shared<P2pOp>(hub_, isSend, peer, tag, buf, bytes);
+  std::lock_guard<std::mutex> lock(hub_->mu);
+  if (hub_->failed) {
+    mtxcomm::fail(MTXCOMM_INVALID_USAGE,
+                  "point-to-point on this communicator failed earlier: ", hub_->reason);
+  }
+  if (!hub_->started) {
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {
+      mtxcomm::fail(MTXCOMM_SYSTEM_ERROR,
+                    "cannot start the point-to-point progress thread: ", e.what());
+    }
+    hub_->started = true;
+  }
+  hub_->queue.push_back(op);
+  hub_->work.notify_one();
+  return op;
+}
+
+void P2p::failChannel(mtxcomm_result_t code, const std::string& reason, bool tellPeers) {
+  bool abortHere = false;
+  {
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    hub_->failLocked(code, reason, tellPeers);
+    if (!hub_->started || hub_->finished) {
+      // No thread uses the view, and none will start (the channel has failed).
+      hub_->started = true;
+      abortHere = true;
+    }
+  }
+  if (abortHere) abortViewOnce();
+}
+
+void P2p::stop(mtxcomm_result_t code, const std::string& reason, bool tellPeers) {
+  failChannel(code, reason, tellPeers);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void P2p::abortViewOnce() {
+  {
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    if (!hub_->tellPeers || hub_->viewAborted) return;
+    hub_->viewAborted = true;
+  }
+  try {
+    view_->abort(strCat("rank ", rank_, ": ", hub_->reason));
+  } catch (...) {
+    // Best effort: the peers then fail at their timeout.
+  }
+}
+
+void P2p::run() {
+  std::deque<P2pOpPtr> fresh;
+  int idle = 0;  // rounds in a row in which nothing moved
+  std::unique_lock<std::mutex> lock(hub_->mu);
+  for (;;) {
+    if (hub_->failed) break;
+    fresh.swap(hub_->queue);
+    lock.unlock();
+    bool moved = !fresh.empty();
+    try {
+      for (const P2pOpPtr& op : fresh) start(op);
+      fresh.clear();
+      if (!reqs_.empty() && poll()) moved = true;
+    } catch (const Error& e) {
+      lock.lock();
+      // Operations taken but not started yet are failed with the others.
+      for (auto& op : fresh) hub_->queue.push_front(std::move(op));
+      fresh.clear();
+      hub_->failLocked(e.code(), e.what(), /*tell=*/false);
+      continue;
+    } catch (const std::bad_alloc&) {
+      lock.lock();
+      for (auto& op : fresh) hub_->queue.push_front(std::move(op));
+      fresh.clear();
+      hub_->failLocked(MTXCOMM_SYSTEM_ERROR, "out of memory", /*tell=*/false);
+      continue;
+    }
+    lock.lock();
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (!hub_->queue.empty() || hub_->failed) continue;
+    if (reqs_.empty()) {
+      // Nothing in flight: sleep until a post or a failure.
+      hub_->work.wait(lock, [&] { return !hub_->queue.empty() || hub_->failed; });
+      idle = 0;
+      continue;
+    }
+    // In flight, nothing moved: spin, yield, then sleep in growing steps (a post wakes it).
+    ++idle;
+    if (idle < 64) {
+      lock.unlock();
+      cpuPause();
+      lock.lock();
+    } else if (idle < 128) {
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+    } else {
+      const int us = std::min(1000, 10 << std::min(idle - 128, 7));
+      hub_->work.wait_for(lock, std::chrono::microseconds(us));
+    }
+  }
+  lock.unlock();
+  failAll();
+}
+
+void P2p::failAll() {
+  std::deque<P2pOpPtr> queued;
+  mtxcomm_result_t code;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    queued.swap(hub_->queue);
+    code = hub_->code;
+    reason = hub_->reason;
+  }
+  // Abandoned first: once the requests are gone, no transport touches a user buffer.
+  std::vector<P2pOpPtr> ops;
+  reqs_.clear();
+  for (Slot& s : slots_) {
+    if (s.op) ops.push_back(std::move(s.op));
+  }
+  slots_.clear();
+  for (auto& [key, q] : recvs_) ops.insert(ops.end(), q.begin(), q.end());
+  recvs_.clear();
+  for (auto& [tag, q] : selfRecvs_) ops.insert(ops.end(), q.begin(), q.end());
+  selfRecvs_.clear();
+  selfMsgs_.clear();
+  ops.insert(ops.end(), queued.begin(), queued.end());
+  for (const P2pOpPtr& op : ops) {
+    if (op->done.load(std::memory_order_acquire)) continue;  // a send of two parts, listed twice
+    complete(*op, code, strCat("rank ", rank_, ": ", describeP2pOp(*op), ": ", reason));
+  }
+  {
+    // From here failChannel() aborts the view itself where asked; before, it is asked here.
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    hub_->finished = true;
+  }
+  abortViewOnce();
+}
+
+void P2p::complete(P2pOp& op, mtxcomm_result_t code, std::string message) {
+  op.code = code;
+  op.message = std::move(message);
+  {
+    std::lock_guard<std::mutex> lock(hub_->mu);
+    op.done.store(true, std::memory_order_release);
+  }
+  hub_->done.notify_all();
+}
+
+void P2p::add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch) {
+  reqs_.push_back(std::move(req));
+  slots_.push_back(Slot{std::move(op), part, std::move(scratch)});
+}
+
+void P2p::start(const P2pOpPtr& op) {
+  if (op->peer == rank_) {
+    startSelf(op);
+    return;
+  }
+  if (!op->isSend) {
+    auto& q = recvs_[Key(op->peer, op->tag)];
+    q.push_back(op);
+    if (q.size() == 1) postHeader(op);
+    return;
+  }
+  const uint64_t bytes = op->bytes;
+  std::memcpy(op->header, &bytes, 8);
+  std::memcpy(op->header + 8, &kHeaderMagic, 8);
+  const bool inlined = op->bytes <= P2pOp::kInlineBytes;
+  if (inlined && op->bytes > 0) std::memcpy(op->header + 16, op->buf, op->bytes);
+  op->partsLeft = inlined ? 1 : 2;
+  add(view_->isend(op->peer, op->tag, op->header, P2pOp::kHeaderBytes), op, Part::kSend);
+  if (!inlined) add(view_->isend(op->peer, op->tag, op->buf, op->bytes), op, Part::kSend);
+}
+
+void P2p::startSelf(const P2pOpPtr& op) {
+  if (op->isSend) {
+    auto& recvs = selfRecvs_[op->tag];
+    if (recvs.empty()) {
+      const char* data = static_cast<const char*>(op->buf);
+      selfMsgs_[op->tag].emplace_back(data, data + op->bytes);
+      selfRecvs_.erase(op->tag);
+    } else {
+      P2pOpPtr recv = std::move(recvs.front());
+      recvs.pop_front();
+      if (recvs.empty()) selfRecvs_.erase(op->tag);
+      if (recv->bytes != op->bytes) {
+        mismatch(*recv, op->bytes);
+      } else {
+        if (op->bytes) std::memcpy(recv->buf, op->buf, op->bytes);
+        complete(*recv, MTXCOMM_SUCCESS, "");
+      }
+    }
+    complete(*op, MTXCOMM_SUCCESS, "");
+    return;
+  }
+  auto it = selfMsgs_.find(op->tag);
+  if (it == selfMsgs_.end()) {
+    selfRecvs_[op->tag].push_back(op);
+    return;
+  }
+  std::vector<char> msg = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) selfMsgs_.erase(it);
+  if (msg.size() != op->bytes) {
+    mismatch(*op, msg.size());
+    return;
+  }
+  if (op->bytes) std::memcpy(op->buf, msg.data(), op->bytes);
+  complete(*op, MTXCOMM_SUCCESS, "");
+}
+
+void P2p::postHeader(const P2pOpPtr& op) {
+  add(view_->irecv(op->peer, op->tag, op->header, P2pOp::kHeaderBytes), op, Part::kHeader);
+}
+
+bool P2p::poll() {
+  view_->testAll(reqs_);
+  // Completed slots are taken out first: handling them posts new requests.
+  std::vector<Slot> finished;
+  size_t keep = 0;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    if (!reqs_[i]) {
+      finished.push_back(std::move(slots_[i]));
+      continue;
+    }
+    if (keep != i) {
+      reqs_[keep] = std::move(reqs_[i]);
+      slots_[keep] = std::move(slots_[i]);
+    }
+    ++keep;
+  }
+  reqs_.resize(keep);
+  slots_.resize(keep);
+  for (Slot& s : finished) onDone(s);
+  return !finished.empty();
+}
+
+void P2p::onDone(Slot& slot) {
+  switch (slot.part) {
+    case Part::kSend:
+      if (--slot.op->partsLeft == 0) complete(*slot.op, MTXCOMM_SUCCESS, "");
+      break;
+    case Part::kHeader:
+      onHeader(slot.op);
+      break;
+    case Part::kPayload:
+      complete(*slot.op, MTXCOMM_SUCCESS, "");
+      break;
+    case Part::kDrain:
+      break;  // the scratch goes with the slot
+  }
+}
+
+void P2p::onHeader(const P2pOpPtr& op) {
+  uint64_t sent = 0, magic = 0;
+  std::memcpy(&sent, op->header, 8);
+  std::memcpy(&magic, op->header + 8, 8);
+  if (magic != kHeaderMagic) {
+    mtxcomm::fail(MTXCOMM_INTERNAL_ERROR,
+                  "point-to-point: a malformed message header from peer rank ", op->peer, " (tag ",
+                  op->tag, ")");
+  }
+  const Key key(op->peer, op->tag);
+  auto& q = recvs_[key];
+  q.pop_front();  // op: one header receive per (peer, tag) at a time, for the oldest receive
+  if (sent != op->bytes) {
+    if (sent > P2pOp::kInlineBytes) {
+      std::unique_ptr<char[]> scratch(new (std::nothrow) char[sent]);
+      if (!scratch) {
+        mtxcomm::fail(MTXCOMM_SYSTEM_ERROR,
+                      "point-to-point: out of memory draining a mismatched message of ", sent,
+                      " bytes from peer rank ", op->peer, " (tag ", op->tag, ")");
+      }
+      char* where = scratch.get();
+      add(view_->irecv(op->peer, op->tag, where, sent), nullptr, Part::kDrain, std::move(scratch));
+    }
+    mismatch(*op, sent);
+  } else if (sent <= P2pOp::kInlineBytes) {
+    if (sent) std::memcpy(op->buf, op->header + 16, sent);
+    complete(*op, MTXCOMM_SUCCESS, "");
+  } else {
+    add(view_->irecv(op->peer, op->tag, op->buf, sent), op, Part::kPayload);
+  }
+  // The next receive of (peer, tag) matches the next message: post its header receive now.
+  if (q.empty()) {
+    recvs_.erase(key);
+  } else {
+    postHeader(q.front());
+  }
+}
+
+void P2p::mismatch(P2pOp& recv, size_t sentBytes) {
+  complete(recv, MTXCOMM_INVALID_USAGE,
+           strCat("rank ", rank_,
+                  ": size mismatch on a point-to-point message: the receive from "
+                  "peer rank ",
+                  recv.peer, " (tag ", recv.tag, ") is for ", recv.bytes,
+                  " bytes, the matching send of peer rank ", recv.peer, " has ", sentBytes,
+                  " bytes (nothing was written to the receive buffer; the message is consumed)"));
+}
+
+}  // namespace mtxcomm

@@ -1,0 +1,156 @@
+// The user's point-to-point messages of one communicator (mtxcomm_isend, mtxcomm_irecv and
+// friends in the C API).
+//
+// Isolation. A communicator's user messages travel over a view of its transport of their own
+// (Transport::split over every rank, with a context id derived from the communicator's), made
+// at setup while every rank is present (MPI_Comm_create_group is collective), so they never
+// match the messages of the collective algorithms, whatever the tags. Over shared memory the
+// view is that of the point-to-point transport (MPI, TCP or UCX): this first version does not
+// use the shared-memory segment for user messages.
+//
+// Protocol. Each user message is a fixed-size header message (kHeaderBytes: the byte count,
+// and the payload itself when it fits in kInlineBytes) and, for larger messages, the payload as
+// a second message on the same transport tag. Per (peer, tag) the receiver has one header
+// receive posted at a time, for its oldest receive: once that header has arrived it compares
+// the sizes. Equal: the payload receive is posted straight into the user's buffer. Different:
+// the receive fails with MTXCOMM_INVALID_USAGE naming both byte counts, the peer and the tag;
+// the payload is drained into a scratch buffer and the user's buffer is never written (the
+// send completes normally: only the receiver learns of the mismatch, as in MPI). Matching is
+// MPI's: per (peer, tag), in the order the operations were posted (the transports keep that
+// order for messages of one tag).
+//
+// Progress. One thread per communicator, started by the first point-to-point call, alone calls
+// the view: it posts the queued operations and polls (Transport::testAll), spinning briefly,
+// then yielding, then sleeping in steps of up to 1 ms when nothing moves (a new operation wakes
+// it); with nothing in flight it sleeps until one is posted. User threads only queue operations
+// and wait for their completion (a short spin, then a condition variable), so a thread that
+// posts a receive never waits for an earlier operation, and any thread may post, test or wait,
+// also while another thread runs a collective on the communicator.
+//
+// Self. A message to this rank itself is matched by the progress thread within the process: a
+// send with no receive posted is copied aside and completes at once.
+//
+// Errors. The first failure fails the communicator's point-to-point channel (not its
+// collectives, unless the transport itself failed): every pending operation completes with it,
+// its message naming this rank, the peer, send or receive, tag and bytes; later posts are
+// MTXCOMM_INVALID_USAGE quoting it. Failures: the transport's (a peer gone or aborted:
+// MTXCOMM_REMOTE_ERROR), a wait past its timeout (MTXCOMM_TIMEOUT), the communicator destroyed
+// or aborted on this rank (MTXCOMM_INVALID_USAGE). An abort here, or a collective that fails,
+// also aborts the view, so that peers waiting on this rank fail at once.
+#ifndef MTXCOMM_LIB_COMM_P2P_H_
+#define MTXCOMM_LIB_COMM_P2P_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mtxcomm/mtxcomm.h"
+#include "transports/transport.h"
+
+namespace mtxcomm {
+
+class P2pHub;
+
+// One user send or receive. The fields up to bytes are fixed at post; the result is written
+// once, by the progress thread (or the channel, for one never posted), before done is set.
+struct P2pOp {
+  P2pOp(std::shared_ptr<P2pHub> hub, bool isSend, int peer, int tag, void* buf, size_t bytes)
+      : hub(std::move(hub)), isSend(isSend), peer(peer), tag(tag), buf(buf), bytes(bytes) {}
+  const std::shared_ptr<P2pHub> hub;
+  const bool isSend;
+  const int peer, tag;
+  void* const buf;
+  const size_t bytes;
+
+  std::atomic<bool> done{false};
+  mtxcomm_result_t code = MTXCOMM_SUCCESS;
+  std::string message;  // the error, naming rank, peer, direction, tag and bytes
+
+  // The progress thread's.
+  static constexpr size_t kHeaderBytes = 256;
+  static constexpr size_t kInlineBytes = kHeaderBytes - 16;  // after u64 bytes, u64 reserved
+  alignas(8) unsigned char header[kHeaderBytes] = {};
+  int partsLeft = 0;  // a send's transport messages still in flight
+};
+using P2pOpPtr = std::shared_ptr<P2pOp>;
+
+// "send to peer rank 1 (tag 3, 8 bytes)"
+std::string describeP2pOp(const P2pOp& op);
+
+// Waits until op completes and returns its result (*message: its error). timeoutSeconds > 0:
+// past it the channel fails with MTXCOMM_TIMEOUT naming op (and the wait then returns once the
+// progress thread has completed op). Spins briefly, then sleeps. Any thread.
+mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* message);
+
+class P2p {
+ public:
+  // view: the communicator's point-to-point view (its own context); rank: the communicator's.
+  P2p(std::unique_ptr<Transport> view, int rank);
+  // Fails what is pending ("the communicator was destroyed") and stops the thread.
+  ~P2p();
+  P2p(const P2p&) = delete;
+  P2p& operator=(const P2p&) = delete;
+
+  // Queues a send (buf read-only) or a receive; peer and tag are checked by the caller. Throws
+  // MTXCOMM_INVALID_USAGE when the channel has failed, MTXCOMM_SYSTEM_ERROR when the thread
+  // cannot start. Any thread.
+  P2pOpPtr post(bool isSend, int peer, int tag, void* buf, size_t bytes);
+
+  // Fails the channel with code and reason (the first failure wins); with tellPeers the view
+  // is aborted too (Transport::abort), so peers waiting on this rank fail at once. Returns at
+  // once; the thread completes what is pending. Any thread.
+  void failChannel(mtxcomm_result_t code, const std::string& reason, bool tellPeers);
+  // failChannel(), then waits for the thread to end (every operation completed). Not from the
+  // thread.
+  void stop(mtxcomm_result_t code, const std::string& reason, bool tellPeers);
+
+ private:
+  enum class Part { kSend, kHeader, kPayload, kDrain };
+  struct Slot {
+    P2pOpPtr op;
+    Part part;
+    std::unique_ptr<char[]> scratch;  // kDrain: where a mismatched payload goes
+  };
+  using Key = std::pair<int, int>;  // (peer, tag)
+
+  void run();
+  void start(const P2pOpPtr& op);
+  void startSelf(const P2pOpPtr& op);
+  void postHeader(const P2pOpPtr& op);
+  void add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch = nullptr);
+  // One testAll; handles what completed. Whether anything did.
+  bool poll();
+  void onDone(Slot& slot);
+  void onHeader(const P2pOpPtr& op);
+  void complete(P2pOp& op, mtxcomm_result_t code, std::string message);
+  void mismatch(P2pOp& recv, size_t sentBytes);
+  // The thread's end: every operation it holds completes with the failure; the view is
+  // aborted when asked.
+  void failAll();
+  // view_->abort once, where asked (hub's lock not held).
+  void abortViewOnce();
+
+  std::unique_ptr<Transport> view_;
+  const int rank_;
+  std::shared_ptr<P2pHub> hub_;
+  std::thread thread_;
+  // The thread's own state.
+  std::vector<RequestPtr> reqs_;
+  std::vector<Slot> slots_;                                // parallel to reqs_
+  std::map<Key, std::deque<P2pOpPtr>> recvs_;              // front: its header receive is posted
+  std::map<int, std::deque<P2pOpPtr>> selfRecvs_;          // per tag, no message yet
+  std::map<int, std::deque<std::vector<char>>> selfMsgs_;  // per tag, no receive yet
+};
+
+}  // namespace mtxcomm
+
+#endif  // MTXCOMM_LIB_COMM_P2P_H_
