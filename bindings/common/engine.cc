@@ -118,6 +118,7 @@ Status Engine::init() {
   stopped_ = false;
   failure_ = {};
   wakeComm_ = notifies_ ? comm : nullptr;
+  worldComm = comm;
   thread_ = std::thread([this] { loop(); });
   return {};
 }
@@ -243,6 +244,7 @@ void Engine::loop() {
   }
   std::lock_guard<std::mutex> held(cycleMu_);  // no submitter runs a cycle any more (stopped)
   wakeComm_ = nullptr;
+  worldComm = nullptr;
   if (timeline_) timeline_->flush();
   // The handle is gone after the call: its error is this thread's record.
   if (const mtxcomm_result_t rc = mtxcomm_comm_destroy(comm_)) {
@@ -337,6 +339,7 @@ int size() { return engine().size.load(); }
 int localRank() { return engine().localRank.load(); }
 int localSize() { return engine().localSize.load(); }
 int cpuShare() { return engine().cpuShare.load(); }
+mtxcomm_comm_t worldComm() { return engine().worldComm.load(); }
 void enqueue(Entry entry) { engine().enqueue(std::move(entry)); }
 uint64_t collectiveCount() { return engine().collectives(); }
 uint64_t inlineCycleCount() { return engine().inlineCycles.load(); }

@@ -74,6 +74,11 @@ int localRank();
 int localSize();
 // This rank's share of its node's cores (mtxcomm_comm_cpu_share); -1 when not initialised.
 int cpuShare();
+// The world communicator while the engine runs, else null: for point-to-point calls beside
+// the engine (mtxcomm_isend/irecv may be called from any thread while the engine runs
+// collectives on it). The handle is destroyed by shutdown: later calls on it fail with
+// MTXCOMM_INVALID_ARGUMENT (the registry of live handles), they never touch freed memory.
+mtxcomm_comm_t worldComm();
 // Queues an entry. When the engine is not running or has failed, done is called at once with the
 // error.
 void enqueue(Entry entry);

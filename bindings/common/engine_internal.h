@@ -46,6 +46,9 @@ class Engine {
   std::atomic<uint64_t> inlineCycles{0};  // cycles a submitting thread ran (runInline)
 
   std::atomic<int> rank{-1}, size{-1}, localRank{-1}, localSize{-1}, cpuShare{-1};
+  // The world communicator while the engine runs (null otherwise), for the calls a framework
+  // makes on it beside the engine: point-to-point (thread-safe on any communicator).
+  std::atomic<mtxcomm_comm_t> worldComm{nullptr};
 
  private:
   void loop();

@@ -378,6 +378,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("is_initialized", &eng::isInitialized);
   m.def("rank", &eng::rank);
   m.def("size", &eng::size);
+  m.def(
+      "world_comm", [] { return reinterpret_cast<uintptr_t>(eng::worldComm()); },
+      "The engine's world communicator as an address (0 when not running), for the C API's "
+      "point-to-point calls through ctypes.");
   m.def("local_rank", &eng::localRank);
   m.def("local_size", &eng::localSize);
   m.def("collective_count", &eng::collectiveCount,

@@ -170,6 +170,11 @@ def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
         assert float(m.group(1)) < 60, m.group(0)
 
 
+def test_a_killed_rank_in_a_p2p_exchange_makes_the_others_raise_naming_it(tmp):
+    for m in survivors_of_a_killed_rank_1(ranks("p2p_kill", tmp, size=3)):
+        assert float(m.group(1)) < 60, m.group(0)
+
+
 def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
     survivors_of_a_killed_rank_1(ranks("ddp_kill", tmp, size=3))
 

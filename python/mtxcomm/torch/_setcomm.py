@@ -45,6 +45,18 @@ _SIGNATURES = {
     "mtxcomm_alltoall": ([_P, _P, _c.c_size_t, _c.c_int, _P, _P], _c.c_int),
     "mtxcomm_alltoallv": ([_P, _SIZES, _SIZES, _P, _SIZES, _SIZES, _c.c_int, _P, _P], _c.c_int),
     "mtxcomm_barrier": ([_P], _c.c_int),
+    # point-to-point (_p2p.py)
+    "mtxcomm_isend": (
+        [_P, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int, _P, _c.POINTER(_P)],
+        _c.c_int,
+    ),
+    "mtxcomm_irecv": (
+        [_P, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int, _P, _c.POINTER(_P)],
+        _c.c_int,
+    ),
+    "mtxcomm_test": ([_P, _c.POINTER(_c.c_int)], _c.c_int),
+    "mtxcomm_wait": ([_P, _c.c_double], _c.c_int),
+    "mtxcomm_request_free": ([_P], _c.c_int),
 }
 _lib = []
 

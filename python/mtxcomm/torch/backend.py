@@ -59,7 +59,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
-from mtxcomm.torch import _bootstrap, _group, _tensors, _work
+from mtxcomm.torch import _bootstrap, _group, _p2p, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
 from mtxcomm.torch._work import Work, collective
 
@@ -511,6 +511,43 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
         return self._work(what, [p], [output], (b, o), finish)
 
     alltoall_base = all_to_all_single
+
+    # -- point-to-point (_p2p.py) --
+
+    def _p2p_comm(self):
+        return _p2p.world_comm() if self._comm is None else self._comm._comm
+
+    def _p2p(self, send, tensors, peer, tag):
+        what = "send" if send else "recv"
+        self._submitter.check_usable()
+        t = self._one(tensors, what, "tensor")
+        _tensors.check(t, what)
+        if not 0 <= peer < self.size():
+            raise ValueError(
+                "mtxcomm backend: %s: peer %d is not a rank of this group of %d"
+                % (what, peer, self.size())
+            )
+        b = _tensors.Buf(t, what, complex_ok=True)
+        p = _p2p.post(
+            self._p2p_comm(),
+            send,
+            b.view,
+            peer,
+            tag,
+            "%s %s rank %d tag %d" % (what, "to" if send else "from", peer, tag),
+        )
+
+        def finish(_):
+            if not send:
+                b.copy_back()
+
+        return self._work(what, [p], [t], b, finish)
+
+    def send(self, tensors, dstRank, tag):
+        return self._p2p(True, tensors, dstRank, tag)
+
+    def recv(self, tensors, srcRank, tag):
+        return self._p2p(False, tensors, srcRank, tag)
 
     # -- barrier --
 

@@ -16,6 +16,9 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
                              a process set added and used, never removed, then a normal exit:
                              the set's communicator must be freed at exit (exit 0, no
                              std::terminate of its threads)
+    torch_fault.py p2p_kill  ranks exchange with isend/irecv (1 MiB) with their neighbours in a
+                             loop; rank 1 SIGKILLs itself after 3 rounds: the others' waits must
+                             raise, naming it (prints RAISED <seconds> <msg>)
     torch_fault.py destroy   an async allreduce of a temporary, its Work dropped, then
                              destroy_process_group() while it is in flight (rank 1 comes 1 s
                              late): the tensors allocated after it must keep their values
@@ -88,6 +91,27 @@ if mode == "destroy":
     bad = [k for k, x in enumerate(junk) if not bool((x == 1000 + k).all())]
     report("JUNK", rank, "corrupted %s" % bad[:5] if bad else "intact")
     os._exit(4 if bad else 0)
+if mode == "p2p_kill":
+    n, size = 1 << 18, dist.get_world_size()
+    start = time.monotonic()
+    try:
+        for step in range(100000):
+            if rank == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            got = torch.empty(n)
+            works = [
+                dist.irecv(got, src=(rank - 1) % size),
+                dist.isend(torch.full((n,), float(rank)), dst=(rank + 1) % size),
+            ]
+            for w in works:
+                w.wait()
+        report("NO_ERROR", rank)
+    except Exception as e:  # noqa: BLE001
+        report(
+            "RAISED %.1f %s: %s"
+            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
+        )
+    os._exit(3)
 if mode == "window":
     start = time.monotonic()
     if rank == 1:
