@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test: builds (if needed) and runs ctest — unit tests, the threaded correctness
 # matrix, the mpirun multi-process suite, killed-rank tests and the install/consumer test —,
-# the trust and shm suites again under each forced shm chunking (tests/run_chunkings.sh),
-# then sets up the Python environment (if needed) and runs the TensorFlow binding's pytest
-# suite under mpirun (tests/python/run_suite.sh), and the sanitizer and fuzzing builds
-# (scripts/test_sanitizers.sh: ASan+UBSan, TSan, libFuzzer). Arguments go to ctest.
+# the trust and shm suites again under each forced shm chunking (tests/run_chunkings.sh), the
+# sanitizer and fuzzing builds (scripts/test_sanitizers.sh: ASan+UBSan, TSan, libFuzzer), then
+# sets up the Python environment (if needed) and runs the Python suites under mtxrun/mpirun
+# (tests/python/run_suite.sh: TensorFlow, Keras, the array API, PyTorch). The lint tests need
+# ruff (scripts/install_deps.sh puts it in .venv-lint). Arguments go to ctest.
 set -euo pipefail
 case "${1:-}" in
   -h | --help)

@@ -52,7 +52,9 @@ NAMES = {
 # Headers that are generated into the build tree, and the folder they belong to.
 GENERATED = {"mtxcomm_build_info.h": "lib/comm"}
 SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp", ".c", ".cu", ".cuh")
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Both forms: "x.h" and <x.h> (the repository root is on the include path, so <lib/...> would
+# reach a repository header too); a header outside the repository resolves to None and is skipped.
+INCLUDE = re.compile(r'^\s*#\s*include\s+["<]([^">]+)[">]', re.M)
 
 
 def folder_of(path):

@@ -14,6 +14,7 @@
 
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
+#include "lib/comm/c_api_guard.h"
 #include "lib/comm/config.h"
 #include "lib/comm/handle_registry.h"
 #include "lib/comm/init.h"
@@ -30,62 +31,18 @@ using mtxcomm::Collective;
 using mtxcomm::Comm;
 using mtxcomm::Error;
 
+std::string& mtxcomm::capi::threadError() {
+  thread_local std::string message;
+  return message;
+}
+
+using mtxcomm::capi::guarded;
+using mtxcomm::capi::guardedNoComm;
+using mtxcomm::capi::threadError;
+
 namespace {
 
-thread_local std::string t_lastInitError;
 thread_local std::string t_lastErrorCopy;
-
-// Runs fn; turns an exception into its result code and message.
-template <class Fn>
-mtxcomm_result_t capture(Fn&& fn, std::string* message) {
-  try {
-    fn();
-    return MTXCOMM_SUCCESS;
-  } catch (const Error& e) {
-    *message = e.what();
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    *message = "out of memory";
-    return MTXCOMM_SYSTEM_ERROR;
-  } catch (const std::exception& e) {
-    *message = std::string("internal error: ") + e.what();
-    return MTXCOMM_INTERNAL_ERROR;
-  } catch (...) {
-    *message = "internal error: unknown exception";
-    return MTXCOMM_INTERNAL_ERROR;
-  }
-}
-
-// Entry points without a communicator (init, configuration): errors go to this thread's
-// record, mtxcomm_get_last_error(NULL).
-template <class Fn>
-mtxcomm_result_t guardedNoComm(Fn&& fn) {
-  std::string message;
-  const mtxcomm_result_t code = capture(fn, &message);
-  if (code != MTXCOMM_SUCCESS) t_lastInitError = message;
-  return code;
-}
-
-// Runs fn(comm's Comm) under a lease of a live handle; on failure records the message where
-// mtxcomm_get_last_error(comm) finds it (this thread's record when comm is not live, or is a
-// forked child's parent's).
-template <class Fn>
-mtxcomm_result_t guarded(mtxcomm_comm_t comm, Fn&& fn) {
-  std::string message;
-  bool leased = false;
-  const mtxcomm_result_t code = capture(
-      [&] {
-        mtxcomm::HandleLease lease(comm);
-        leased = true;
-        fn(lease.comm());
-      },
-      &message);
-  if (code == MTXCOMM_SUCCESS) return code;
-  // Live when the call started; it may have been destroyed since, so look again.
-  if (leased && mtxcomm::recordLastError(comm, message)) return code;
-  t_lastInitError = message;
-  return code;
-}
 
 // mtxcomm_comm_destroy and mtxcomm_comm_abort: NULL is ignored; a live handle is retired (a
 // call in flight on another thread ends with "the communicator was <done> (<entry>, another
@@ -107,11 +64,11 @@ mtxcomm_result_t retireEntry(mtxcomm_comm_t comm, const char* entry, const char*
         // Best effort: the communicator is going away regardless.
       }
     } else {
-      pending = capture([&] { c.checkPendingAtDestroy(); }, &t_lastInitError);
+      pending = mtxcomm::capi::capture([&] { c.checkPendingAtDestroy(); }, &threadError());
     }
   };
   if (mtxcomm::retireHandle(comm, reason.c_str(), last)) return pending;
-  t_lastInitError = std::string(entry) + ": " + mtxcomm::notLiveReason(comm);
+  threadError() = std::string(entry) + ": " + mtxcomm::notLiveReason(comm);
   return MTXCOMM_INVALID_ARGUMENT;
 }
 
@@ -220,7 +177,7 @@ mtxcomm::ShmGroup& notifier(Comm& c) {
 template <class Fn>
 mtxcomm_result_t anyThread(mtxcomm_comm_t comm, Fn&& fn) {
   std::string ignored;
-  return capture(
+  return mtxcomm::capi::capture(
       [&] {
         mtxcomm::HandleLease lease(comm);
         fn(lease.comm());
@@ -393,188 +350,6 @@ mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm) {
   return collective(comm, a, nullptr);
 }
 
-}  // extern "C"
-
-// ---- Point-to-point ---------------------------------------------------------------------------
-
-// A request handle: the operation (shared with the communicator's progress thread), the
-// communicator whose last-error record gets its failure, and the timeout a wait defaults to.
-struct mtxcomm_request_s {
-  std::shared_ptr<mtxcomm::P2pOp> op;
-  mtxcomm_comm_t comm;
-  double timeoutSeconds;
-};
-
-namespace {
-
-// The live request handles: a freed or never-made handle is refused, never dereferenced.
-std::mutex g_requestsMu;
-std::unordered_set<const mtxcomm_request_s*>& liveRequests() {
-  static auto* live = new std::unordered_set<const mtxcomm_request_s*>();
-  return *live;
-}
-
-// A copy of a live request's fields; throws MTXCOMM_INVALID_ARGUMENT for another handle.
-mtxcomm_request_s lookupRequest(mtxcomm_request_t req, const char* entry) {
-  if (!req) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, entry, ": req is NULL");
-  std::lock_guard<std::mutex> lock(g_requestsMu);
-  if (!liveRequests().count(req)) {
-    mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, entry,
-                  ": req is not a live request (freed already, or not made by mtxcomm_isend or "
-                  "mtxcomm_irecv)");
-  }
-  return *req;
-}
-
-// Records a request's failure where mtxcomm_get_last_error finds it: its communicator's record
-// while that is live, else this thread's.
-void recordRequestError(mtxcomm_comm_t comm, const std::string& message) {
-  if (!mtxcomm::recordLastError(comm, message)) t_lastInitError = message;
-}
-
-// mtxcomm_isend and mtxcomm_irecv: checks every argument before anything is queued.
-mtxcomm_result_t postP2p(bool isSend, const void* buf, size_t count, mtxcomm_datatype_t datatype,
-                         int peer, int tag, mtxcomm_comm_t comm, mtxcomm_request_t* req) {
-  const char* entry = isSend ? "mtxcomm_isend" : "mtxcomm_irecv";
-  if (req) *req = nullptr;
-  return guarded(comm, [&](Comm& c) {
-    const int me = c.rank(), n = c.size();
-    auto bad = [&](auto&&... what) {
-      mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "rank ", me, ": ", entry, ": ", what...);
-    };
-    if (!req) bad("req (the output pointer) is NULL");
-    const size_t es = mtxcomm::datatypeSize(datatype);
-    if (es == 0) bad("datatype ", static_cast<int>(datatype), " is not a valid mtxcomm_datatype_t");
-    if (peer < 0 || peer >= n)
-      bad("peer ", peer, " is not a rank of this communicator (size ", n, ")");
-    if (tag < 0 || tag > MTXCOMM_P2P_MAX_TAG) {
-      bad("tag ", tag, " is out of range [0, ", MTXCOMM_P2P_MAX_TAG, "] (MTXCOMM_P2P_MAX_TAG)");
-    }
-    if (count > 0 && !buf) bad("buf is NULL with count ", count);
-    if (count > SIZE_MAX / es) bad("count ", count, " x ", es, " bytes overflows size_t");
-    mtxcomm::P2p* p2p = c.p2p();
-    if (!p2p) {
-      mtxcomm::fail(MTXCOMM_INVALID_USAGE, "rank ", me, ": ", entry,
-                    ": this communicator has no point-to-point channel (it was not set up)");
-    }
-    std::shared_ptr<mtxcomm::P2pOp> op;
-    try {
-      op = p2p->post(isSend, peer, tag, const_cast<void*>(buf), count * es);
-    } catch (const Error& e) {
-      throw Error(e.code(), mtxcomm::strCat("rank ", me, ": ", entry, " (peer ", peer, ", tag ",
-                                            tag, "): ", e.what()));
-    }
-    auto* handle = new mtxcomm_request_s{std::move(op), comm, c.config().timeoutSeconds};
-    {
-      std::lock_guard<std::mutex> lock(g_requestsMu);
-      liveRequests().insert(handle);
-    }
-    *req = handle;
-  });
-}
-
-// The outcome of a completed request: its code, its message recorded on failure.
-mtxcomm_result_t finished(const mtxcomm_request_s& r) {
-  const mtxcomm::P2pOp& op = *r.op;
-  if (op.code != MTXCOMM_SUCCESS) recordRequestError(r.comm, op.message);
-  return op.code;
-}
-
-}  // namespace
-
-extern "C" {
-
-mtxcomm_result_t mtxcomm_isend(const void* buf, size_t count, mtxcomm_datatype_t datatype, int peer,
-                               int tag, mtxcomm_comm_t comm, mtxcomm_request_t* req) {
-  return postP2p(true, buf, count, datatype, peer, tag, comm, req);
-}
-
-mtxcomm_result_t mtxcomm_irecv(void* buf, size_t count, mtxcomm_datatype_t datatype, int peer,
-                               int tag, mtxcomm_comm_t comm, mtxcomm_request_t* req) {
-  return postP2p(false, buf, count, datatype, peer, tag, comm, req);
-}
-
-mtxcomm_result_t mtxcomm_test(mtxcomm_request_t req, int* done) {
-  std::string message;
-  const mtxcomm_result_t code = capture(
-      [&] {
-        if (!done) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mtxcomm_test: done is NULL");
-        *done = 0;
-        const mtxcomm_request_s r = lookupRequest(req, "mtxcomm_test");
-        if (!r.op->done.load(std::memory_order_acquire)) return;
-        *done = 1;
-        if (finished(r) != MTXCOMM_SUCCESS) throw Error(r.op->code, r.op->message);
-      },
-      &message);
-  if (code != MTXCOMM_SUCCESS && !(done && *done)) t_lastInitError = message;
-  return code;
-}
-
-mtxcomm_result_t mtxcomm_wait(mtxcomm_request_t req, double timeout_seconds) {
-  std::string message;
-  const mtxcomm_result_t code = capture(
-      [&] {
-        if (std::isnan(timeout_seconds)) {
-          mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mtxcomm_wait: timeout_seconds is NaN");
-        }
-        const mtxcomm_request_s r = lookupRequest(req, "mtxcomm_wait");
-        const double timeout = timeout_seconds > 0 ? timeout_seconds : r.timeoutSeconds;
-        mtxcomm::waitP2pOp(*r.op, timeout, nullptr);
-        if (finished(r) != MTXCOMM_SUCCESS) throw Error(r.op->code, r.op->message);
-      },
-      &message);
-  if (code == MTXCOMM_INVALID_ARGUMENT) t_lastInitError = message;
-  return code;
-}
-
-mtxcomm_result_t mtxcomm_request_free(mtxcomm_request_t req) {
-  if (!req) return MTXCOMM_SUCCESS;
-  std::unique_lock<std::mutex> lock(g_requestsMu);
-  if (!liveRequests().count(req)) {
-    t_lastInitError =
-        "mtxcomm_request_free: req is not a live request (freed already, or not made by "
-        "mtxcomm_isend or mtxcomm_irecv)";
-    return MTXCOMM_INVALID_ARGUMENT;
-  }
-  if (!req->op->done.load(std::memory_order_acquire)) {
-    t_lastInitError = "mtxcomm_request_free: the request is still in flight (" +
-                      mtxcomm::describeP2pOp(*req->op) +
-                      "): wait for it or test it until done first; it was not freed";
-    return MTXCOMM_INVALID_USAGE;
-  }
-  liveRequests().erase(req);
-  lock.unlock();
-  delete req;
-  return MTXCOMM_SUCCESS;
-}
-
-}  // extern "C"
-
-namespace {
-// mtxcomm_send and mtxcomm_recv: post, wait (the communicator's timeout), free.
-mtxcomm_result_t blockingP2p(bool isSend, const void* buf, size_t count,
-                             mtxcomm_datatype_t datatype, int peer, int tag, mtxcomm_comm_t comm) {
-  mtxcomm_request_t req = nullptr;
-  mtxcomm_result_t rc = postP2p(isSend, buf, count, datatype, peer, tag, comm, &req);
-  if (rc != MTXCOMM_SUCCESS) return rc;
-  rc = mtxcomm_wait(req, 0.0);
-  mtxcomm_request_free(req);  // completed: the wait returned
-  return rc;
-}
-}  // namespace
-
-extern "C" {
-
-mtxcomm_result_t mtxcomm_send(const void* buf, size_t count, mtxcomm_datatype_t datatype, int peer,
-                              int tag, mtxcomm_comm_t comm) {
-  return blockingP2p(true, buf, count, datatype, peer, tag, comm);
-}
-
-mtxcomm_result_t mtxcomm_recv(void* buf, size_t count, mtxcomm_datatype_t datatype, int peer,
-                              int tag, mtxcomm_comm_t comm) {
-  return blockingP2p(false, buf, count, datatype, peer, tag, comm);
-}
-
 const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
   switch (result) {
     case MTXCOMM_SUCCESS:
@@ -602,12 +377,12 @@ const char* mtxcomm_get_error_string(mtxcomm_result_t result) {
 const char* mtxcomm_get_last_error(mtxcomm_comm_t comm) {
   // A copy of this thread's own: another thread may record a new error meanwhile.
   if (comm && mtxcomm::copyLastError(comm, &t_lastErrorCopy)) return t_lastErrorCopy.c_str();
-  return t_lastInitError.c_str();
+  return threadError().c_str();
 }
 
 mtxcomm_result_t mtxcomm_get_version(int* version) {
   if (!version) {
-    t_lastInitError = "version (the output pointer) is NULL";
+    threadError() = "version (the output pointer) is NULL";
     return MTXCOMM_INVALID_ARGUMENT;
   }
   *version = MTXCOMM_VERSION_CODE;
@@ -616,7 +391,7 @@ mtxcomm_result_t mtxcomm_get_version(int* version) {
 
 mtxcomm_result_t mtxcomm_get_build_feature(const char* feature, int* built) {
   if (!feature || !built) {
-    t_lastInitError = std::string(!feature ? "feature" : "built") + " is NULL";
+    threadError() = std::string(!feature ? "feature" : "built") + " is NULL";
     return MTXCOMM_INVALID_ARGUMENT;
   }
   // CMake writes each component's state as ON/OFF, TRUE/FALSE or 1/0 (mtxcomm_build_info.h).
@@ -637,7 +412,7 @@ mtxcomm_result_t mtxcomm_get_build_feature(const char* feature, int* built) {
       return MTXCOMM_SUCCESS;
     }
   }
-  t_lastInitError =
+  threadError() =
       std::string("unknown build feature '") + feature + "' (known: mpi, ucx, cuda, nccl, hwloc)";
   return MTXCOMM_INVALID_ARGUMENT;
 }

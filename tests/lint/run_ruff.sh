@@ -4,6 +4,10 @@
 #   format  ruff format --check: fails naming each file `ruff format FILE` would change
 # ruff comes from scripts/install_deps.sh (SOURCE_DIR/.venv-lint), else from PATH.
 set -u
+if [ $# -ne 2 ] || [ ! -d "$1" ]; then
+  echo "usage: run_ruff.sh SOURCE_DIR check|format" >&2
+  exit 2
+fi
 cd "$1" || exit 2
 RUFF=.venv-lint/bin/ruff
 [ -x "$RUFF" ] || RUFF=$(command -v ruff) || {
