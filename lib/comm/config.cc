@@ -279,6 +279,20 @@ const std::vector<ConfigVar>& configVars() {
          "packed into one buffer of up to this many bytes (0: no fusion)",
          {},
          true},
+        {"MTXCOMM_TORCH_INLINE_BYTES",
+         "bytes",
+         "64K",
+         "torch.distributed backend (C++): a collective of at most this many bytes runs on the "
+         "calling thread and returns a completed Work; a larger one runs on the backend's "
+         "worker thread and returns at once (0: every call on the worker)",
+         {}},
+        {"MTXCOMM_TORCH_BACKEND",
+         "enum",
+         "auto",
+         "the \"mtxcomm\" torch.distributed backend: auto (the C++ one when it was built for "
+         "this torch, else the Python one with a warning) or python (the Python one)",
+         {"auto", "python"},
+         true},
         {"MTXCOMM_STALL_WARNING",
          "seconds",
          "60",

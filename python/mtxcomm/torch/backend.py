@@ -53,17 +53,19 @@ that hold buffers and complete futures), which the Horovod-style API (``_ops.py`
 
 import collections
 import datetime
+import os
+import warnings
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
-from mtxcomm.torch import _bootstrap, _group, _p2p, _tensors, _work
+from mtxcomm.torch import _bootstrap, _group, _p2p, _setcomm, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
 from mtxcomm.torch._work import Work, collective
 
-__all__ = ["MtxcommBackend", "Work", "register"]
+__all__ = ["MtxcommBackend", "Work", "python_backend", "register"]
 
 BACKEND_NAME = "mtxcomm"
 
@@ -575,18 +577,90 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
         _core.shutdown()
 
 
+# ---- the C++ backend (bindings/torch: mtxcomm.torch._c10d) --------------------------------
+
+_NATIVE_KEY = "mtxcomm/c10d"
+REBUILD = "pip install --no-build-isolation --force-reinstall ."
+_warned = []
+
+
+def _torch_version():
+    return str(torch.__version__)
+
+
+def _native_module():
+    """(mtxcomm.torch._c10d, None) when the C++ backend can serve, else (None, why)."""
+    choice = os.environ.get("MTXCOMM_TORCH_BACKEND", "auto").strip().lower() or "auto"
+    if choice == "python":
+        return None, None  # asked for: no warning
+    if choice != "auto":
+        raise ValueError('MTXCOMM_TORCH_BACKEND="%s" is invalid: use auto or python' % choice)
+    try:
+        from mtxcomm.torch import _c10d
+    except ImportError as e:  # not built (no torch headers at install), or an undefined symbol
+        return None, "mtxcomm.torch._c10d does not import (%s)" % e
+    built = str(getattr(_c10d, "TORCH_VERSION", "unknown"))
+    if built != _torch_version():
+        return None, "mtxcomm.torch._c10d was built for torch %s but torch %s is installed" % (
+            built,
+            _torch_version(),
+        )
+    return _c10d, None
+
+
+def _warn_fallback(why):
+    if _warned:
+        return
+    _warned.append(why)
+    warnings.warn(
+        "mtxcomm: the C++ torch.distributed backend is not used: %s; the Python backend "
+        "serves (slower: ~100 us more per call). Rebuild mtxcomm against this torch, from its "
+        "source tree: %s (or scripts/setup_python.sh)" % (why, REBUILD),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _inline_bytes():
+    # Validated by the library (a bad value raises, naming the variable).
+    return int(float(_setcomm.config_get("MTXCOMM_TORCH_INLINE_BYTES")))
+
+
+def python_backend(backend):
+    """The Python backend behind a group's backend: itself, or the C++ one's fallback."""
+    return getattr(backend, "fallback", None) or backend
+
+
 def _create(opts, backend_options):
-    """register_backend's creator (extended_api=True)."""
+    """register_backend's creator (extended_api=True): the C++ backend over the Python one
+    (its fallback for what it does not run natively), or the Python one alone."""
     options = backend_options
     if not isinstance(options, _C10dBackend.Options):
         options = _C10dBackend.Options(BACKEND_NAME, timeout=opts.timeout)
-    return MtxcommBackend(
+    module, why = _native_module()
+    py_backend = MtxcommBackend(
         opts.store,
         opts.group_rank,
         opts.group_size,
         opts.timeout,
         options,
         global_ranks=opts.global_ranks_in_group,
+    )
+    if module is None:
+        if why is not None:
+            _warn_fallback(why)
+        return py_backend
+    size = opts.group_size
+    ranks = list(opts.global_ranks_in_group) if opts.global_ranks_in_group else list(range(size))
+    comm = _group.open_comm(opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY)
+    seconds = _work.to_seconds(opts.timeout)
+    return module.MtxcommBackend(
+        opts.group_rank,
+        size,
+        comm.value,
+        py_backend,
+        seconds if seconds is not None else 0.0,
+        _inline_bytes(),
     )
 
 
