@@ -4,7 +4,9 @@ Both process groups live in one job (the default group on "mtxcomm", a second on
 the same ranks) and are timed interleaved, size by size: R rounds of (K calls on mtxcomm, K on
 Gloo), each call synchronous (``dist.all_reduce(t)`` waits), after a warm-up; the figure is
 the median over rounds of the per-call time, and the ratio gloo / mtxcomm (> 1: mtxcomm is
-faster). A DDP step (an MLP, both backends interleaved the same way) is timed as well.
+faster). send_recv is a ping-pong between ranks 0 and 1 (the time of one round trip: twice
+the one-way latency; bandwidth = 2 x bytes / time). A DDP step (an MLP, both backends
+interleaved the same way) is timed as well.
 
     torchrun --nproc-per-node 2 bench/torch_vs_gloo.py [--max-bytes 67108864] [--rounds 7]
     mtxrun -np 2 python bench/torch_vs_gloo.py
@@ -40,6 +42,17 @@ def compare(make_call, k, rounds, groups):
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def ping_pong(x, rank, g):
+    """One round trip of x between ranks 0 and 1 (send then recv on 0, recv then send on 1;
+    other ranks idle): the time per call is twice the one-way latency at x's size."""
+    if rank == 0:
+        dist.send(x, 1, group=g)
+        dist.recv(x, 1, group=g)
+    elif rank == 1:
+        dist.recv(x, 0, group=g)
+        dist.send(x, 0, group=g)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--min-bytes", type=int, default=4)
@@ -48,7 +61,7 @@ def main():
     ap.add_argument(
         "--collectives",
         default="all_reduce,broadcast,all_gather_into_tensor,"
-        "reduce_scatter_tensor,all_to_all_single,ddp",
+        "reduce_scatter_tensor,all_to_all_single,send_recv,ddp",
     )
     args = ap.parse_args()
     dist.init_process_group("mtxcomm")
@@ -74,6 +87,7 @@ def main():
                 lambda: dist.reduce_scatter_tensor(part, x, group=g)
             ),
             "all_to_all_single": lambda g: (lambda: dist.all_to_all_single(a2a, x, group=g)),
+            "send_recv": lambda g: (lambda: ping_pong(x, r, g)),
         }
         for name in wanted:
             if name not in calls:

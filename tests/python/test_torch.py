@@ -480,3 +480,24 @@ def test_groups():
             assert t.tolist() == [5.0, 5.0]
         else:
             assert one == dist.GroupMember.NON_GROUP_MEMBER
+
+
+@pytest.mark.parametrize("dense_dims", [0, 1], ids=["scalar-values", "row-values"])
+def test_sparse_all_reduce_sums_every_rank_s_entries(dense_dims):
+    # Rank r holds entries at rows r and r + 1 (values r + 1), so neighbours overlap.
+    shape = (SIZE + 2,) + ((3,) * dense_dims)
+    idx = torch.tensor([[RANK, RANK + 1]])
+    vals = torch.full((2,) + ((3,) * dense_dims), float(RANK + 1))
+    t = torch.sparse_coo_tensor(idx, vals, shape)
+    dist.all_reduce(t)
+    want = torch.zeros(shape)
+    for r in range(SIZE):
+        want[r] += r + 1
+        want[r + 1] += r + 1
+    assert t.is_sparse
+    torch.testing.assert_close(t.to_dense(), want)
+    with pytest.raises(ValueError, match="SUM only"):
+        dist.all_reduce(torch.sparse_coo_tensor(idx, vals, shape), op=dist.ReduceOp.MAX)
+    x = torch.ones(2)
+    dist.all_reduce(x)  # the group goes on
+    assert x.tolist() == [float(SIZE)] * 2

@@ -26,10 +26,11 @@ allreduce_coalesced, broadcast, reduce, allgather, all_gather_single (``_allgath
 ``all_gather_into_tensor``), allgather_coalesced, reduce_scatter, reduce_scatter_single
 (``_reduce_scatter_base``, ``reduce_scatter_tensor``), all_to_all_single (``all_to_all_single``
 with or without split sizes), alltoall (lists), gather and scatter (alltoalls in which only the
-root receives or sends), barrier. dtypes: every one mtxcomm has
+root receives or sends), barrier; send and recv (``_p2p.py``: isend, irecv,
+batch_isend_irecv). dtypes: every one mtxcomm has
 (int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64,
 bool), and complex64/complex128 for SUM, AVG and PREMUL_SUM (as pairs of reals). Anything else
-(send/recv, a sparse or CUDA tensor) raises a clear error.
+(a sparse or CUDA tensor, recv from any source) raises a clear error.
 
 Rendezvous: when the process was started by ``mpirun``/``mtxrun`` or has ``MTXCOMM_STORE`` set,
 mtxcomm's own bootstrap runs and its world must match the group's rank and size. Otherwise
@@ -179,8 +180,52 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
 
         return self._work(what, pendings, list(tensors), bufs, finish)
 
+    def _sparse_allreduce(self, t, reduce_op):
+        """SUM of a sparse COO tensor, as Gloo makes it: every rank's entries gathered (their
+        counts first, then the indices and the values by two allgathers of uneven size), summed
+        by coalescing, and copied into t (sparse, so its entries may change)."""
+        what = "allreduce (sparse)"
+        if reduce_op.op != dist.ReduceOp.SUM:
+            raise ValueError(
+                "mtxcomm backend: %s: a sparse tensor takes SUM only (as with Gloo), not %s"
+                % (what, reduce_op.op)
+            )
+        s = t.detach().coalesce()
+        idx = s._indices().t().contiguous()  # (nnz, sparse dims)
+        val = s._values().contiguous()  # (nnz, dense dims...)
+        n, sd = self.size(), idx.shape[1]
+        nnz = torch.tensor([idx.shape[0]], dtype=torch.int64)
+        counts = torch.empty(n, dtype=torch.int64)
+        c = _tensors.code(nnz, what)
+        p = self._submit(
+            _core.KIND_ALLGATHER, [nnz.data_ptr()], c, [[1]], [counts.data_ptr()], [[n]]
+        )
+        w = self._work(what, [p], [counts], (nnz, counts))
+        w.wait()
+        total = int(counts.sum())
+        gi = torch.empty(total * sd, dtype=torch.int64)
+        gv = torch.empty((total,) + tuple(val.shape[1:]), dtype=val.dtype)
+        bi, bv = _tensors.Buf(idx.reshape(-1), what), _tensors.Buf(val, what, complex_ok=True)
+        oi, ov = _tensors.Buf(gi, what), _tensors.Buf(gv, what, complex_ok=True)
+        calls = [
+            ((_core.KIND_ALLGATHER, [b.ptr()], b.code, [b.shape()], [o.ptr()], [o.shape()]), {})
+            for b, o in ((bi, oi), (bv, ov))
+        ]
+        keep = (bi, bv, oi, ov)
+        pendings = self._submit_each(calls, keep)
+
+        def finish(_):
+            summed = torch.sparse_coo_tensor(
+                gi.view(total, sd).t(), gv, t.size(), check_invariants=False
+            ).coalesce()
+            t.copy_(summed)
+
+        return self._work(what, pendings, [t], keep, finish)
+
     @collective
     def allreduce(self, tensors, opts):
+        if len(tensors) == 1 and tensors[0].layout == torch.sparse_coo:
+            return self._sparse_allreduce(tensors[0], opts.reduceOp)
         # The common case (one contiguous CPU tensor of a real dtype, not PREMUL_SUM) without
         # the general path's bookkeeping: a few microseconds less per call.
         if len(tensors) == 1:
