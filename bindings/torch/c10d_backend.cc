@@ -27,8 +27,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
@@ -41,6 +39,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
@@ -61,31 +61,51 @@ constexpr double kForever = 1e9;  // seconds: mtxcomm_wait has no "forever" (31 
 // The C API's datatype of a torch dtype, or nothing (the fallback takes it).
 std::optional<mtxcomm_datatype_t> dtypeOf(at::ScalarType t) {
   switch (t) {
-    case at::kChar: return MTXCOMM_INT8;
-    case at::kByte: return MTXCOMM_UINT8;
-    case at::kShort: return MTXCOMM_INT16;
-    case at::kUInt16: return MTXCOMM_UINT16;
-    case at::kInt: return MTXCOMM_INT32;
-    case at::kUInt32: return MTXCOMM_UINT32;
-    case at::kLong: return MTXCOMM_INT64;
-    case at::kUInt64: return MTXCOMM_UINT64;
-    case at::kHalf: return MTXCOMM_FLOAT16;
-    case at::kBFloat16: return MTXCOMM_BFLOAT16;
-    case at::kFloat: return MTXCOMM_FLOAT32;
-    case at::kDouble: return MTXCOMM_FLOAT64;
-    case at::kBool: return MTXCOMM_BOOL;
-    default: return std::nullopt;
+    case at::kChar:
+      return MTXCOMM_INT8;
+    case at::kByte:
+      return MTXCOMM_UINT8;
+    case at::kShort:
+      return MTXCOMM_INT16;
+    case at::kUInt16:
+      return MTXCOMM_UINT16;
+    case at::kInt:
+      return MTXCOMM_INT32;
+    case at::kUInt32:
+      return MTXCOMM_UINT32;
+    case at::kLong:
+      return MTXCOMM_INT64;
+    case at::kUInt64:
+      return MTXCOMM_UINT64;
+    case at::kHalf:
+      return MTXCOMM_FLOAT16;
+    case at::kBFloat16:
+      return MTXCOMM_BFLOAT16;
+    case at::kFloat:
+      return MTXCOMM_FLOAT32;
+    case at::kDouble:
+      return MTXCOMM_FLOAT64;
+    case at::kBool:
+      return MTXCOMM_BOOL;
+    default:
+      return std::nullopt;
   }
 }
 
 std::optional<mtxcomm_op_t> opOf(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return MTXCOMM_SUM;
-    case c10d::ReduceOp::AVG: return MTXCOMM_AVG;
-    case c10d::ReduceOp::PRODUCT: return MTXCOMM_PROD;
-    case c10d::ReduceOp::MIN: return MTXCOMM_MIN;
-    case c10d::ReduceOp::MAX: return MTXCOMM_MAX;
-    default: return std::nullopt;
+    case c10d::ReduceOp::SUM:
+      return MTXCOMM_SUM;
+    case c10d::ReduceOp::AVG:
+      return MTXCOMM_AVG;
+    case c10d::ReduceOp::PRODUCT:
+      return MTXCOMM_PROD;
+    case c10d::ReduceOp::MIN:
+      return MTXCOMM_MIN;
+    case c10d::ReduceOp::MAX:
+      return MTXCOMM_MAX;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -115,7 +135,7 @@ size_t bytesOf(const std::vector<at::Tensor>& ts) {
   const char* last = mtxcomm_get_last_error(comm);
   std::string msg = std::string("mtxcomm backend: ") + what + ": " +
                     (last && *last ? last : mtxcomm_get_error_string(mtxcomm_result_t(code)));
-  if (code == MTXCOMM_INVALID_ARGUMENT) TORCH_CHECK_VALUE(false, msg);
+  // RuntimeError in Python for every code, as the Python backend's mtxcomm.Error.
   TORCH_CHECK(false, msg);
 }
 
@@ -152,8 +172,8 @@ class MtxWork : public c10d::Work {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!future_) {
-        future_ = c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()));
+        future_ =
+            c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
         fresh_ = true;
       }
       fut = future_;
@@ -207,11 +227,24 @@ class P2PWork : public MtxWork {
         what_(std::move(what)) {}
 
   ~P2PWork() override {
-    // A request still in flight is not freed (no cancel); its buffer is held by staged_ until
-    // here, so a dropped Work is waited for first.
-    if (req_ != nullptr) {
-      mtxcomm_wait(req_, 0);
-      mtxcomm_request_free(req_);
+    // A request still in flight is not freed (there is no cancel) and its buffer must outlive
+    // it: both go to the keeper, which frees them once the request completes.
+    if (req_ != nullptr) keep(req_, std::move(staged_));
+  }
+
+  // Frees the kept requests that have completed (at each new post).
+  static void sweep() {
+    std::lock_guard<std::mutex> lock(keptMutex());
+    auto& kept = keptList();
+    for (size_t i = 0; i < kept.size();) {
+      int done = 0;
+      if (mtxcomm_test(kept[i].first, &done) != MTXCOMM_SUCCESS || done) {
+        mtxcomm_request_free(kept[i].first);
+        kept[i] = std::move(kept.back());
+        kept.pop_back();
+      } else {
+        ++i;
+      }
     }
   }
 
@@ -255,6 +288,19 @@ class P2PWork : public MtxWork {
     mtxcomm_request_free(req_);
     req_ = nullptr;
     complete(error);
+  }
+
+  static std::mutex& keptMutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::pair<mtxcomm_request_t, Staged>>& keptList() {
+    static auto* kept = new std::vector<std::pair<mtxcomm_request_t, Staged>>();
+    return *kept;
+  }
+  static void keep(mtxcomm_request_t req, Staged staged) {
+    std::lock_guard<std::mutex> lock(keptMutex());
+    keptList().emplace_back(req, std::move(staged));
   }
 
   Staged staged_;
@@ -360,14 +406,16 @@ class MtxcommBackend : public c10d::Backend {
     }
     auto ts = tensors;
     int root = int(opts.rootRank);
-    return run(c10d::OpType::BROADCAST, tensors, bytesOf(tensors), [this, ts, root] {
+    auto work = run(c10d::OpType::BROADCAST, tensors, bytesOf(tensors), [this, ts, root] {
       for (const auto& t : ts) {
         Staged s(t);
-        check(mtxcomm_broadcast(s.ptr(), s.ptr(), s.count(), dt(t), root, comm_, nullptr), comm_,
-              "broadcast");
+        int rc = mtxcomm_broadcast(s.ptr(), s.ptr(), s.count(), dt(t), root, comm_, nullptr);
+        checkRoot(root, "broadcast");
+        check(rc, comm_, "broadcast");
         s.copyBack();
       }
     });
+    return raiseIfBadRoot(work, root);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -381,16 +429,18 @@ class MtxcommBackend : public c10d::Backend {
     int root = int(opts.rootRank);
     mtxcomm_op_t o = *op;
     bool isRoot = root == getRank();
-    return run(c10d::OpType::REDUCE, tensors, bytesOf(tensors), [this, ts, root, o, isRoot] {
+    auto work = run(c10d::OpType::REDUCE, tensors, bytesOf(tensors), [this, ts, root, o, isRoot] {
       for (const auto& t : ts) {
         Staged s(t);
         // The root reduces in place; the others' tensors keep their values.
-        check(mtxcomm_reduce(s.ptr(), isRoot ? s.ptr() : nullptr, s.count(), dt(t), o, root,
-                             comm_, nullptr),
-              comm_, "reduce");
+        int rc = mtxcomm_reduce(s.ptr(), isRoot ? s.ptr() : nullptr, s.count(), dt(t), o, root,
+                                comm_, nullptr);
+        checkRoot(root, "reduce");
+        check(rc, comm_, "reduce");
         if (isRoot) s.copyBack();
       }
     });
+    return raiseIfBadRoot(work, root);
   }
 
   // -- allgather --
@@ -453,8 +503,7 @@ class MtxcommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
     auto op = opOf(opts.reduceOp);
-    if (!op || !native(output) || !native(input) ||
-        output.scalar_type() != input.scalar_type() ||
+    if (!op || !native(output) || !native(input) || output.scalar_type() != input.scalar_type() ||
         input.numel() != output.numel() * getSize()) {
       drain();
       return fallback("reduce_scatter_tensor")->_reduce_scatter_base(output, input, opts);
@@ -463,8 +512,8 @@ class MtxcommBackend : public c10d::Backend {
     mtxcomm_op_t o = *op;
     return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, input.nbytes(), [this, in, out, o] {
       Staged s(in), r(out);
-      check(mtxcomm_reduce_scatter(s.ptr(), r.ptr(), r.count(), dt(out), o, comm_, nullptr),
-            comm_, "reduce_scatter_tensor");
+      check(mtxcomm_reduce_scatter(s.ptr(), r.ptr(), r.count(), dt(out), o, comm_, nullptr), comm_,
+            "reduce_scatter_tensor");
       r.copyBack();
     });
   }
@@ -537,8 +586,7 @@ class MtxcommBackend : public c10d::Backend {
          (outSplits.empty() || outSplits.size() == size_t(n));
     if (!ok) {  // the fallback's checks and messages
       drain();
-      return fallback("all_to_all_single")
-          ->alltoall_base(output, input, outSplits, inSplits, opts);
+      return fallback("all_to_all_single")->alltoall_base(output, input, outSplits, inSplits, opts);
     }
     at::Tensor in = input, out = output;
     std::vector<int64_t> want = outSplits;
@@ -548,8 +596,7 @@ class MtxcommBackend : public c10d::Backend {
         [this, in, out, splits, want, row, n, even] {
           Staged s(in), o(out);
           if (even) {
-            check(mtxcomm_alltoall(s.ptr(), o.ptr(), s.count() / size_t(n), dt(in), comm_,
-                                   nullptr),
+            check(mtxcomm_alltoall(s.ptr(), o.ptr(), s.count() / size_t(n), dt(in), comm_, nullptr),
                   comm_, "all_to_all_single");
             o.copyBack();
             return;
@@ -578,8 +625,8 @@ class MtxcommBackend : public c10d::Backend {
           // Every rank learns whether some rank's output does not fit what arrives there,
           // so that none writes past an output or waits for a rank that refused.
           int64_t bad = fits ? 0 : 1;
-          check(mtxcomm_allreduce(&bad, &bad, 1, MTXCOMM_INT64, MTXCOMM_MAX, comm_, nullptr),
-                comm_, "all_to_all_single");
+          check(mtxcomm_allreduce(&bad, &bad, 1, MTXCOMM_INT64, MTXCOMM_MAX, comm_, nullptr), comm_,
+                "all_to_all_single");
           if (bad) {
             std::string got;
             for (int j = 0; j < n; ++j) {
@@ -589,9 +636,10 @@ class MtxcommBackend : public c10d::Backend {
                               ": the ranks sent [", got, "] rows (", ro,
                               " elements) but the output holds ", out.numel(),
                               " elements or output_split_sizes differ");
-            TORCH_CHECK_VALUE(false, "mtxcomm backend: all_to_all_single: another rank's "
-                                     "output does not hold what arrives there (its own error "
-                                     "names the sizes)");
+            TORCH_CHECK_VALUE(false,
+                              "mtxcomm backend: all_to_all_single: another rank's "
+                              "output does not hold what arrives there (its own error "
+                              "names the sizes)");
           }
           check(mtxcomm_alltoallv(s.ptr(), sc.data(), sd.data(), o.ptr(), rc.data(), rd.data(),
                                   dt(in), comm_, nullptr),
@@ -616,13 +664,11 @@ class MtxcommBackend : public c10d::Backend {
 
   // -- point-to-point --
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override {
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     return p2p(true, tensors, dst, tag);
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     return p2p(false, tensors, src, tag);
   }
 
@@ -634,9 +680,15 @@ class MtxcommBackend : public c10d::Backend {
     return fallback("allreduce_coalesced")->allreduce_coalesced(tensors, opts);
   }
 
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override {
+    drain();
+    return fallback("allreduce_sparse")->allreduce_sparse(tensors, opts);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
     drain();
     return fallback("allgather_coalesced")->allgather_coalesced(outputs, inputs, opts);
   }
@@ -669,15 +721,29 @@ class MtxcommBackend : public c10d::Backend {
     Fn fn;
   };
 
+  // A root outside the group: the C API refuses the call (which keeps this rank's call sequence
+  // in step with the others'), and the caller gets a ValueError at once, as from the Python
+  // backend.
+  void checkRoot(int root, const char* what) const {
+    TORCH_CHECK_VALUE(0 <= root && root < getSize(), "mtxcomm backend: ", what, ": root ", root,
+                      " is not a rank of this group (size ", getSize(), ")");
+  }
+
+  c10::intrusive_ptr<c10d::Work> raiseIfBadRoot(c10::intrusive_ptr<c10d::Work> work, int root) {
+    if (root < 0 || root >= getSize()) work->wait();  // throws checkRoot's error
+    return work;
+  }
+
   c10d::Backend* fallback(const char* what) {
-    TORCH_CHECK(fallback_, "mtxcomm backend: ", what, " is not supported natively and this "
-                                                      "backend has no fallback");
+    TORCH_CHECK(fallback_, "mtxcomm backend: ", what,
+                " is not supported natively and this "
+                "backend has no fallback");
     return fallback_.get();
   }
 
   // Runs fn on the communicator: inline when small and nothing is queued, else on the worker.
-  c10::intrusive_ptr<c10d::Work> run(c10d::OpType op, std::vector<at::Tensor> outputs,
-                                     size_t bytes, Fn fn) {
+  c10::intrusive_ptr<c10d::Work> run(c10d::OpType op, std::vector<at::Tensor> outputs, size_t bytes,
+                                     Fn fn) {
     TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
     auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
     if (bytes <= inlineBytes_) {
@@ -687,7 +753,7 @@ class MtxcommBackend : public c10d::Backend {
         idle = pending_ == 0;
       }
       if (idle) {
-        execute(work, fn);
+        work->complete(execute(fn));
         return work;
       }
     }
@@ -701,17 +767,14 @@ class MtxcommBackend : public c10d::Backend {
     return work;
   }
 
-  void execute(const c10::intrusive_ptr<MtxWork>& work, const Fn& fn) {
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lock(commMutex_);
-      try {
-        fn();
-      } catch (...) {
-        error = std::current_exception();
-      }
+  std::exception_ptr execute(const Fn& fn) {
+    std::lock_guard<std::mutex> lock(commMutex_);
+    try {
+      fn();
+    } catch (...) {
+      return std::current_exception();
     }
-    work->complete(error);
+    return nullptr;
   }
 
   void loop() {
@@ -724,13 +787,15 @@ class MtxcommBackend : public c10d::Backend {
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      execute(item.work, item.fn);
-      item = Item{};  // the tensors are released before the queue says idle
+      auto error = execute(item.fn);
+      auto work = std::move(item.work);
+      item = Item{};  // the call's tensors are released before its Work completes
       {
         std::lock_guard<std::mutex> lock(qMutex_);
         --pending_;
       }
       idle_.notify_all();
+      work->complete(error);
     }
   }
 
@@ -749,25 +814,23 @@ class MtxcommBackend : public c10d::Backend {
                     : fallback(what)->recv(tensors, peer, tag);
     }
     TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
-    TORCH_CHECK_VALUE(0 <= tag && tag <= MTXCOMM_P2P_MAX_TAG, "mtxcomm backend: ", what,
-                      ": tag ", tag, " is outside [0, ", MTXCOMM_P2P_MAX_TAG,
-                      "] (MPI's least tag bound)");
+    TORCH_CHECK_VALUE(0 <= tag && tag <= MTXCOMM_P2P_MAX_TAG, "mtxcomm backend: ", what, ": tag ",
+                      tag, " is outside [0, ", MTXCOMM_P2P_MAX_TAG, "] (MPI's least tag bound)");
     TORCH_CHECK_VALUE(0 <= peer && peer < getSize(), "mtxcomm backend: ", what, ": peer ", peer,
                       " is not a rank of this group of ", getSize());
     const at::Tensor& t = tensors[0];
     Staged s(t);
     std::string label = std::string(what) + (isSend ? " to" : " from") + " rank " +
                         std::to_string(peer) + " tag " + std::to_string(tag);
+    P2PWork::sweep();
     mtxcomm_request_t req = nullptr;
-    int rc = isSend ? mtxcomm_isend(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_,
-                                    &req)
-                    : mtxcomm_irecv(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_,
-                                    &req);
+    int rc = isSend
+                 ? mtxcomm_isend(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_, &req)
+                 : mtxcomm_irecv(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_, &req);
     if (rc != MTXCOMM_SUCCESS) raise(rc, comm_, label.c_str());
     if (isSend) s = Staged(s.flat);  // nothing to copy back
-    return c10::make_intrusive<P2PWork>(getRank(),
-                                        isSend ? c10d::OpType::SEND : c10d::OpType::RECV, t,
-                                        std::move(s), req, comm_, label);
+    return c10::make_intrusive<P2PWork>(getRank(), isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                        t, std::move(s), req, comm_, label);
   }
 
   mtxcomm_comm_t comm_;
@@ -795,8 +858,7 @@ PYBIND11_MODULE(_c10d, m) {
   m.attr("TORCH_VERSION") = MTXCOMM_TORCH_VERSION;
   // The base class must be known to pybind11 first (torch's own module registers it).
   py::module_::import("torch._C._distributed_c10d");
-  py::class_<MtxcommBackend, c10d::Backend, c10::intrusive_ptr<MtxcommBackend>>(m,
-                                                                                "MtxcommBackend")
+  py::class_<MtxcommBackend, c10d::Backend, c10::intrusive_ptr<MtxcommBackend>>(m, "MtxcommBackend")
       .def(py::init([](int rank, int size, uintptr_t comm, py::object fallback,
                        double timeoutSeconds, int64_t inlineBytes) {
              return c10::make_intrusive<MtxcommBackend>(

@@ -416,6 +416,10 @@ Config Config::fromEnvironment() {
       c.timelineMaxBytes = parseBytes(name, v, 4096, size_t{64} << 30);
     } else if (var.name == "MTXCOMM_PLACEMENT") {
       c.placement = v;
+    } else if (var.name == "MTXCOMM_TORCH_INLINE_BYTES") {
+      c.torchInlineBytes = parseBytes(name, v, 0, size_t{1} << 40);
+    } else if (var.name == "MTXCOMM_TORCH_BACKEND") {
+      c.torchBackend = v;
     } else if (var.name == "MTXCOMM_STALL_WARNING") {
       c.stallWarningSeconds = parseSeconds(name, v, 0.0, 31536000.0);
     } else if (var.name == "MTXCOMM_LOG_LEVEL") {
@@ -520,6 +524,8 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", exactText(cycleTimeSeconds)));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", exactText(stallWarningSeconds)));
+  out.push_back(strCat("MTXCOMM_TORCH_INLINE_BYTES=", torchInlineBytes));
+  out.push_back(strCat("MTXCOMM_TORCH_BACKEND=", torchBackend));
   out.push_back(strCat("MTXCOMM_CACHE_CAPACITY=", cacheCapacity));
   out.push_back(strCat("MTXCOMM_STALL_TIMEOUT=", exactText(stallTimeoutSeconds)));
   out.push_back(strCat("MTXCOMM_TIMELINE=", timeline.empty() ? "(unset)" : timeline));

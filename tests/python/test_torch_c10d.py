@@ -41,11 +41,18 @@ def test_the_default_group_runs_the_cpp_backend():
     assert be.inline_bytes == 65536
 
 
-def test_ddp_logs_the_backend_name():
+def test_ddp_runs_on_it_and_names_it():
     model = torch.nn.Linear(4, 2)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     ddp(torch.ones(3, 4)).sum().backward()
-    assert ddp._get_ddp_logging_data()["backend_name"] == "mtxcomm"
+    assert backend().name() == "mtxcomm"  # the backend's getBackendName()
+    # DDP logs ProcessGroup::getBackendName(), which is "custom" for every backend registered
+    # with register_backend, C++ or Python alike (torch 2.15's ProcessGroup.hpp).
+    assert ddp._get_ddp_logging_data()["backend_name"] in ("mtxcomm", "custom")
+    grads = [p.grad.clone() for p in model.parameters()]
+    for g in grads:
+        dist.all_reduce(g, op=dist.ReduceOp.MAX)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
 
 
 def test_a_small_call_completes_on_the_callers_thread():
@@ -162,7 +169,7 @@ def test_an_extension_that_does_not_import_falls_back(monkeypatch):
     real = builtins.__import__
 
     def refuse(name, globals=None, locals=None, fromlist=(), level=0):
-        if fromlist and "_c10d" in fromlist and name == "mtxcomm.torch":
+        if name == "mtxcomm.torch._c10d" or (fromlist and "_c10d" in fromlist):
             raise ImportError("undefined symbol: _ZN4c10d7Backend3fooEv (simulated)")
         return real(name, globals, locals, fromlist, level)
 

@@ -14,12 +14,15 @@ across nodes. ``Work.wait()`` blocks (without the GIL) until the engine is done;
 returns a ``torch.futures.Future`` completed by a helper thread, as DDP's communication hooks
 need.
 
-Why Python and not a C++ extension: torch 2.x lets a Python subclass of
-``torch._C._distributed_c10d.Backend`` be a backend (its ``PyBackend`` trampoline dispatches
-c10d's calls into the overrides below). The data never passes through Python (the engine gets
-the tensors' addresses), and there is no C++ ABI to match with each PyTorch release: one wheel
-of mtxcomm works with every PyTorch that has the trampoline. The cost is a few microseconds of
-Python per call (``bench/RESULTS.md``, the PyTorch table).
+This Python backend is the fallback of the C++ one (``bindings/torch``, the module
+``mtxcomm.torch._c10d``; ``docs/torch.md``): ``_create`` makes both for a group, the Python one
+first, and hands it to the C++ one, which runs the common collectives itself on a communicator
+of its own (no trampoline, no negotiation: ~100 us less per call) and delegates the rest here.
+Where the C++ module is absent, does not import, or was built for another torch, this backend
+serves alone (one warning says why and how to rebuild); ``MTXCOMM_TORCH_BACKEND=python`` asks
+for it. It subclasses ``torch._C._distributed_c10d.Backend`` in Python (the ``PyBackend``
+trampoline dispatches c10d's calls into the overrides below): the data never passes through
+Python, and no C++ ABI has to match the PyTorch release.
 
 Supported: allreduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM; BAND/BOR/BXOR are not),
 allreduce_coalesced, broadcast, reduce, allgather, all_gather_single (``_allgather_base``,
