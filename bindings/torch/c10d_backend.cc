@@ -351,6 +351,8 @@ class MtxcommBackend : public c10d::Backend {
 
   // Runs the calls already made, then frees the communicator (local).
   void close() {
+    std::optional<py::gil_scoped_release> nogil;
+    if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
     {
       std::unique_lock<std::mutex> lock(qMutex_);
       idle_.wait(lock, [&] { return pending_ == 0; });
@@ -384,7 +386,7 @@ class MtxcommBackend : public c10d::Backend {
     auto op = opOf(opts.reduceOp);
     if (!op || !native(tensors)) {
       drain();
-      return fallback("allreduce")->allreduce(tensors, opts);
+      return delegated(fallback("allreduce")->allreduce(tensors, opts));
     }
     auto ts = tensors;
     mtxcomm_op_t o = *op;
@@ -402,7 +404,7 @@ class MtxcommBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override {
     if (!native(tensors) || opts.rootTensor != 0) {
       drain();
-      return fallback("broadcast")->broadcast(tensors, opts);
+      return delegated(fallback("broadcast")->broadcast(tensors, opts));
     }
     auto ts = tensors;
     int root = int(opts.rootRank);
@@ -423,7 +425,7 @@ class MtxcommBackend : public c10d::Backend {
     auto op = opOf(opts.reduceOp);
     if (!op || !native(tensors) || opts.rootTensor != 0) {
       drain();
-      return fallback("reduce")->reduce(tensors, opts);
+      return delegated(fallback("reduce")->reduce(tensors, opts));
     }
     auto ts = tensors;
     int root = int(opts.rootRank);
@@ -450,7 +452,7 @@ class MtxcommBackend : public c10d::Backend {
     if (!native(output) || !native(input) || output.scalar_type() != input.scalar_type() ||
         output.numel() != input.numel() * getSize()) {
       drain();
-      return fallback("all_gather_into_tensor")->_allgather_base(output, input, opts);
+      return delegated(fallback("all_gather_into_tensor")->_allgather_base(output, input, opts));
     }
     at::Tensor in = input, out = output;
     return run(c10d::OpType::_ALLGATHER_BASE, {output}, output.nbytes(), [this, in, out] {
@@ -479,7 +481,7 @@ class MtxcommBackend : public c10d::Backend {
     }
     if (!ok) {  // uneven sizes, a wrong list: the fallback (and its messages)
       drain();
-      return fallback("allgather")->allgather(outputs, inputs, opts);
+      return delegated(fallback("allgather")->allgather(outputs, inputs, opts));
     }
     std::vector<at::Tensor> flatOut;
     for (const auto& outs : outputs) flatOut.insert(flatOut.end(), outs.begin(), outs.end());
@@ -506,7 +508,8 @@ class MtxcommBackend : public c10d::Backend {
     if (!op || !native(output) || !native(input) || output.scalar_type() != input.scalar_type() ||
         input.numel() != output.numel() * getSize()) {
       drain();
-      return fallback("reduce_scatter_tensor")->_reduce_scatter_base(output, input, opts);
+      return delegated(
+          fallback("reduce_scatter_tensor")->_reduce_scatter_base(output, input, opts));
     }
     at::Tensor in = input, out = output;
     mtxcomm_op_t o = *op;
@@ -537,7 +540,7 @@ class MtxcommBackend : public c10d::Backend {
     }
     if (!ok) {
       drain();
-      return fallback("reduce_scatter")->reduce_scatter(outputs, inputs, opts);
+      return delegated(fallback("reduce_scatter")->reduce_scatter(outputs, inputs, opts));
     }
     auto outs = outputs;
     auto ins = inputs;
@@ -586,7 +589,8 @@ class MtxcommBackend : public c10d::Backend {
          (outSplits.empty() || outSplits.size() == size_t(n));
     if (!ok) {  // the fallback's checks and messages
       drain();
-      return fallback("all_to_all_single")->alltoall_base(output, input, outSplits, inSplits, opts);
+      return delegated(
+          fallback("all_to_all_single")->alltoall_base(output, input, outSplits, inSplits, opts));
     }
     at::Tensor in = input, out = output;
     std::vector<int64_t> want = outSplits;
@@ -677,41 +681,41 @@ class MtxcommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
     drain();
-    return fallback("allreduce_coalesced")->allreduce_coalesced(tensors, opts);
+    return delegated(fallback("allreduce_coalesced")->allreduce_coalesced(tensors, opts));
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override {
     drain();
-    return fallback("allreduce_sparse")->allreduce_sparse(tensors, opts);
+    return delegated(fallback("allreduce_sparse")->allreduce_sparse(tensors, opts));
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override {
     drain();
-    return fallback("allgather_coalesced")->allgather_coalesced(outputs, inputs, opts);
+    return delegated(fallback("allgather_coalesced")->allgather_coalesced(outputs, inputs, opts));
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
     drain();
-    return fallback("gather")->gather(outputs, inputs, opts);
+    return delegated(fallback("gather")->gather(outputs, inputs, opts));
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
     drain();
-    return fallback("scatter")->scatter(outputs, inputs, opts);
+    return delegated(fallback("scatter")->scatter(outputs, inputs, opts));
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
     drain();
-    return fallback("alltoall")->alltoall(outputs, inputs, opts);
+    return delegated(fallback("alltoall")->alltoall(outputs, inputs, opts));
   }
 
  private:
@@ -757,13 +761,7 @@ class MtxcommBackend : public c10d::Backend {
         return work;
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(qMutex_);
-      if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
-      queue_.push_back(Item{work, std::move(fn)});
-      ++pending_;
-    }
-    more_.notify_one();
+    enqueue(Item{work, std::move(fn)});
     return work;
   }
 
@@ -795,14 +793,42 @@ class MtxcommBackend : public c10d::Backend {
         --pending_;
       }
       idle_.notify_all();
-      work->complete(error);
+      if (work) work->complete(error);
     }
   }
 
-  // Waits until the worker has run every queued call.
+  // Waits until the worker has run every queued call (without the GIL: the worker may need it).
   void drain() {
+    std::optional<py::gil_scoped_release> nogil;
+    if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
     std::unique_lock<std::mutex> lock(qMutex_);
     idle_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+  // A call delegated to the Python backend runs on the engine (or the group's communicator),
+  // and its Work's copies into the caller's outputs are made when someone waits or at the
+  // Python backend's next call. The worker waits for it (the Python keeper's settle): a
+  // dropped Work still fills its outputs, and the calls made after it queue behind it.
+  c10::intrusive_ptr<c10d::Work> delegated(c10::intrusive_ptr<c10d::Work> work) {
+    enqueue(Item{nullptr, [] {
+                   py::gil_scoped_acquire gil;
+                   try {
+                     py::module_::import("mtxcomm.torch._work").attr("keeper").attr("settle")();
+                   } catch (py::error_already_set& e) {
+                     e.discard_as_unraisable("mtxcomm backend: settling a delegated call");
+                   }
+                 }});
+    return work;
+  }
+
+  void enqueue(Item item) {
+    {
+      std::lock_guard<std::mutex> lock(qMutex_);
+      if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
+      queue_.push_back(std::move(item));
+      ++pending_;
+    }
+    more_.notify_one();
   }
 
   c10::intrusive_ptr<c10d::Work> p2p(bool isSend, std::vector<at::Tensor>& tensors, int peer,
@@ -810,8 +836,8 @@ class MtxcommBackend : public c10d::Backend {
     const char* what = isSend ? "send" : "recv";
     if (tensors.size() != 1 || !native(tensors[0])) {
       drain();
-      return isSend ? fallback(what)->send(tensors, peer, tag)
-                    : fallback(what)->recv(tensors, peer, tag);
+      return delegated(isSend ? fallback(what)->send(tensors, peer, tag)
+                              : fallback(what)->recv(tensors, peer, tag));
     }
     TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
     TORCH_CHECK_VALUE(0 <= tag && tag <= MTXCOMM_P2P_MAX_TAG, "mtxcomm backend: ", what, ": tag ",
