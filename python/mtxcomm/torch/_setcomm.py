@@ -129,11 +129,7 @@ def init_comm(rank, size, store, secret, timeout=None, label="a communicator"):
     try:
         code = lib.mtxcomm_comm_init_from_env(_c.byref(comm))
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _bootstrap.restore_environ(saved)
     if code:
         msg = lib.mtxcomm_get_last_error(None)
         raise _arrays._error(
