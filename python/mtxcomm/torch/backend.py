@@ -55,6 +55,7 @@ checks, dtype and op codes, ``Buf``), ``_work.py`` (``Submitter``, ``Work`` and 
 that hold buffers and complete futures), which the Horovod-style API (``_ops.py``) uses too.
 """
 
+import atexit
 import collections
 import datetime
 import os
@@ -702,7 +703,7 @@ def _create(opts, backend_options):
     ranks = list(opts.global_ranks_in_group) if opts.global_ranks_in_group else list(range(size))
     comm = _group.open_comm(opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY)
     seconds = _work.to_seconds(opts.timeout)
-    return module.MtxcommBackend(
+    native = module.MtxcommBackend(
         opts.group_rank,
         size,
         comm.value,
@@ -710,6 +711,23 @@ def _create(opts, backend_options):
         seconds if seconds is not None else 0.0,
         _inline_bytes(),
     )
+    # Closed at exit (a group never destroyed): its communicator's threads end before the
+    # library's static ones are destroyed. Those closed already (destroy_process_group) go.
+    _native_backends[:] = [b for b in _native_backends if b.comm_address] + [native]
+    return native
+
+
+_native_backends = []
+
+
+@atexit.register
+def _close_native_backends():
+    for b in reversed(_native_backends):
+        try:
+            b.close()
+        except Exception:  # noqa: BLE001 - at exit: the others still close
+            pass
+    del _native_backends[:]
 
 
 _registered = False
