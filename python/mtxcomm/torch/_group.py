@@ -82,9 +82,10 @@ def open_group(store, group_rank, ranks, timeout):
     return comm
 
 
-def open_comm(store, group_rank, ranks, timeout, key):
+def open_comm(store, group_rank, ranks, timeout, key, read=()):
     """A bare C API communicator (a ctypes handle) of the group, bootstrapped as open_group's
-    (under key in the group's c10d store), for the C++ backend, which owns it from then on."""
+    (under key in the group's c10d store), for the C++ backend, which owns it from then on;
+    with read, (communicator, the values of those configuration variables)."""
     address, secret = _meet(store, group_rank, timeout, key)
     return _setcomm.init_comm(
         group_rank,
@@ -93,6 +94,7 @@ def open_comm(store, group_rank, ranks, timeout, key):
         secret,
         _work.to_seconds(timeout),
         "the C++ backend of the process group of global ranks %s" % list(ranks),
+        read=read,
     )
 
 

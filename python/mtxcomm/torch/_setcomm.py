@@ -103,10 +103,13 @@ def store_address():
     return "tcp:" + _bootstrap._bootstrap_address(), secrets.token_hex(32)
 
 
-def init_comm(rank, size, store, secret, timeout=None, label="a communicator"):
+def init_comm(rank, size, store, secret, timeout=None, label="a communicator", read=()):
     """A C API communicator (a ctypes handle) of size ranks, this one rank; collective over
     them (each passes the same store, a "tcp:HOST:PORT" its rank 0 opens, and secret).
-    timeout: MTXCOMM_TIMEOUT in seconds (None: the environment's). label names it in errors."""
+    timeout: MTXCOMM_TIMEOUT in seconds (None: the environment's). label names it in errors.
+    read: configuration variables to return the values of as well ((comm, [values])), read
+    under the environment the communicator was made with (the job's own may hold values the
+    library refuses, such as an empty MTXCOMM_RANK, which this one replaces)."""
     lib = _library()
     env = {
         "MTXCOMM_RANK": str(rank),
@@ -126,8 +129,11 @@ def init_comm(rank, size, store, secret, timeout=None, label="a communicator"):
     if os.environ.get("MTXCOMM_TRANSPORT") == "mpi":
         os.environ.pop("MTXCOMM_TRANSPORT")  # the communicator bootstraps over its TCP store
     comm = _P()
+    values = []
     try:
         code = lib.mtxcomm_comm_init_from_env(_c.byref(comm))
+        if not code:
+            values = [config_get(name) for name in read]
     finally:
         _bootstrap.restore_environ(saved)
     if code:
@@ -137,7 +143,7 @@ def init_comm(rank, size, store, secret, timeout=None, label="a communicator"):
             "mtxcomm.torch: the communicator of %s: %s"
             % (label, msg.decode(errors="replace") if msg else ""),
         )
-    return comm
+    return (comm, values) if read else comm
 
 
 class _SetWork:

@@ -66,7 +66,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
-from mtxcomm.torch import _bootstrap, _group, _p2p, _setcomm, _tensors, _work
+from mtxcomm.torch import _bootstrap, _group, _p2p, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
 from mtxcomm.torch._work import Work, collective
 
@@ -670,9 +670,7 @@ def _warn_fallback(why):
     )
 
 
-def _inline_bytes():
-    # Validated by the library (a bad value raises, naming the variable).
-    return int(float(_setcomm.config_get("MTXCOMM_TORCH_INLINE_BYTES")))
+_INLINE_VAR = "MTXCOMM_TORCH_INLINE_BYTES"
 
 
 def python_backend(backend):
@@ -701,7 +699,9 @@ def _create(opts, backend_options):
         return py_backend
     size = opts.group_size
     ranks = list(opts.global_ranks_in_group) if opts.global_ranks_in_group else list(range(size))
-    comm = _group.open_comm(opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY)
+    comm, (inline_bytes,) = _group.open_comm(
+        opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY, read=(_INLINE_VAR,)
+    )
     seconds = _work.to_seconds(opts.timeout)
     native = module.MtxcommBackend(
         opts.group_rank,
@@ -709,7 +709,7 @@ def _create(opts, backend_options):
         comm.value,
         py_backend,
         seconds if seconds is not None else 0.0,
-        _inline_bytes(),
+        int(float(inline_bytes)),  # validated by the library at the communicator's init
     )
     # Closed at exit (a group never destroyed): its communicator's threads end before the
     # library's static ones are destroyed. Those closed already (destroy_process_group) go.
