@@ -8,6 +8,10 @@ faster). send_recv is a ping-pong between ranks 0 and 1 (the time of one round t
 the one-way latency; bandwidth = 2 x bytes / time). A DDP step (an MLP, both backends
 interleaved the same way) is timed as well.
 
+The default group runs the C++ backend (mtxcomm.torch._c10d) where it was built; a third group
+over the same ranks runs the Python backend (made with MTXCOMM_TORCH_BACKEND=python), timed
+interleaved with the other two (its column "python"); --no-python leaves it out.
+
     torchrun --nproc-per-node 2 bench/torch_vs_gloo.py [--max-bytes 67108864] [--rounds 7]
     mtxrun -np 2 python bench/torch_vs_gloo.py
 
@@ -15,6 +19,7 @@ Rank 0 prints a Markdown table (bench/RESULTS.md keeps one).
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -58,6 +63,7 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=4)
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--no-python", action="store_true", help="no Python-backend group")
     ap.add_argument(
         "--collectives",
         default="all_reduce,broadcast,all_gather_into_tensor,"
@@ -66,7 +72,13 @@ def main():
     args = ap.parse_args()
     dist.init_process_group("mtxcomm")
     n, r = dist.get_world_size(), dist.get_rank()
-    groups = {"mtxcomm": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    groups = {"mtxcomm": dist.group.WORLD}
+    if not args.no_python:
+        os.environ["MTXCOMM_TORCH_BACKEND"] = "python"
+        groups["python"] = dist.new_group(backend="mtxcomm")
+        del os.environ["MTXCOMM_TORCH_BACKEND"]
+    groups["gloo"] = dist.new_group(backend="gloo")
+    kind = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__module__
     wanted = args.collectives.split(",")
     rows = []
     size = args.min_bytes
@@ -93,15 +105,21 @@ def main():
             if name not in calls:
                 continue
             t = compare(calls[name], k, args.rounds, groups)
-            rows.append((name, count * 4, t["mtxcomm"], t["gloo"]))
+            rows.append((name, count * 4, t))
         size *= 4
     if "ddp" in wanted:
         rows += ddp_rows(groups, args.rounds)
     if r == 0:
-        print("| collective | bytes | mtxcomm (us) | gloo (us) | gloo / mtxcomm |")
-        print("|---|---:|---:|---:|---:|")
-        for name, nbytes, tm, tg in rows:
-            print("| %s | %s | %.1f | %.1f | %.2f |" % (name, nbytes, tm * 1e6, tg * 1e6, tg / tm))
+        names = list(groups)
+        print("default group: %s (%s)" % (kind, "C++" if kind.endswith("_c10d") else "Python"))
+        print(
+            "| collective | bytes | %s | gloo / mtxcomm |"
+            % " | ".join("%s (us)" % g for g in names)
+        )
+        print("|---|---:|%s---:|" % ("---:|" * len(names)))
+        for name, nbytes, t in rows:
+            cells = " | ".join("%.1f" % (t[g] * 1e6) for g in names)
+            print("| %s | %s | %s | %.2f |" % (name, nbytes, cells, t["gloo"] / t["mtxcomm"]))
     dist.destroy_process_group()
 
 
@@ -134,7 +152,7 @@ def ddp_rows(groups, rounds):
 
         t = compare(make, 10, rounds, groups)
         params = sum(p.numel() for p in models["mtxcomm"][0].parameters())
-        rows.append(("DDP step, MLP %d params" % params, params * 4, t["mtxcomm"], t["gloo"]))
+        rows.append(("DDP step, MLP %d params" % params, params * 4, t))
     return rows
 
 

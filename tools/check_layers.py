@@ -34,6 +34,7 @@ LAYERS = [
     ("bench", 6),
     ("gpu/bench", 6),
     ("bindings", 7),
+    ("bindings/torch", 7),  # the C++ c10d backend: over the public C API and torch only
     ("examples", 8),
     ("tests", 9),
 ]
@@ -118,7 +119,11 @@ PY_NAMES = {
     5: "front and programs",
 }
 FRAMEWORKS = ("tensorflow", "torch", "jax", "keras")
-EXTENSIONS = ("mtxcomm._core", "mtxcomm.tensorflow._mtxcomm_tf")  # compiled: no .py file
+EXTENSIONS = (  # compiled: no .py file
+    "mtxcomm._core",
+    "mtxcomm.tensorflow._mtxcomm_tf",
+    "mtxcomm.torch._c10d",
+)
 
 
 def py_layer(module):

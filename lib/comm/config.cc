@@ -279,6 +279,20 @@ const std::vector<ConfigVar>& configVars() {
          "packed into one buffer of up to this many bytes (0: no fusion)",
          {},
          true},
+        {"MTXCOMM_TORCH_INLINE_BYTES",
+         "bytes",
+         "64K",
+         "torch.distributed backend (C++): a collective of at most this many bytes runs on the "
+         "calling thread and returns a completed Work; a larger one runs on the backend's "
+         "worker thread and returns at once (0: every call on the worker)",
+         {}},
+        {"MTXCOMM_TORCH_BACKEND",
+         "enum",
+         "auto",
+         "the \"mtxcomm\" torch.distributed backend: auto (the C++ one when it was built for "
+         "this torch, else the Python one with a warning) or python (the Python one)",
+         {"auto", "python"},
+         true},
         {"MTXCOMM_STALL_WARNING",
          "seconds",
          "60",
@@ -402,6 +416,10 @@ Config Config::fromEnvironment() {
       c.timelineMaxBytes = parseBytes(name, v, 4096, size_t{64} << 30);
     } else if (var.name == "MTXCOMM_PLACEMENT") {
       c.placement = v;
+    } else if (var.name == "MTXCOMM_TORCH_INLINE_BYTES") {
+      c.torchInlineBytes = parseBytes(name, v, 0, size_t{1} << 40);
+    } else if (var.name == "MTXCOMM_TORCH_BACKEND") {
+      c.torchBackend = v;
     } else if (var.name == "MTXCOMM_STALL_WARNING") {
       c.stallWarningSeconds = parseSeconds(name, v, 0.0, 31536000.0);
     } else if (var.name == "MTXCOMM_LOG_LEVEL") {
@@ -506,6 +524,8 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_CYCLE_TIME=", exactText(cycleTimeSeconds)));
   out.push_back(strCat("MTXCOMM_FUSION_BYTES=", fusionBytes));
   out.push_back(strCat("MTXCOMM_STALL_WARNING=", exactText(stallWarningSeconds)));
+  out.push_back(strCat("MTXCOMM_TORCH_INLINE_BYTES=", torchInlineBytes));
+  out.push_back(strCat("MTXCOMM_TORCH_BACKEND=", torchBackend));
   out.push_back(strCat("MTXCOMM_CACHE_CAPACITY=", cacheCapacity));
   out.push_back(strCat("MTXCOMM_STALL_TIMEOUT=", exactText(stallTimeoutSeconds)));
   out.push_back(strCat("MTXCOMM_TIMELINE=", timeline.empty() ? "(unset)" : timeline));

@@ -57,6 +57,8 @@ struct Config {
   double cycleTimeSeconds = 0.001;              // MTXCOMM_CYCLE_TIME
   size_t fusionBytes = 64 << 20;                // MTXCOMM_FUSION_BYTES
   double stallWarningSeconds = 60.0;            // MTXCOMM_STALL_WARNING
+  size_t torchInlineBytes = 64 << 10;           // MTXCOMM_TORCH_INLINE_BYTES
+  std::string torchBackend = "auto";            // MTXCOMM_TORCH_BACKEND
   int cacheCapacity = 1024;                     // MTXCOMM_CACHE_CAPACITY
   double stallTimeoutSeconds = 300.0;           // MTXCOMM_STALL_TIMEOUT
   std::string timeline;                         // MTXCOMM_TIMELINE

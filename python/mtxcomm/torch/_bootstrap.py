@@ -15,7 +15,7 @@ import socket
 
 from mtxcomm import _arrays, _core
 
-__all__ = ["LAUNCHER_VARS", "launched", "init_engine", "need_init"]
+__all__ = ["LAUNCHER_VARS", "launched", "init_engine", "need_init", "restore_environ"]
 
 _STORE_KEY = "mtxcomm/bootstrap"
 
@@ -112,11 +112,16 @@ def _init_through_store(store, rank, size, timeout):
                 pass
     finally:
         # The secret is not left for child processes to inherit.
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_environ(saved)
+
+
+def restore_environ(saved):
+    """Puts back the environment variables saved ({name: value, or None where unset})."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def need_init(what):

@@ -32,7 +32,7 @@ import torch
 from mtxcomm import _arrays, _core
 from mtxcomm.torch import _setcomm, _work
 
-__all__ = ["GroupSubmitter", "open_group", "is_world"]
+__all__ = ["GroupSubmitter", "open_comm", "open_group", "is_world"]
 
 _STORE_KEY = "mtxcomm/group"
 _WHAT = {
@@ -48,20 +48,25 @@ _groups_opened = [0]
 _opened_lock = threading.Lock()
 
 
+def _meet(store, group_rank, timeout, key):
+    """(store address, secret) of a communicator of the group: its rank 0 makes them and
+    publishes them under key in the group's c10d store, the others read them there."""
+    if group_rank == 0:
+        address, secret = _setcomm.store_address()
+        store.set(key, json.dumps({"store": address, "secret": secret}))
+        return address, secret
+    if _work.to_seconds(timeout) is not None:
+        store.wait([key], timeout)
+    else:
+        store.wait([key])
+    info = json.loads(bytes(store.get(key)).decode())
+    return info["store"], info["secret"]
+
+
 def open_group(store, group_rank, ranks, timeout):
     """The communicator of a group (ranks: its global ranks in group-rank order) on this rank;
     collective over the group's ranks, which all pass the group's c10d store."""
-    seconds = _work.to_seconds(timeout)
-    if group_rank == 0:
-        address, secret = _setcomm.store_address()
-        store.set(_STORE_KEY, json.dumps({"store": address, "secret": secret}))
-    else:
-        if seconds is not None:
-            store.wait([_STORE_KEY], timeout)
-        else:
-            store.wait([_STORE_KEY])
-        info = json.loads(bytes(store.get(_STORE_KEY)).decode())
-        address, secret = info["store"], info["secret"]
+    address, secret = _meet(store, group_rank, timeout, _STORE_KEY)
     with _opened_lock:
         gid = _groups_opened[0]
         _groups_opened[0] += 1
@@ -72,9 +77,25 @@ def open_group(store, group_rank, ranks, timeout):
         address,
         secret,
         label="the process group of global ranks %s" % list(ranks),
-        timeout=seconds,
+        timeout=_work.to_seconds(timeout),
     )
     return comm
+
+
+def open_comm(store, group_rank, ranks, timeout, key, read=()):
+    """A bare C API communicator (a ctypes handle) of the group, bootstrapped as open_group's
+    (under key in the group's c10d store), for the C++ backend, which owns it from then on;
+    with read, (communicator, the values of those configuration variables)."""
+    address, secret = _meet(store, group_rank, timeout, key)
+    return _setcomm.init_comm(
+        group_rank,
+        len(ranks),
+        address,
+        secret,
+        _work.to_seconds(timeout),
+        "the C++ backend of the process group of global ranks %s" % list(ranks),
+        read=read,
+    )
 
 
 class _Pending(_setcomm._SetWork):

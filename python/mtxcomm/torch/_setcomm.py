@@ -28,7 +28,7 @@ import torch
 from mtxcomm import _arrays, _core
 from mtxcomm.torch import _bootstrap, _handles, _tensors
 
-__all__ = ["SetComm", "store_address"]
+__all__ = ["SetComm", "init_comm", "store_address"]
 
 _c = ctypes
 _P = _c.c_void_p
@@ -45,6 +45,7 @@ _SIGNATURES = {
     "mtxcomm_alltoall": ([_P, _P, _c.c_size_t, _c.c_int, _P, _P], _c.c_int),
     "mtxcomm_alltoallv": ([_P, _SIZES, _SIZES, _P, _SIZES, _SIZES, _c.c_int, _P, _P], _c.c_int),
     "mtxcomm_barrier": ([_P], _c.c_int),
+    "mtxcomm_config_get": ([_c.c_char_p, _c.c_char_p, _c.c_size_t], _c.c_int),
     # point-to-point (_p2p.py)
     "mtxcomm_isend": (
         [_P, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int, _P, _c.POINTER(_P)],
@@ -83,12 +84,66 @@ _KINDS = {
 }
 
 
+def config_get(name):
+    """The library's validated value of configuration variable name (a string)."""
+    buf = _c.create_string_buffer(256)
+    lib = _library()
+    code = lib.mtxcomm_config_get(name.encode(), buf, len(buf))
+    if code:
+        msg = lib.mtxcomm_get_last_error(None)
+        raise _arrays._error(code, msg.decode(errors="replace") if msg else name)
+    return buf.value.decode()
+
+
 def store_address():
     """(store, secret) for a set's bootstrap: a TCP store on a free port of this host, which
     the set's first rank opens when it creates the communicator."""
     import secrets
 
     return "tcp:" + _bootstrap._bootstrap_address(), secrets.token_hex(32)
+
+
+def init_comm(rank, size, store, secret, timeout=None, label="a communicator", read=()):
+    """A C API communicator (a ctypes handle) of size ranks, this one rank; collective over
+    them (each passes the same store, a "tcp:HOST:PORT" its rank 0 opens, and secret).
+    timeout: MTXCOMM_TIMEOUT in seconds (None: the environment's). label names it in errors.
+    read: configuration variables to return the values of as well ((comm, [values])), read
+    under the environment the communicator was made with (the job's own may hold values the
+    library refuses, such as an empty MTXCOMM_RANK, which this one replaces)."""
+    lib = _library()
+    env = {
+        "MTXCOMM_RANK": str(rank),
+        "MTXCOMM_SIZE": str(size),
+        "MTXCOMM_STORE": store,
+        "MTXCOMM_JOB_SECRET": secret,
+        # The process was placed when the engine started: not again.
+        "MTXCOMM_PLACEMENT": "off",
+    }
+    if timeout is not None:
+        env["MTXCOMM_TIMEOUT"] = "%g" % max(1.0, timeout)
+    saved = {
+        k: os.environ.get(k) for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE", "MTXCOMM_TRANSPORT"]
+    }
+    os.environ.update(env)
+    os.environ.pop("MTXCOMM_JOB_SECRET_FILE", None)
+    if os.environ.get("MTXCOMM_TRANSPORT") == "mpi":
+        os.environ.pop("MTXCOMM_TRANSPORT")  # the communicator bootstraps over its TCP store
+    comm = _P()
+    values = []
+    try:
+        code = lib.mtxcomm_comm_init_from_env(_c.byref(comm))
+        if not code:
+            values = [config_get(name) for name in read]
+    finally:
+        _bootstrap.restore_environ(saved)
+    if code:
+        msg = lib.mtxcomm_get_last_error(None)
+        raise _arrays._error(
+            code,
+            "mtxcomm.torch: the communicator of %s: %s"
+            % (label, msg.decode(errors="replace") if msg else ""),
+        )
+    return (comm, values) if read else comm
 
 
 class _SetWork:
@@ -123,40 +178,7 @@ class SetComm:
         self.size = len(self.ranks)
         # How errors name this communicator and the call that made it.
         self.label = label or "process set %d (ranks %s)" % (set_id, self.ranks)
-        lib = _library()
-        env = {
-            "MTXCOMM_RANK": str(self.rank),
-            "MTXCOMM_SIZE": str(self.size),
-            "MTXCOMM_STORE": store,
-            "MTXCOMM_JOB_SECRET": secret,
-            # The process was placed when the engine started: not again.
-            "MTXCOMM_PLACEMENT": "off",
-        }
-        if timeout is not None:
-            env["MTXCOMM_TIMEOUT"] = "%g" % max(1.0, timeout)
-        saved = {
-            k: os.environ.get(k)
-            for k in list(env) + ["MTXCOMM_JOB_SECRET_FILE", "MTXCOMM_TRANSPORT"]
-        }
-        os.environ.update(env)
-        os.environ.pop("MTXCOMM_JOB_SECRET_FILE", None)
-        if os.environ.get("MTXCOMM_TRANSPORT") == "mpi":
-            os.environ.pop("MTXCOMM_TRANSPORT")  # the set bootstraps over its TCP store
-        comm = _P()
-        try:
-            code = lib.mtxcomm_comm_init_from_env(_c.byref(comm))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        if code:
-            raise _arrays._error(
-                code,
-                "mtxcomm.torch: the communicator of %s: %s" % (self.label, self._last_error(None)),
-            )
-        self._comm = comm
+        self._comm = init_comm(self.rank, self.size, store, secret, timeout, self.label)
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._loop, name="mtxcomm-comm-%s" % set_id, daemon=True

@@ -125,6 +125,17 @@ class _Keeper:
             except BaseException:  # noqa: BLE001 - a dropped Work's error has nobody to reach
                 pass
 
+    def settle(self):
+        """Waits until the engine is done with every call held now, then lets them go (their
+        Works finished, a dropped one's copies made): the C++ backend's worker runs it after a
+        call it delegated to this backend, whose Work nobody may wait for."""
+        with self._lock:
+            items = list(self._items)
+        for pendings, _, _, _ in items:
+            for p in pendings:
+                p.wait()
+        self.sweep()
+
 
 keeper = _Keeper()
 

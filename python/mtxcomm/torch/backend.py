@@ -14,12 +14,15 @@ across nodes. ``Work.wait()`` blocks (without the GIL) until the engine is done;
 returns a ``torch.futures.Future`` completed by a helper thread, as DDP's communication hooks
 need.
 
-Why Python and not a C++ extension: torch 2.x lets a Python subclass of
-``torch._C._distributed_c10d.Backend`` be a backend (its ``PyBackend`` trampoline dispatches
-c10d's calls into the overrides below). The data never passes through Python (the engine gets
-the tensors' addresses), and there is no C++ ABI to match with each PyTorch release: one wheel
-of mtxcomm works with every PyTorch that has the trampoline. The cost is a few microseconds of
-Python per call (``bench/RESULTS.md``, the PyTorch table).
+This Python backend is the fallback of the C++ one (``bindings/torch``, the module
+``mtxcomm.torch._c10d``; ``docs/torch.md``): ``_create`` makes both for a group, the Python one
+first, and hands it to the C++ one, which runs the common collectives itself on a communicator
+of its own (no trampoline, no negotiation: ~100 us less per call) and delegates the rest here.
+Where the C++ module is absent, does not import, or was built for another torch, this backend
+serves alone (one warning says why and how to rebuild); ``MTXCOMM_TORCH_BACKEND=python`` asks
+for it. It subclasses ``torch._C._distributed_c10d.Backend`` in Python (the ``PyBackend``
+trampoline dispatches c10d's calls into the overrides below): the data never passes through
+Python, and no C++ ABI has to match the PyTorch release.
 
 Supported: allreduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM; BAND/BOR/BXOR are not),
 allreduce_coalesced, broadcast, reduce, allgather, all_gather_single (``_allgather_base``,
@@ -52,8 +55,11 @@ checks, dtype and op codes, ``Buf``), ``_work.py`` (``Submitter``, ``Work`` and 
 that hold buffers and complete futures), which the Horovod-style API (``_ops.py``) uses too.
 """
 
+import atexit
 import collections
 import datetime
+import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -64,7 +70,7 @@ from mtxcomm.torch import _bootstrap, _group, _p2p, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
 from mtxcomm.torch._work import Work, collective
 
-__all__ = ["MtxcommBackend", "Work", "register"]
+__all__ = ["MtxcommBackend", "Work", "python_backend", "register"]
 
 BACKEND_NAME = "mtxcomm"
 
@@ -620,12 +626,66 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
         _core.shutdown()
 
 
+# ---- the C++ backend (bindings/torch: mtxcomm.torch._c10d) --------------------------------
+
+_NATIVE_KEY = "mtxcomm/c10d"
+REBUILD = "pip install --no-build-isolation --force-reinstall ."
+_warned = []
+
+
+def _torch_version():
+    return str(torch.__version__)
+
+
+def _native_module():
+    """(mtxcomm.torch._c10d, None) when the C++ backend can serve, else (None, why)."""
+    choice = os.environ.get("MTXCOMM_TORCH_BACKEND", "auto").strip().lower() or "auto"
+    if choice == "python":
+        return None, None  # asked for: no warning
+    if choice != "auto":
+        raise ValueError('MTXCOMM_TORCH_BACKEND="%s" is invalid: use auto or python' % choice)
+    try:
+        from mtxcomm.torch import _c10d
+    except ImportError as e:  # not built (no torch headers at install), or an undefined symbol
+        return None, "mtxcomm.torch._c10d does not import (%s)" % e
+    built = str(getattr(_c10d, "TORCH_VERSION", "unknown"))
+    if built != _torch_version():
+        return None, "mtxcomm.torch._c10d was built for torch %s but torch %s is installed" % (
+            built,
+            _torch_version(),
+        )
+    return _c10d, None
+
+
+def _warn_fallback(why):
+    if _warned:
+        return
+    _warned.append(why)
+    warnings.warn(
+        "mtxcomm: the C++ torch.distributed backend is not used: %s; the Python backend "
+        "serves (slower: ~100 us more per call). Rebuild mtxcomm against this torch, from its "
+        "source tree: %s (or scripts/setup_python.sh)" % (why, REBUILD),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+_INLINE_VAR = "MTXCOMM_TORCH_INLINE_BYTES"
+
+
+def python_backend(backend):
+    """The Python backend behind a group's backend: itself, or the C++ one's fallback."""
+    return getattr(backend, "fallback", None) or backend
+
+
 def _create(opts, backend_options):
-    """register_backend's creator (extended_api=True)."""
+    """register_backend's creator (extended_api=True): the C++ backend over the Python one
+    (its fallback for what it does not run natively), or the Python one alone."""
     options = backend_options
     if not isinstance(options, _C10dBackend.Options):
         options = _C10dBackend.Options(BACKEND_NAME, timeout=opts.timeout)
-    return MtxcommBackend(
+    module, why = _native_module()
+    py_backend = MtxcommBackend(
         opts.store,
         opts.group_rank,
         opts.group_size,
@@ -633,6 +693,41 @@ def _create(opts, backend_options):
         options,
         global_ranks=opts.global_ranks_in_group,
     )
+    if module is None:
+        if why is not None:
+            _warn_fallback(why)
+        return py_backend
+    size = opts.group_size
+    ranks = list(opts.global_ranks_in_group) if opts.global_ranks_in_group else list(range(size))
+    comm, (inline_bytes,) = _group.open_comm(
+        opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY, read=(_INLINE_VAR,)
+    )
+    seconds = _work.to_seconds(opts.timeout)
+    native = module.MtxcommBackend(
+        opts.group_rank,
+        size,
+        comm.value,
+        py_backend,
+        seconds if seconds is not None else 0.0,
+        int(float(inline_bytes)),  # validated by the library at the communicator's init
+    )
+    # Closed at exit (a group never destroyed): its communicator's threads end before the
+    # library's static ones are destroyed. Those closed already (destroy_process_group) go.
+    _native_backends[:] = [b for b in _native_backends if b.comm_address] + [native]
+    return native
+
+
+_native_backends = []
+
+
+@atexit.register
+def _close_native_backends():
+    for b in reversed(_native_backends):
+        try:
+            b.close()
+        except Exception:  # noqa: BLE001 - at exit: the others still close
+            pass
+    del _native_backends[:]
 
 
 _registered = False
