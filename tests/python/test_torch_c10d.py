@@ -18,6 +18,7 @@ from torch_common import RANK, SIZE, backend, multi_rank
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
+from mtxcomm.torch import _native  # noqa: E402
 from mtxcomm.torch import backend as mtx_backend  # noqa: E402
 
 _c10d = pytest.importorskip(
@@ -147,8 +148,8 @@ def _new_world_group():
 
 
 def test_a_torch_it_was_not_built_for_falls_back_with_one_warning(monkeypatch):
-    monkeypatch.setattr(mtx_backend, "_torch_version", lambda: "0.0.0+other")
-    monkeypatch.setattr(mtx_backend, "_warned", [])
+    monkeypatch.setattr(_native, "_torch_version", lambda: "0.0.0+other")
+    monkeypatch.setattr(_native, "_warned", [])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         g, be = _new_world_group()
@@ -157,7 +158,7 @@ def test_a_torch_it_was_not_built_for_falls_back_with_one_warning(monkeypatch):
     assert len(mine) == 1, [str(w.message) for w in caught]
     text = str(mine[0].message)
     assert "built for torch %s but torch 0.0.0+other" % _c10d.TORCH_VERSION in text, text
-    assert mtx_backend.REBUILD in text
+    assert _native.REBUILD in text
     for grp, b in ((g, be), (g2, be2)):
         assert type(b) is mtx_backend.MtxcommBackend, type(b)
         t = torch.ones(3)
@@ -176,7 +177,7 @@ def test_an_extension_that_does_not_import_falls_back(monkeypatch):
         return real(name, globals, locals, fromlist, level)
 
     monkeypatch.setattr(builtins, "__import__", refuse)
-    monkeypatch.setattr(mtx_backend, "_warned", [])
+    monkeypatch.setattr(_native, "_warned", [])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         g, be = _new_world_group()
@@ -190,7 +191,7 @@ def test_an_extension_that_does_not_import_falls_back(monkeypatch):
 
 def test_mtxcomm_torch_backend_python_forces_the_python_one(monkeypatch):
     monkeypatch.setenv("MTXCOMM_TORCH_BACKEND", "python")
-    monkeypatch.setattr(mtx_backend, "_warned", [])
+    monkeypatch.setattr(_native, "_warned", [])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         g, be = _new_world_group()

@@ -30,7 +30,8 @@ The package, laid out as ``horovod.torch``: ``basics.py`` (init, rank, size, bui
 handles, names), ``functions.py`` (objects, parameters and optimizer state), ``optimizer.py``
 (DistributedOptimizer), ``process_sets.py`` and ``_setcomm.py`` (process sets and their
 communicators), ``compression.py``, ``exceptions.py``; under them and the backend
-(``backend.py``, ``_lists.py``), ``_bootstrap.py``, ``_tensors.py`` and ``_work.py``. This
+(``backend.py`` with ``_lists.py``, ``_p2p.py``, ``_sparse.py``, ``_group.py`` and ``_native.py``:
+the C++ backend's choice), ``_bootstrap.py``, ``_tensors.py`` and ``_work.py``. This
 module only re-exports.
 """
 

@@ -19,9 +19,9 @@ import ctypes
 import threading
 
 from mtxcomm import _arrays, _core
-from mtxcomm.torch import _setcomm
+from mtxcomm.torch import _setcomm, _tensors
 
-__all__ = ["P2PPending", "post", "world_comm", "MAX_TAG"]
+__all__ = ["P2PPending", "PointToPoint", "post", "world_comm", "MAX_TAG"]
 
 MAX_TAG = 32767
 _UINT8 = 1  # MTXCOMM_UINT8: a message is the tensor's bytes (every dtype, complex too)
@@ -119,3 +119,43 @@ def world_comm():
     """The engine's world communicator (a ctypes handle), or None when it is not running."""
     address = _core.world_comm() if _core.is_initialized() else 0
     return ctypes.c_void_p(address) if address else None
+
+
+class PointToPoint:
+    """send and recv for MtxcommBackend (which provides ``_comm``, ``_submitter``, ``_one``,
+    ``_work`` and ``size``)."""
+
+    def _p2p_comm(self):
+        return world_comm() if self._comm is None else self._comm._comm
+
+    def _p2p(self, send, tensors, peer, tag):
+        what = "send" if send else "recv"
+        self._submitter.check_usable()
+        t = self._one(tensors, what, "tensor")
+        _tensors.check(t, what)
+        if not 0 <= peer < self.size():
+            raise ValueError(
+                "mtxcomm backend: %s: peer %d is not a rank of this group of %d"
+                % (what, peer, self.size())
+            )
+        b = _tensors.Buf(t, what, complex_ok=True)
+        p = post(
+            self._p2p_comm(),
+            send,
+            b.view,
+            peer,
+            tag,
+            "%s %s rank %d tag %d" % (what, "to" if send else "from", peer, tag),
+        )
+
+        def finish(_):
+            if not send:
+                b.copy_back()
+
+        return self._work(what, [p], [t], b, finish)
+
+    def send(self, tensors, dstRank, tag):
+        return self._p2p(True, tensors, dstRank, tag)
+
+    def recv(self, tensors, srcRank, tag):
+        return self._p2p(False, tensors, srcRank, tag)

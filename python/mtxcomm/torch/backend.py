@@ -49,25 +49,27 @@ any other group (a subset, ``new_subgroups``, a ``DeviceMesh`` dimension) runs t
 a communicator of its own ranks (``_group.py``, which says why not ``mtxcomm_comm_split``).
 
 This module holds the backend class (each collective's checks, staging and submission) and its
-registration with ``torch.distributed``; the rest is beside it: ``_bootstrap.py`` (rendezvous,
-the engine's start), ``_group.py`` (the groups other than the world), ``_tensors.py`` (tensor
+registration with ``torch.distributed``; the rest is beside it: ``_lists.py``, ``_p2p.py`` and
+``_sparse.py`` (mixins: list forms, point-to-point, sparse allreduce), ``_native.py`` (the C++
+backend and the choice of it), ``_bootstrap.py`` (rendezvous, the engine's start), ``_group.py``
+(the groups other than the world), ``_tensors.py`` (tensor
 checks, dtype and op codes, ``Buf``), ``_work.py`` (``Submitter``, ``Work`` and the helpers
 that hold buffers and complete futures), which the Horovod-style API (``_ops.py``) uses too.
 """
 
-import atexit
 import collections
 import datetime
-import os
-import warnings
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from mtxcomm import _core
-from mtxcomm.torch import _bootstrap, _group, _p2p, _tensors, _work
+from mtxcomm.torch import _bootstrap, _group, _native, _tensors, _work
 from mtxcomm.torch._lists import ListCollectives
+from mtxcomm.torch._native import python_backend
+from mtxcomm.torch._p2p import PointToPoint
+from mtxcomm.torch._sparse import SparseAllreduce
 from mtxcomm.torch._work import Work, collective
 
 __all__ = ["MtxcommBackend", "Work", "python_backend", "register"]
@@ -80,7 +82,7 @@ BACKEND_NAME = "mtxcomm"
 _backends_created = 0
 
 
-class MtxcommBackend(ListCollectives, _C10dBackend):
+class MtxcommBackend(ListCollectives, PointToPoint, SparseAllreduce, _C10dBackend):
     """c10d backend over mtxcomm's engine; see the module's docstring."""
 
     def __init__(self, store, rank, size, timeout, options=None, global_ranks=None):
@@ -183,48 +185,6 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
                 b.copy_back()
 
         return self._work(what, pendings, list(tensors), bufs, finish)
-
-    def _sparse_allreduce(self, t, reduce_op):
-        """SUM of a sparse COO tensor, as Gloo makes it: every rank's entries gathered (their
-        counts first, then the indices and the values by two allgathers of uneven size), summed
-        by coalescing, and copied into t (sparse, so its entries may change)."""
-        what = "allreduce (sparse)"
-        if reduce_op.op != dist.ReduceOp.SUM:
-            raise ValueError(
-                "mtxcomm backend: %s: a sparse tensor takes SUM only (as with Gloo), not %s"
-                % (what, reduce_op.op)
-            )
-        s = t.detach().coalesce()
-        idx = s._indices().t().contiguous()  # (nnz, sparse dims)
-        val = s._values().contiguous()  # (nnz, dense dims...)
-        n, sd = self.size(), idx.shape[1]
-        nnz = torch.tensor([idx.shape[0]], dtype=torch.int64)
-        counts = torch.empty(n, dtype=torch.int64)
-        c = _tensors.code(nnz, what)
-        p = self._submit(
-            _core.KIND_ALLGATHER, [nnz.data_ptr()], c, [[1]], [counts.data_ptr()], [[n]]
-        )
-        w = self._work(what, [p], [counts], (nnz, counts))
-        w.wait()
-        total = int(counts.sum())
-        gi = torch.empty(total * sd, dtype=torch.int64)
-        gv = torch.empty((total,) + tuple(val.shape[1:]), dtype=val.dtype)
-        bi, bv = _tensors.Buf(idx.reshape(-1), what), _tensors.Buf(val, what, complex_ok=True)
-        oi, ov = _tensors.Buf(gi, what), _tensors.Buf(gv, what, complex_ok=True)
-        calls = [
-            ((_core.KIND_ALLGATHER, [b.ptr()], b.code, [b.shape()], [o.ptr()], [o.shape()]), {})
-            for b, o in ((bi, oi), (bv, ov))
-        ]
-        keep = (bi, bv, oi, ov)
-        pendings = self._submit_each(calls, keep)
-
-        def finish(_):
-            summed = torch.sparse_coo_tensor(
-                gi.view(total, sd).t(), gv, t.size(), check_invariants=False
-            ).coalesce()
-            t.copy_(summed)
-
-        return self._work(what, pendings, [t], keep, finish)
 
     @collective
     def allreduce(self, tensors, opts):
@@ -563,43 +523,6 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
 
     alltoall_base = all_to_all_single
 
-    # -- point-to-point (_p2p.py) --
-
-    def _p2p_comm(self):
-        return _p2p.world_comm() if self._comm is None else self._comm._comm
-
-    def _p2p(self, send, tensors, peer, tag):
-        what = "send" if send else "recv"
-        self._submitter.check_usable()
-        t = self._one(tensors, what, "tensor")
-        _tensors.check(t, what)
-        if not 0 <= peer < self.size():
-            raise ValueError(
-                "mtxcomm backend: %s: peer %d is not a rank of this group of %d"
-                % (what, peer, self.size())
-            )
-        b = _tensors.Buf(t, what, complex_ok=True)
-        p = _p2p.post(
-            self._p2p_comm(),
-            send,
-            b.view,
-            peer,
-            tag,
-            "%s %s rank %d tag %d" % (what, "to" if send else "from", peer, tag),
-        )
-
-        def finish(_):
-            if not send:
-                b.copy_back()
-
-        return self._work(what, [p], [t], b, finish)
-
-    def send(self, tensors, dstRank, tag):
-        return self._p2p(True, tensors, dstRank, tag)
-
-    def recv(self, tensors, srcRank, tag):
-        return self._p2p(False, tensors, srcRank, tag)
-
     # -- barrier --
 
     @collective
@@ -626,65 +549,13 @@ class MtxcommBackend(ListCollectives, _C10dBackend):
         _core.shutdown()
 
 
-# ---- the C++ backend (bindings/torch: mtxcomm.torch._c10d) --------------------------------
-
-_NATIVE_KEY = "mtxcomm/c10d"
-REBUILD = "pip install --no-build-isolation --force-reinstall ."
-_warned = []
-
-
-def _torch_version():
-    return str(torch.__version__)
-
-
-def _native_module():
-    """(mtxcomm.torch._c10d, None) when the C++ backend can serve, else (None, why)."""
-    choice = os.environ.get("MTXCOMM_TORCH_BACKEND", "auto").strip().lower() or "auto"
-    if choice == "python":
-        return None, None  # asked for: no warning
-    if choice != "auto":
-        raise ValueError('MTXCOMM_TORCH_BACKEND="%s" is invalid: use auto or python' % choice)
-    try:
-        from mtxcomm.torch import _c10d
-    except ImportError as e:  # not built (no torch headers at install), or an undefined symbol
-        return None, "mtxcomm.torch._c10d does not import (%s)" % e
-    built = str(getattr(_c10d, "TORCH_VERSION", "unknown"))
-    if built != _torch_version():
-        return None, "mtxcomm.torch._c10d was built for torch %s but torch %s is installed" % (
-            built,
-            _torch_version(),
-        )
-    return _c10d, None
-
-
-def _warn_fallback(why):
-    if _warned:
-        return
-    _warned.append(why)
-    warnings.warn(
-        "mtxcomm: the C++ torch.distributed backend is not used: %s; the Python backend "
-        "serves (slower: ~100 us more per call). Rebuild mtxcomm against this torch, from its "
-        "source tree: %s (or scripts/setup_python.sh)" % (why, REBUILD),
-        RuntimeWarning,
-        stacklevel=3,
-    )
-
-
-_INLINE_VAR = "MTXCOMM_TORCH_INLINE_BYTES"
-
-
-def python_backend(backend):
-    """The Python backend behind a group's backend: itself, or the C++ one's fallback."""
-    return getattr(backend, "fallback", None) or backend
-
-
 def _create(opts, backend_options):
     """register_backend's creator (extended_api=True): the C++ backend over the Python one
-    (its fallback for what it does not run natively), or the Python one alone."""
+    (its fallback for what it does not run natively), or the Python one alone (_native.py)."""
     options = backend_options
     if not isinstance(options, _C10dBackend.Options):
         options = _C10dBackend.Options(BACKEND_NAME, timeout=opts.timeout)
-    module, why = _native_module()
+    module, why = _native.native_module()
     py_backend = MtxcommBackend(
         opts.store,
         opts.group_rank,
@@ -695,39 +566,9 @@ def _create(opts, backend_options):
     )
     if module is None:
         if why is not None:
-            _warn_fallback(why)
+            _native.warn_fallback(why)
         return py_backend
-    size = opts.group_size
-    ranks = list(opts.global_ranks_in_group) if opts.global_ranks_in_group else list(range(size))
-    comm, (inline_bytes,) = _group.open_comm(
-        opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY, read=(_INLINE_VAR,)
-    )
-    seconds = _work.to_seconds(opts.timeout)
-    native = module.MtxcommBackend(
-        opts.group_rank,
-        size,
-        comm.value,
-        py_backend,
-        seconds if seconds is not None else 0.0,
-        int(float(inline_bytes)),  # validated by the library at the communicator's init
-    )
-    # Closed at exit (a group never destroyed): its communicator's threads end before the
-    # library's static ones are destroyed. Those closed already (destroy_process_group) go.
-    _native_backends[:] = [b for b in _native_backends if b.comm_address] + [native]
-    return native
-
-
-_native_backends = []
-
-
-@atexit.register
-def _close_native_backends():
-    for b in reversed(_native_backends):
-        try:
-            b.close()
-        except Exception:  # noqa: BLE001 - at exit: the others still close
-            pass
-    del _native_backends[:]
+    return _native.native_backend(module, opts, py_backend)
 
 
 _registered = False
