@@ -55,11 +55,15 @@ class P2PPending:
             _setcomm._library().mtxcomm_request_free(self._req)
             self._req = None
 
-    def done(self):
+    def _in_flight(self):
+        """The request while it has not completed, else None."""
         if self._result is not None:
-            return True
+            return None
         with self._lock:
-            req = self._req
+            return self._req
+
+    def done(self):
+        req = self._in_flight()
         if req is None:
             return True
         flag = ctypes.c_int(0)
@@ -73,10 +77,7 @@ class P2PPending:
         """Waits up to timeout seconds (< 0 or None: forever); True once complete. Past the
         timeout the group's point-to-point channel has failed (the C API's rule), as the
         Work that waited then reports."""
-        if self._result is not None:
-            return True
-        with self._lock:
-            req = self._req
+        req = self._in_flight()
         if req is None:
             return True
         seconds = _FOREVER if timeout is None or timeout < 0 else max(float(timeout), 1e-3)

@@ -38,6 +38,15 @@ from _report import report  # noqa: E402
 
 import mtxcomm.torch  # noqa: F401
 
+
+def report_raised(start, e):
+    """Prints RAISED <seconds since start> <type>: <message> (what the test parses)."""
+    report(
+        "RAISED %.1f %s: %s"
+        % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
+    )
+
+
 mode = sys.argv[1]
 timeout = datetime.timedelta(seconds=3 if mode in ("timeout", "window") else 60)
 dist.init_process_group("mtxcomm", timeout=timeout)
@@ -65,10 +74,7 @@ if mode == "ddp_kill":
             opt.step()
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        report(
-            "RAISED %.1f %s: %s"
-            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
-        )
+        report_raised(start, e)
     os._exit(3)
 if mode == "process_set_exit":
     import mtxcomm.torch as hvd
@@ -107,10 +113,7 @@ if mode == "p2p_kill":
                 w.wait()
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        report(
-            "RAISED %.1f %s: %s"
-            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " ")[:2000])
-        )
+        report_raised(start, e)
     os._exit(3)
 if mode == "window":
     start = time.monotonic()
@@ -121,10 +124,7 @@ if mode == "window":
         works = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(70)]
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
-        report(
-            "RAISED %.1f %s: %s"
-            % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " "))
-        )
+        report_raised(start, e)
     os._exit(3)
 if rank == 1:
     if mode == "kill":
@@ -137,10 +137,7 @@ try:
         dist.all_reduce(t)
     report("NO_ERROR", rank)
 except Exception as e:  # noqa: BLE001
-    report(
-        "RAISED %.1f %s: %s"
-        % (time.monotonic() - start, type(e).__name__, str(e).replace("\n", " "))
-    )
+    report_raised(start, e)
     if mode == "timeout":
         try:
             dist.all_reduce(t)
