@@ -346,6 +346,13 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   datatypes may differ). A mismatch fails the receive with MTXCOMM_INVALID_USAGE naming both
  *   byte counts, the peer and the tag; nothing is written to its buffer and the message is
  *   consumed (the next receive matches the next message). The send completes normally.
+ * - Any source: a receive may name peer MTXCOMM_ANY_SOURCE (as MPI_ANY_SOURCE; mtxcomm_irecv and
+ *   mtxcomm_recv): it takes the first message with its tag from any rank, this one included;
+ *   mtxcomm_request_source then says which rank sent it. Per sender the order rule above holds
+ *   (a message goes to the oldest receive that matches it, named or any-source); across senders
+ *   the order is whichever arrives first. Each peer gets a header receive of that tag posted for
+ *   it; one that another peer's message made unnecessary stays posted but idle, and takes that
+ *   peer's next message of the tag for the next receive that matches it.
  * - Self: peer == own rank is allowed: the message is matched within the process (a send with no
  *   receive posted yet is copied aside and completes at once).
  * - count 0 is a message of zero bytes: it is matched and delivered like any other (buf may then
@@ -360,7 +367,8 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   point-to-point transport (MPI, TCP or UCX), not its shared-memory segment, in this version.
  * - Setup: each communicator (init and split) makes its point-to-point context at creation,
  *   collectively (under MPI an MPI_Comm_create_group); nothing is made later.
- * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size),
+ * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size)
+ *   and not MTXCOMM_ANY_SOURCE for a receive,
  *   tag out of range, buf NULL with count > 0, count * element size overflowing size_t, req
  *   NULL) are MTXCOMM_INVALID_ARGUMENT naming what was wrong, before anything is posted; *req is
  *   then NULL. The first failure of the communicator's point-to-point channel - a peer that died
@@ -383,6 +391,7 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   (the request handles stay valid until freed). */
 
 #define MTXCOMM_P2P_MAX_TAG 32767 /* MPI's least MPI_TAG_UB */
+#define MTXCOMM_ANY_SOURCE (-1)   /* a receive's peer: whichever rank sends (MPI_ANY_SOURCE) */
 
 /* Opaque request handle of one non-blocking send or receive. */
 typedef struct mtxcomm_request_s* mtxcomm_request_t;
@@ -406,6 +415,12 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_test(mtxcomm_request_t req, int* done);
  * MTXCOMM_TIMEOUT. Past the timeout the communicator's point-to-point channel fails (above):
  * req and every other pending request complete with MTXCOMM_TIMEOUT, and this returns it. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_wait(mtxcomm_request_t req, double timeout_seconds);
+
+/* *source = the rank whose message a completed receive took (its peer, or the sender for
+ * MTXCOMM_ANY_SOURCE; MTXCOMM_ANY_SOURCE if it failed before a message matched it), or the peer
+ * of a send. MTXCOMM_INVALID_USAGE while the request is in flight; MTXCOMM_INVALID_ARGUMENT for
+ * a req or source that is NULL or not live. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_request_source(mtxcomm_request_t req, int* source);
 
 /* Frees a completed request (NULL is accepted and ignored). A request still in flight is not
  * freed: MTXCOMM_INVALID_USAGE (there is no cancel; wait for it first). A handle that is not

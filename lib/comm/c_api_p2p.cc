@@ -1,6 +1,7 @@
 // The C API's point-to-point entry points (mtxcomm_isend, mtxcomm_irecv, mtxcomm_test,
-// mtxcomm_wait, mtxcomm_request_free, mtxcomm_send, mtxcomm_recv): checks, the registry of live
-// requests, and the hand-over to the communicator's point-to-point channel (lib/comm/p2p.h).
+// mtxcomm_wait, mtxcomm_request_source, mtxcomm_request_free, mtxcomm_send, mtxcomm_recv): checks,
+// the registry of live requests, and the hand-over to the communicator's point-to-point channel
+// (lib/comm/p2p.h).
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -71,8 +72,10 @@ mtxcomm_result_t postP2p(bool isSend, const void* buf, size_t count, mtxcomm_dat
     if (!req) bad("req (the output pointer) is NULL");
     const size_t es = mtxcomm::datatypeSize(datatype);
     if (es == 0) bad("datatype ", static_cast<int>(datatype), " is not a valid mtxcomm_datatype_t");
-    if (peer < 0 || peer >= n)
-      bad("peer ", peer, " is not a rank of this communicator (size ", n, ")");
+    if ((peer < 0 || peer >= n) && (isSend || peer != MTXCOMM_ANY_SOURCE)) {
+      bad("peer ", peer, " is not a rank of this communicator (size ", n, ")",
+          isSend ? "" : " nor MTXCOMM_ANY_SOURCE");
+    }
     if (tag < 0 || tag > MTXCOMM_P2P_MAX_TAG) {
       bad("tag ", tag, " is out of range [0, ", MTXCOMM_P2P_MAX_TAG, "] (MTXCOMM_P2P_MAX_TAG)");
     }
@@ -150,6 +153,26 @@ mtxcomm_result_t mtxcomm_wait(mtxcomm_request_t req, double timeout_seconds) {
       },
       &message);
   if (code == MTXCOMM_INVALID_ARGUMENT) threadError() = message;
+  return code;
+}
+
+mtxcomm_result_t mtxcomm_request_source(mtxcomm_request_t req, int* source) {
+  std::string message;
+  const mtxcomm_result_t code = mtxcomm::capi::capture(
+      [&] {
+        if (!source)
+          mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mtxcomm_request_source: source is NULL");
+        const mtxcomm_request_s r = lookupRequest(req, "mtxcomm_request_source");
+        if (!r.op->done.load(std::memory_order_acquire)) {
+          mtxcomm::fail(MTXCOMM_INVALID_USAGE,
+                        "mtxcomm_request_source: the request is still in "
+                        "flight (",
+                        mtxcomm::describeP2pOp(*r.op), "): wait for it first");
+        }
+        *source = r.op->isSend ? r.op->peer : r.op->source;
+      },
+      &message);
+  if (code != MTXCOMM_SUCCESS) threadError() = message;
   return code;
 }
 

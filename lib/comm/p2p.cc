@@ -55,6 +55,9 @@ std::chrono::steady_clock::duration secondsToDuration(double s) {
 }  // namespace
 
 std::string describeP2pOp(const P2pOp& op) {
+  if (op.peer == P2pOp::kAnySource) {
+    return strCat("receive from any peer rank (tag ", op.tag, ", ", op.bytes, " bytes)");
+  }
   return strCat(op.isSend ? "send to" : "receive from", " peer rank ", op.peer, " (tag ", op.tag,
                 ", ", op.bytes, " bytes)");
 }
@@ -222,8 +225,10 @@ void P2p::failAll() {
     if (s.op) ops.push_back(std::move(s.op));
   }
   slots_.clear();
-  for (auto& [key, q] : recvs_) ops.insert(ops.end(), q.begin(), q.end());
-  recvs_.clear();
+  for (auto& [key, box] : inboxes_) ops.insert(ops.end(), box.recvs.begin(), box.recvs.end());
+  inboxes_.clear();  // parked header receives too
+  for (auto& [tag, q] : anyRecvs_) ops.insert(ops.end(), q.begin(), q.end());
+  anyRecvs_.clear();
   for (auto& [tag, q] : selfRecvs_) ops.insert(ops.end(), q.begin(), q.end());
   selfRecvs_.clear();
   selfMsgs_.clear();
@@ -250,20 +255,31 @@ void P2p::complete(P2pOp& op, mtxcomm_result_t code, std::string message) {
   hub_->done.notify_all();
 }
 
-void P2p::add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch) {
+void P2p::add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch, Key key) {
   reqs_.push_back(std::move(req));
-  slots_.push_back(Slot{std::move(op), part, std::move(scratch)});
+  slots_.push_back(Slot{std::move(op), part, std::move(scratch), key});
 }
 
 void P2p::start(const P2pOpPtr& op) {
+  op->seq = nextSeq_++;
+  if (!op->isSend) op->source = op->peer;
+  if (!op->isSend && op->peer == P2pOp::kAnySource) {
+    startAny(op);
+    return;
+  }
   if (op->peer == rank_) {
     startSelf(op);
     return;
   }
   if (!op->isSend) {
-    auto& q = recvs_[Key(op->peer, op->tag)];
-    q.push_back(op);
-    if (q.size() == 1) postHeader(op);
+    const Key key(op->peer, op->tag);
+    Inbox& box = inboxes_[key];
+    if (box.arrived) {
+      deliver(key, op);  // no older receive waits for it (it would have taken it)
+    } else {
+      box.recvs.push_back(op);
+      postHeader(key, box);
+    }
     return;
   }
   const uint64_t bytes = op->bytes;
@@ -278,21 +294,27 @@ void P2p::start(const P2pOpPtr& op) {
 
 void P2p::startSelf(const P2pOpPtr& op) {
   if (op->isSend) {
-    auto& recvs = selfRecvs_[op->tag];
-    if (recvs.empty()) {
+    // The oldest receive of the tag that takes it: named for this rank, or from any source.
+    auto named = selfRecvs_.find(op->tag);
+    auto any = anyRecvs_.find(op->tag);
+    P2pOpPtr recv;
+    if (named != selfRecvs_.end() &&
+        (any == anyRecvs_.end() || named->second.front()->seq < any->second.front()->seq)) {
+      recv = std::move(named->second.front());
+      named->second.pop_front();
+      if (named->second.empty()) selfRecvs_.erase(named);
+    } else if (any != anyRecvs_.end()) {
+      recv = takeAny(op->tag);
+      recv->source = rank_;
+    }
+    if (!recv) {
       const char* data = static_cast<const char*>(op->buf);
       selfMsgs_[op->tag].emplace_back(data, data + op->bytes);
-      selfRecvs_.erase(op->tag);
+    } else if (recv->bytes != op->bytes) {
+      mismatch(*recv, op->bytes);
     } else {
-      P2pOpPtr recv = std::move(recvs.front());
-      recvs.pop_front();
-      if (recvs.empty()) selfRecvs_.erase(op->tag);
-      if (recv->bytes != op->bytes) {
-        mismatch(*recv, op->bytes);
-      } else {
-        if (op->bytes) std::memcpy(recv->buf, op->buf, op->bytes);
-        complete(*recv, MTXCOMM_SUCCESS, "");
-      }
+      if (op->bytes) std::memcpy(recv->buf, op->buf, op->bytes);
+      complete(*recv, MTXCOMM_SUCCESS, "");
     }
     complete(*op, MTXCOMM_SUCCESS, "");
     return;
@@ -305,6 +327,7 @@ void P2p::startSelf(const P2pOpPtr& op) {
   std::vector<char> msg = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) selfMsgs_.erase(it);
+  op->source = rank_;
   if (msg.size() != op->bytes) {
     mismatch(*op, msg.size());
     return;
@@ -313,8 +336,90 @@ void P2p::startSelf(const P2pOpPtr& op) {
   complete(*op, MTXCOMM_SUCCESS, "");
 }
 
-void P2p::postHeader(const P2pOpPtr& op) {
-  add(view_->irecv(op->peer, op->tag, op->header, P2pOp::kHeaderBytes), op, Part::kHeader);
+void P2p::startAny(const P2pOpPtr& op) {
+  // A message already here is this receive's (no older receive of the tag waits, or it would
+  // have taken it): this rank's own first, then the lowest peer's.
+  if (selfMsgs_.count(op->tag)) {
+    startSelf(op);  // takes the oldest; sets the source
+    return;
+  }
+  const int n = view_->size();
+  for (int peer = 0; peer < n; ++peer) {
+    auto it = inboxes_.find(Key(peer, op->tag));
+    if (it != inboxes_.end() && it->second.arrived) {
+      deliver(it->first, op);
+      return;
+    }
+  }
+  anyRecvs_[op->tag].push_back(op);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank_) continue;
+    const Key key(peer, op->tag);
+    postHeader(key, inboxes_[key]);
+  }
+}
+
+void P2p::postHeader(const Key& key, Inbox& box) {
+  if (box.arrived) return;
+  if (box.parked) {
+    // Wanted again: polled from now on (what arrived meanwhile is handled at the next poll).
+    add(std::move(box.parked), nullptr, Part::kHeader, nullptr, key);
+    return;
+  }
+  if (box.posted) return;
+  box.posted = true;
+  add(view_->irecv(key.first, key.second, box.header, P2pOp::kHeaderBytes), nullptr, Part::kHeader,
+      nullptr, key);
+}
+
+bool P2p::wanted(const Key& key, const Inbox& box) const {
+  return !box.recvs.empty() || anyRecvs_.count(key.second) != 0;
+}
+
+P2pOpPtr P2p::takeReceiver(const Key& key, Inbox& box) {
+  auto any = anyRecvs_.find(key.second);
+  if (!box.recvs.empty() &&
+      (any == anyRecvs_.end() || box.recvs.front()->seq < any->second.front()->seq)) {
+    P2pOpPtr recv = std::move(box.recvs.front());
+    box.recvs.pop_front();
+    return recv;
+  }
+  if (any == anyRecvs_.end()) return nullptr;
+  P2pOpPtr recv = takeAny(key.second);
+  recv->source = key.first;
+  return recv;
+}
+
+P2pOpPtr P2p::takeAny(int tag) {
+  auto it = anyRecvs_.find(tag);
+  P2pOpPtr recv = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) {
+    anyRecvs_.erase(it);
+    parkUnwanted(tag);
+  }
+  return recv;
+}
+
+void P2p::parkUnwanted(int tag) {
+  size_t keep = 0;
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.part == Part::kHeader && s.key.second == tag) {
+      Inbox& box = inboxes_[s.key];
+      if (!wanted(s.key, box)) {
+        box.parked = std::move(reqs_[i]);
+        continue;
+      }
+    }
+    if (keep != i) {
+      reqs_[keep] = std::move(reqs_[i]);
+      slots_[keep] = std::move(slots_[i]);
+    }
+    ++keep;
+  }
+  reqs_.resize(keep);
+  slots_.resize(keep);
 }
 
 bool P2p::poll() {
@@ -345,7 +450,7 @@ void P2p::onDone(Slot& slot) {
       if (--slot.op->partsLeft == 0) complete(*slot.op, MTXCOMM_SUCCESS, "");
       break;
     case Part::kHeader:
-      onHeader(slot.op);
+      onHeader(slot.key);
       break;
     case Part::kPayload:
       complete(*slot.op, MTXCOMM_SUCCESS, "");
@@ -355,41 +460,50 @@ void P2p::onDone(Slot& slot) {
   }
 }
 
-void P2p::onHeader(const P2pOpPtr& op) {
+void P2p::onHeader(const Key& key) {
+  Inbox& box = inboxes_[key];
+  box.posted = false;
+  box.arrived = true;
+  P2pOpPtr recv = takeReceiver(key, box);
+  if (recv) deliver(key, recv);  // else held for the next receive that matches it
+}
+
+void P2p::deliver(const Key& key, const P2pOpPtr& recv) {
+  Inbox& box = inboxes_[key];
+  box.arrived = false;
+  recv->source = key.first;
   uint64_t sent = 0, magic = 0;
-  std::memcpy(&sent, op->header, 8);
-  std::memcpy(&magic, op->header + 8, 8);
+  std::memcpy(&sent, box.header, 8);
+  std::memcpy(&magic, box.header + 8, 8);
   if (magic != kHeaderMagic) {
     mtxcomm::fail(MTXCOMM_INTERNAL_ERROR,
-                  "point-to-point: a malformed message header from peer rank ", op->peer, " (tag ",
-                  op->tag, ")");
+                  "point-to-point: a malformed message header from peer rank ", key.first, " (tag ",
+                  key.second, ")");
   }
-  const Key key(op->peer, op->tag);
-  auto& q = recvs_[key];
-  q.pop_front();  // op: one header receive per (peer, tag) at a time, for the oldest receive
-  if (sent != op->bytes) {
+  if (sent != recv->bytes) {
     if (sent > P2pOp::kInlineBytes) {
       std::unique_ptr<char[]> scratch(new (std::nothrow) char[sent]);
       if (!scratch) {
         mtxcomm::fail(MTXCOMM_SYSTEM_ERROR,
                       "point-to-point: out of memory draining a mismatched message of ", sent,
-                      " bytes from peer rank ", op->peer, " (tag ", op->tag, ")");
+                      " bytes from peer rank ", key.first, " (tag ", key.second, ")");
       }
       char* where = scratch.get();
-      add(view_->irecv(op->peer, op->tag, where, sent), nullptr, Part::kDrain, std::move(scratch));
+      add(view_->irecv(key.first, key.second, where, sent), nullptr, Part::kDrain,
+          std::move(scratch));
     }
-    mismatch(*op, sent);
+    mismatch(*recv, sent);
   } else if (sent <= P2pOp::kInlineBytes) {
-    if (sent) std::memcpy(op->buf, op->header + 16, sent);
-    complete(*op, MTXCOMM_SUCCESS, "");
+    if (sent) std::memcpy(recv->buf, box.header + 16, sent);
+    complete(*recv, MTXCOMM_SUCCESS, "");
   } else {
-    add(view_->irecv(op->peer, op->tag, op->buf, sent), op, Part::kPayload);
+    add(view_->irecv(key.first, key.second, recv->buf, sent), recv, Part::kPayload);
   }
-  // The next receive of (peer, tag) matches the next message: post its header receive now.
-  if (q.empty()) {
-    recvs_.erase(key);
-  } else {
-    postHeader(q.front());
+  // The next message of (peer, tag) follows the payload: its header receive is posted after.
+  if (wanted(key, box)) {
+    postHeader(key, box);
+  } else if (!box.posted) {
+    inboxes_.erase(key);
   }
 }
 
@@ -398,8 +512,9 @@ void P2p::mismatch(P2pOp& recv, size_t sentBytes) {
            strCat("rank ", rank_,
                   ": size mismatch on a point-to-point message: the receive from "
                   "peer rank ",
-                  recv.peer, " (tag ", recv.tag, ") is for ", recv.bytes,
-                  " bytes, the matching send of peer rank ", recv.peer, " has ", sentBytes,
+                  recv.source, recv.peer == P2pOp::kAnySource ? " (any source)" : "", " (tag ",
+                  recv.tag, ") is for ", recv.bytes, " bytes, the matching send of peer rank ",
+                  recv.source, " has ", sentBytes,
                   " bytes (nothing was written to the receive buffer; the message is consumed)"));
 }
 

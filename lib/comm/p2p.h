@@ -10,14 +10,24 @@
 //
 // Protocol. Each user message is a fixed-size header message (kHeaderBytes: the byte count,
 // and the payload itself when it fits in kInlineBytes) and, for larger messages, the payload as
-// a second message on the same transport tag. Per (peer, tag) the receiver has one header
-// receive posted at a time, for its oldest receive: once that header has arrived it compares
-// the sizes. Equal: the payload receive is posted straight into the user's buffer. Different:
-// the receive fails with MTXCOMM_INVALID_USAGE naming both byte counts, the peer and the tag;
-// the payload is drained into a scratch buffer and the user's buffer is never written (the
-// send completes normally: only the receiver learns of the mismatch, as in MPI). Matching is
-// MPI's: per (peer, tag), in the order the operations were posted (the transports keep that
-// order for messages of one tag).
+// a second message on the same transport tag. The receiver keeps one inbox per (peer, tag) with
+// at most one header receive posted into it while a receive wants that peer's messages (a
+// receive named for it, or one from any source with that tag). An arrived header goes to the
+// oldest of those receives (in the order they were posted, MPI's rule); with none waiting (the
+// any-source receive it was posted for took another peer's message) it is held in the inbox
+// for the next one. Once a header is matched the receiver compares the sizes. Equal: the payload
+// receive is posted straight into the user's buffer, before the inbox's next header receive.
+// Different: the receive fails with MTXCOMM_INVALID_USAGE naming both byte counts, the peer and
+// the tag; the payload is drained into a scratch buffer and the user's buffer is never written
+// (the send completes normally: only the receiver learns of the mismatch, as in MPI). Matching
+// is MPI's: per (peer, tag), in the order the operations were posted (the transports keep that
+// order for messages of one tag); across senders a receive from any source takes whichever
+// message is matched first.
+//
+// A header receive that no receive wants any more (one posted for an any-source receive that
+// another peer's message satisfied) is parked: kept posted but neither polled nor counted as
+// work, so an idle channel sleeps and a peer that finishes and closes its connection fails
+// nothing. It is polled again once a receive wants that peer and tag.
 //
 // Progress. One thread per communicator, started by the first point-to-point call, alone calls
 // the view: it posts the queued operations and polls (Transport::testAll), spinning briefly,
@@ -63,6 +73,7 @@ class P2pHub;
 // One user send or receive. The fields up to bytes are fixed at post; the result is written
 // once, by the progress thread (or the channel, for one never posted), before done is set.
 struct P2pOp {
+  static constexpr int kAnySource = MTXCOMM_ANY_SOURCE;  // a receive's peer: whichever sends
   P2pOp(std::shared_ptr<P2pHub> hub, bool isSend, int peer, int tag, void* buf, size_t bytes)
       : hub(std::move(hub)), isSend(isSend), peer(peer), tag(tag), buf(buf), bytes(bytes) {}
   const std::shared_ptr<P2pHub> hub;
@@ -73,6 +84,8 @@ struct P2pOp {
 
   std::atomic<bool> done{false};
   mtxcomm_result_t code = MTXCOMM_SUCCESS;
+  // A receive's sender, once matched (the peer for a named one; kAnySource until then).
+  int source = kAnySource;
   std::string message;  // the error, naming rank, peer, direction, tag and bytes
 
   // The progress thread's.
@@ -80,10 +93,11 @@ struct P2pOp {
   static constexpr size_t kInlineBytes = kHeaderBytes - 16;  // after u64 bytes, u64 reserved
   alignas(8) unsigned char header[kHeaderBytes] = {};
   int partsLeft = 0;  // a send's transport messages still in flight
+  uint64_t seq = 0;   // post order (the progress thread's count)
 };
 using P2pOpPtr = std::shared_ptr<P2pOp>;
 
-// "send to peer rank 1 (tag 3, 8 bytes)"
+// "send to peer rank 1 (tag 3, 8 bytes)", "receive from any peer rank (tag 3, 8 bytes)"
 std::string describeP2pOp(const P2pOp& op);
 
 // Waits until op completes and returns its result (*message: its error). timeoutSeconds > 0:
@@ -115,22 +129,45 @@ class P2p {
 
  private:
   enum class Part { kSend, kHeader, kPayload, kDrain };
+  using Key = std::pair<int, int>;  // (peer, tag)
   struct Slot {
-    P2pOpPtr op;
+    P2pOpPtr op;  // null for kHeader (the inbox's) and kDrain
     Part part;
     std::unique_ptr<char[]> scratch;  // kDrain: where a mismatched payload goes
+    Key key{-1, -1};                  // kHeader: the inbox
   };
-  using Key = std::pair<int, int>;  // (peer, tag)
+  // One (peer, tag): its named receives and its header receive.
+  struct Inbox {
+    std::deque<P2pOpPtr> recvs;  // named receives waiting, oldest first
+    bool posted = false;         // a header receive is in flight into header (maybe parked)
+    RequestPtr parked;           // that receive, while no receive wants it
+    bool arrived = false;        // header holds a message that no receive has taken yet
+    alignas(8) unsigned char header[P2pOp::kHeaderBytes] = {};
+  };
 
   void run();
   void start(const P2pOpPtr& op);
   void startSelf(const P2pOpPtr& op);
-  void postHeader(const P2pOpPtr& op);
-  void add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch = nullptr);
+  void startAny(const P2pOpPtr& op);
+  // Posts key's header receive (or polls its parked one again) unless one is in flight or a
+  // message waits there.
+  void postHeader(const Key& key, Inbox& box);
+  // Whether a receive waits for key's next message: a named one, or one from any source.
+  bool wanted(const Key& key, const Inbox& box) const;
+  // The oldest receive that key's message goes to (taken out of its queue), or null.
+  P2pOpPtr takeReceiver(const Key& key, Inbox& box);
+  // The oldest receive from any source of tag, taken out; parks the header receives that no
+  // receive wants any more.
+  P2pOpPtr takeAny(int tag);
+  void parkUnwanted(int tag);
+  // Gives the message held in key's inbox to recv, then re-posts or drops the inbox.
+  void deliver(const Key& key, const P2pOpPtr& recv);
+  void add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch = nullptr,
+           Key key = Key(-1, -1));
   // One testAll; handles what completed. Whether anything did.
   bool poll();
   void onDone(Slot& slot);
-  void onHeader(const P2pOpPtr& op);
+  void onHeader(const Key& key);
   void complete(P2pOp& op, mtxcomm_result_t code, std::string message);
   void mismatch(P2pOp& recv, size_t sentBytes);
   // The thread's end: every operation it holds completes with the failure; the view is
@@ -145,8 +182,10 @@ class P2p {
   std::thread thread_;
   // The thread's own state.
   std::vector<RequestPtr> reqs_;
-  std::vector<Slot> slots_;                                // parallel to reqs_
-  std::map<Key, std::deque<P2pOpPtr>> recvs_;              // front: its header receive is posted
+  std::vector<Slot> slots_;                       // parallel to reqs_
+  std::map<Key, Inbox> inboxes_;                  // node-stable: headers land there
+  std::map<int, std::deque<P2pOpPtr>> anyRecvs_;  // per tag, from any source
+  uint64_t nextSeq_ = 0;
   std::map<int, std::deque<P2pOpPtr>> selfRecvs_;          // per tag, no message yet
   std::map<int, std::deque<std::vector<char>>> selfMsgs_;  // per tag, no receive yet
 };

@@ -264,7 +264,7 @@ inline void badArguments(const Ctx& c, P2pCheck& ck) {
     const char* names;
   };
   const Bad bad[] = {
-      {&x, 1, MTXCOMM_INT32, -1, 0, false, "peer -1"},
+      {&x, 1, MTXCOMM_INT32, -2, 0, false, "peer -2"},
       {&x, 1, MTXCOMM_INT32, c.size, 0, false, "is not a rank of this communicator"},
       {&x, 1, MTXCOMM_INT32, 0, -1, false, "tag -1"},
       {&x, 1, MTXCOMM_INT32, 0, MTXCOMM_P2P_MAX_TAG + 1, false, "tag 32768"},
@@ -302,6 +302,9 @@ inline void badArguments(const Ctx& c, P2pCheck& ck) {
   done = 7;
   ck.expect(mtxcomm_test(r, &done) == MTXCOMM_SUCCESS && done == 0, "test of a pending request");
   ck.expect(mtxcomm_request_free(r) == MTXCOMM_INVALID_USAGE, "free of a request in flight");
+  int src = 0;
+  ck.expect(mtxcomm_request_source(r, &src) == MTXCOMM_INVALID_USAGE,
+            "request_source of a request in flight");
   ck.expectRc(mtxcomm_send(&out, 1, MTXCOMM_INT32, c.rank, 11, c.comm), MTXCOMM_SUCCESS, c.comm,
               "self send");
   ck.expectRc(mtxcomm_wait(r, 0), MTXCOMM_SUCCESS, c.comm, "wait of the self receive");
@@ -350,6 +353,127 @@ inline void concurrentWithCollectives(const Ctx& c, P2pCheck& ck) {
   collectives.join();
 }
 
+// Receives from any source (MTXCOMM_ANY_SOURCE): a fan-in to rank 0 from every rank (itself
+// included) at an inline and a payload size, each message checked against the sender that
+// mtxcomm_request_source names; MPI's order between named and any-source receives of one
+// sender; a header receive left idle by an any-source receive taking the next message of its
+// peer; a size mismatch naming the sender.
+inline void anySource(const Ctx& c, P2pCheck& ck) {
+  auto sourceOf = [&](mtxcomm_request_t r) {
+    int src = -7;
+    ck.expectRc(mtxcomm_request_source(r, &src), MTXCOMM_SUCCESS, c.comm, "request_source");
+    return src;
+  };
+  for (size_t bytes : {size_t{16}, size_t{5000}}) {
+    const int salt = static_cast<int>(bytes % 97);
+    const std::vector<unsigned char> out = message(c.rank, 0, bytes, salt);
+    mtxcomm_request_t sreq = nullptr;
+    if (c.rank != 0) {
+      ck.expectRc(mtxcomm_isend(out.data(), bytes, MTXCOMM_UINT8, 0, 21, c.comm, &sreq),
+                  MTXCOMM_SUCCESS, c.comm, "any-source fan-in isend");
+      std::vector<mtxcomm_request_t> one{sreq};
+      waitAll(c, one, ck, "any-source fan-in send");
+      ck.expectRc(mtxcomm_barrier(c.comm), MTXCOMM_SUCCESS, c.comm, "barrier");  // round apart
+      continue;
+    }
+    std::vector<std::vector<unsigned char>> in(c.size, std::vector<unsigned char>(bytes, 0));
+    std::vector<mtxcomm_request_t> reqs(c.size);
+    for (int k = 0; k < c.size; ++k) {
+      ck.expectRc(mtxcomm_irecv(in[k].data(), bytes, MTXCOMM_UINT8, MTXCOMM_ANY_SOURCE, 21, c.comm,
+                                &reqs[k]),
+                  MTXCOMM_SUCCESS, c.comm, "any-source irecv");
+    }
+    ck.expectRc(mtxcomm_isend(out.data(), bytes, MTXCOMM_UINT8, 0, 21, c.comm, &sreq),
+                MTXCOMM_SUCCESS, c.comm, "any-source self isend");
+    std::vector<int> seen(c.size, 0);
+    for (int k = 0; k < c.size; ++k) {
+      ck.expectRc(mtxcomm_wait(reqs[k], 0), MTXCOMM_SUCCESS, c.comm, "any-source wait");
+      const int src = sourceOf(reqs[k]);
+      mtxcomm_request_free(reqs[k]);
+      if (src < 0 || src >= c.size) {
+        ck.expect(false, "any-source: source " + std::to_string(src) + " is not a rank");
+        continue;
+      }
+      ++seen[src];
+      ck.expect(in[k] == message(src, 0, bytes, salt),
+                "any-source: the data is not the message of rank " + std::to_string(src));
+    }
+    ck.expect(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }),
+              "any-source: every rank's message taken exactly once");
+    std::vector<mtxcomm_request_t> one{sreq};
+    waitAll(c, one, ck, "any-source self send");
+    ck.expectRc(mtxcomm_barrier(c.comm), MTXCOMM_SUCCESS, c.comm, "barrier");
+  }
+  if (c.size < 2) return;
+  // Order: a message goes to the oldest receive that matches it, named or any-source.
+  if (c.rank == 1) {
+    for (int v : {1, 2, 3, 4}) {
+      ck.expectRc(mtxcomm_send(&v, 1, MTXCOMM_INT32, 0, 22, c.comm), MTXCOMM_SUCCESS, c.comm,
+                  "order send");
+    }
+  } else if (c.rank == 0) {
+    int got[4] = {0, 0, 0, 0};
+    std::vector<mtxcomm_request_t> reqs(4);
+    mtxcomm_irecv(&got[0], 1, MTXCOMM_INT32, 1, 22, c.comm, &reqs[0]);
+    mtxcomm_irecv(&got[1], 1, MTXCOMM_INT32, MTXCOMM_ANY_SOURCE, 22, c.comm, &reqs[1]);
+    mtxcomm_irecv(&got[2], 1, MTXCOMM_INT32, MTXCOMM_ANY_SOURCE, 22, c.comm, &reqs[2]);
+    mtxcomm_irecv(&got[3], 1, MTXCOMM_INT32, 1, 22, c.comm, &reqs[3]);
+    for (auto r : reqs) ck.expectRc(mtxcomm_wait(r, 0), MTXCOMM_SUCCESS, c.comm, "order wait");
+    ck.expect(sourceOf(reqs[1]) == 1 && sourceOf(reqs[2]) == 1, "order: sources");
+    for (auto r : reqs) mtxcomm_request_free(r);
+    ck.expect(got[0] == 1 && got[1] == 2 && got[2] == 3 && got[3] == 4,
+              "order: named and any-source receives took the messages out of posting order");
+  }
+  ck.expectRc(mtxcomm_barrier(c.comm), MTXCOMM_SUCCESS, c.comm, "barrier");
+  // An idle header receive: the any-source receive takes the last rank's message; the header
+  // receive it left on every other peer then takes that peer's next message of the tag.
+  const int last = c.size - 1;
+  int v = 100 + c.rank, got = 0;
+  if (c.rank == 0) {
+    ck.expectRc(mtxcomm_recv(&got, 1, MTXCOMM_INT32, MTXCOMM_ANY_SOURCE, 23, c.comm),
+                MTXCOMM_SUCCESS, c.comm, "idle: any-source recv");
+    ck.expect(got == 100 + last, "idle: the any-source receive took " + std::to_string(got));
+  } else if (c.rank == last) {
+    ck.expectRc(mtxcomm_send(&v, 1, MTXCOMM_INT32, 0, 23, c.comm), MTXCOMM_SUCCESS, c.comm,
+                "idle: send");
+  }
+  ck.expectRc(mtxcomm_barrier(c.comm), MTXCOMM_SUCCESS, c.comm, "barrier");
+  if (c.rank != 0) {
+    ck.expectRc(mtxcomm_send(&v, 1, MTXCOMM_INT32, 0, 23, c.comm), MTXCOMM_SUCCESS, c.comm,
+                "idle: second send");
+  } else {
+    for (int p = c.size - 1; p >= 1; --p) {
+      ck.expectRc(mtxcomm_recv(&got, 1, MTXCOMM_INT32, p, 23, c.comm), MTXCOMM_SUCCESS, c.comm,
+                  "idle: named recv");
+      ck.expect(got == 100 + p, "idle: the named receive from " + std::to_string(p) + " took " +
+                                    std::to_string(got));
+    }
+  }
+  // A size mismatch names the sender; a send's source is its peer; argument checks.
+  if (c.rank == 1) {
+    double d = 1.5;
+    ck.expectRc(mtxcomm_send(&d, 1, MTXCOMM_FLOAT64, 0, 24, c.comm), MTXCOMM_SUCCESS, c.comm,
+                "mismatch send");
+  } else if (c.rank == 0) {
+    float f = 0;
+    mtxcomm_request_t r = nullptr;
+    mtxcomm_irecv(&f, 1, MTXCOMM_FLOAT32, MTXCOMM_ANY_SOURCE, 24, c.comm, &r);
+    ck.expect(mtxcomm_wait(r, 0) == MTXCOMM_INVALID_USAGE, "any-source mismatch: result");
+    const std::string msg = mtxcomm_get_last_error(c.comm);
+    ck.expect(has(msg, "peer rank 1") && has(msg, "4 bytes") && has(msg, "8 bytes"),
+              "any-source mismatch: the message does not name the sender and sizes: " + msg);
+    ck.expect(sourceOf(r) == 1 && f == 0, "any-source mismatch: source and buffer");
+    mtxcomm_request_free(r);
+    ck.expect(mtxcomm_isend(&f, 1, MTXCOMM_FLOAT32, MTXCOMM_ANY_SOURCE, 1, c.comm, &r) ==
+                      MTXCOMM_INVALID_ARGUMENT &&
+                  r == nullptr,
+              "isend to MTXCOMM_ANY_SOURCE is refused");
+    ck.expect(mtxcomm_request_source(nullptr, &v) == MTXCOMM_INVALID_ARGUMENT,
+              "request_source(NULL)");
+  }
+  ck.expectRc(mtxcomm_barrier(c.comm), MTXCOMM_SUCCESS, c.comm, "barrier");
+}
+
 // Every case above, in order (a world that runs them all).
 inline void allCases(mtxcomm_comm_t comm, P2pCheck& ck) {
   const Ctx c = ctxOf(comm);
@@ -362,6 +486,7 @@ inline void allCases(mtxcomm_comm_t comm, P2pCheck& ck) {
   sizeMismatch(c, ck);
   badArguments(c, ck);
   selfMessages(c, ck);
+  anySource(c, ck);
   concurrentWithCollectives(c, ck);
 }
 
