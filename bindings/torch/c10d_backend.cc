@@ -31,6 +31,21 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce(std::vector<at::Tensor>
   });
 }
 
+void MtxcommBackend::allreduceDirect(at::Tensor& t, int op) {
+  TORCH_CHECK_VALUE(native(t) && t.is_contiguous(),
+                    "mtxcomm.torch.direct_all_reduce: the tensor must be a contiguous dense CPU "
+                    "tensor of a dtype mtxcomm has, got ",
+                    t.toString(), (t.is_contiguous() ? "" : " (not contiguous)"));
+  TORCH_CHECK_VALUE(MTXCOMM_SUM <= op && op <= MTXCOMM_AVG, "mtxcomm.torch.direct_all_reduce: op ",
+                    op, " is not an mtxcomm_op_t");
+  if (pending() != 0) drain();  // calls reach the communicator in the order they are made
+  std::lock_guard<std::mutex> lock(commMutex_);
+  TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
+  check(mtxcomm_allreduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), dt(t), mtxcomm_op_t(op),
+                          comm_, nullptr),
+        comm_, "direct_all_reduce");
+}
+
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                          const c10d::BroadcastOptions& opts) {
   if (!native(tensors) || opts.rootTensor != 0) {
@@ -308,6 +323,11 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::recv(std::vector<at::Tensor>& ten
   return p2p(false, tensors, src, tag);
 }
 
+c10::intrusive_ptr<c10d::Work> MtxcommBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                             int tag) {
+  return p2p(false, tensors, MTXCOMM_ANY_SOURCE, tag);
+}
+
 // -- everything else: the fallback, after the queued calls --
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce_coalesced(
@@ -375,29 +395,35 @@ c10d::Backend* MtxcommBackend::fallback(const char* what) {
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::p2p(bool isSend, std::vector<at::Tensor>& tensors,
                                                    int peer, int tag) {
-  const char* what = isSend ? "send" : "recv";
+  const bool any = peer == MTXCOMM_ANY_SOURCE && !isSend;
+  const char* what = isSend ? "send" : (any ? "recv from any source" : "recv");
   if (tensors.size() != 1 || !native(tensors[0])) {
     drain();
     return delegated(isSend ? fallback(what)->send(tensors, peer, tag)
+                     : any  ? fallback(what)->recvAnysource(tensors, tag)
                             : fallback(what)->recv(tensors, peer, tag));
   }
   TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
-  TORCH_CHECK_VALUE(0 <= tag && tag <= MTXCOMM_P2P_MAX_TAG, "mtxcomm backend: ", what, ": tag ",
-                    tag, " is outside [0, ", MTXCOMM_P2P_MAX_TAG, "] (MPI's least tag bound)");
-  TORCH_CHECK_VALUE(0 <= peer && peer < getSize(), "mtxcomm backend: ", what, ": peer ", peer,
-                    " is not a rank of this group of ", getSize());
+  TORCH_CHECK_VALUE(0 <= tag && tag < kMonitorTag, "mtxcomm backend: ", what, ": tag ", tag,
+                    " is outside [0, ", kMonitorTag - 1, "] (MPI's least tag bound; ", kMonitorTag,
+                    " is the backend's own, for monitored_barrier)");
+  TORCH_CHECK_VALUE(any || (0 <= peer && peer < getSize()), "mtxcomm backend: ", what, ": peer ",
+                    peer, " is not a rank of this group of ", getSize());
   const at::Tensor& t = tensors[0];
   Staged s(t);
-  std::string label = std::string(what) + (isSend ? " to" : " from") + " rank " +
-                      std::to_string(peer) + " tag " + std::to_string(tag);
+  std::string label = std::string(isSend ? "send to rank " : "recv from ") +
+                      (any ? std::string("any rank") : std::to_string(peer)) + " tag " +
+                      std::to_string(tag);
   P2PWork::sweep();
   mtxcomm_request_t req = nullptr;
   int rc = isSend ? mtxcomm_isend(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_, &req)
                   : mtxcomm_irecv(s.ptr(), s.flat.nbytes(), MTXCOMM_UINT8, peer, tag, comm_, &req);
   if (rc != MTXCOMM_SUCCESS) raise(rc, comm_, label.c_str());
   if (isSend) s = Staged(s.flat);  // nothing to copy back
-  return c10::make_intrusive<P2PWork>(getRank(), isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
-                                      t, std::move(s), req, comm_, label);
+  const auto op = isSend ? c10d::OpType::SEND
+                  : any  ? c10d::OpType::RECVANYSOURCE
+                         : c10d::OpType::RECV;
+  return c10::make_intrusive<P2PWork>(getRank(), op, t, std::move(s), req, comm_, label);
 }
 
 }  // namespace mtxcomm_torch

@@ -1,7 +1,8 @@
 // The declarations of the "mtxcomm" backend of torch.distributed in C++ (the Python module
 // mtxcomm.torch._c10d): the C API helpers, the Work classes and the c10d::Backend. Defined in
 // c10d_work.cc (the helpers, the Work classes, the backend's life and its worker's queue),
-// c10d_backend.cc (the collectives) and c10d_module.cc (the pybind11 registration).
+// c10d_backend.cc (the collectives), c10d_group.cc (monitored barrier, split) and
+// c10d_module.cc (the pybind11 registration).
 //
 // The "mtxcomm" backend of torch.distributed in C++: a c10d::Backend compiled against the
 // installed torch (the Python module mtxcomm.torch._c10d), over the public C API only.
@@ -20,7 +21,8 @@
 //   calls, a small call queues behind them too: calls reach the communicator in order.
 // - Natively: allreduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, reduce, all_gather_single,
 //   allgather (equal sizes), reduce_scatter_single, reduce_scatter (lists), all_to_all_single
-//   (with or without split sizes), barrier, send and recv (mtxcomm_isend/irecv). CPU dense
+//   (with or without split sizes), barrier, monitored_barrier, send, recv and recv from any
+//   source (mtxcomm_isend/irecv), split_group. CPU dense
 //   tensors of the C API's dtypes; a non-contiguous one through a contiguous copy.
 // - Everything else (gather, scatter, alltoall lists, the coalesced calls, PREMUL_SUM, complex,
 //   uneven allgather, a tensor on another device) goes to the fallback: the Python backend made
@@ -47,6 +49,7 @@
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
@@ -165,22 +168,26 @@ class P2PWork : public MtxWork {
 
   // Frees the kept requests that have completed (at each new post).
   static void sweep();
+  // Keeps a request still in flight, with its buffer, until it completes.
+  static void keep(mtxcomm_request_t req, Staged staged);
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
+  // The rank whose message a completed receive took (dist.recv(src=None) asks); a send's peer.
+  int sourceRank() const override;
 
  private:
   void finishLocked(int rc);
 
   static std::mutex& keptMutex();
   static std::vector<std::pair<mtxcomm_request_t, Staged>>& keptList();
-  static void keep(mtxcomm_request_t req, Staged staged);
 
   Staged staged_;
   mtxcomm_request_t req_;
   mtxcomm_comm_t comm_;
   std::string what_;
-  std::mutex p2pMutex_;
+  mutable std::mutex p2pMutex_;
+  int source_ = MTXCOMM_ANY_SOURCE;
 };
 
 // ---- the backend ----------------------------------------------------------------------------
@@ -236,6 +243,23 @@ class MtxcommBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // mtxcomm.torch.direct_all_reduce: an in-place allreduce of one contiguous CPU tensor on the
+  // calling thread, without torch.distributed's dispatch (after the calls already queued).
+  void allreduceDirect(at::Tensor& t, int op);
+
+  // -- the group's own operations (c10d_group.cc) --
+
+  // Gloo's contract: rank 0 waits for every other rank (each within the timeout), naming the
+  // first that did not arrive (every one with waitAllRanks), then releases them.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  // split_group: a backend of the ranks (of this group, sorted) bootstrapped through store, as
+  // a new group's (the Python side, backend.split_backend); nullptr on a rank not in ranks.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
 
   // -- everything else: the fallback, after the queued calls (c10d_backend.cc) --
 
@@ -269,6 +293,12 @@ class MtxcommBackend : public c10d::Backend {
   c10d::Backend* fallback(const char* what);
   c10::intrusive_ptr<c10d::Work> p2p(bool isSend, std::vector<at::Tensor>& tensors, int peer,
                                      int tag);
+  // monitoredBarrier's: waits for req until deadline without failing the channel (a late
+  // rank's message may still come); the request's result, or nothing at the deadline.
+  std::optional<int> waitUntil(mtxcomm_request_t req,
+                               std::chrono::steady_clock::time_point deadline);
+  // Frees the monitored barrier's requests (the communicator is gone: they completed).
+  void freeMonitorRequests();
 
   // The worker and its queue (c10d_work.cc).
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType op, std::vector<at::Tensor> outputs, size_t bytes,
@@ -292,6 +322,32 @@ class MtxcommBackend : public c10d::Backend {
   size_t pending_ = 0;  // queued or running on the worker
   bool stop_ = false;
   std::thread worker_;
+
+  // monitoredBarrier's messages (the barrier's number) on its own tag, kMonitorTag. A receive
+  // that timed out stays posted and is waited on again by the next barrier, which skips a
+  // message of an earlier number: a late rank never passes a later barrier for an old one.
+  std::mutex monitorMutex_;
+  int64_t monitorSeq_ = 0;
+  std::vector<int64_t> monitorIn_;              // per rank: the number received
+  std::vector<mtxcomm_request_t> monitorRecv_;  // per rank: its receive (rank 0: from it;
+                                                // the others: [0], rank 0's release)
 };
+
+// The process group of a group whose only backend is this one (the creator returns it instead
+// of the backend): ProcessGroup::getBackendName() then says "mtxcomm", not "custom", where
+// PyTorch reports it (DDP's logging data, pg.name()).
+class MtxcommProcessGroup : public c10d::ProcessGroup {
+ public:
+  MtxcommProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                      const c10::intrusive_ptr<c10d::Backend>& backend)
+      : c10d::ProcessGroup(store, rank, size) {
+    setBackend(c10::DeviceType::CPU, BackendType::CUSTOM, backend);
+    setDefaultBackend(BackendType::CUSTOM);
+  }
+  const std::string getBackendName() const override { return kName; }
+};
+
+// The point-to-point tag monitoredBarrier uses; torch's send/recv take the tags below it.
+inline constexpr int kMonitorTag = MTXCOMM_P2P_MAX_TAG;
 
 }  // namespace mtxcomm_torch

@@ -1,6 +1,6 @@
 // The Python module mtxcomm.torch._c10d: the pybind11 registration of the "mtxcomm" backend of
-// torch.distributed in C++ (MtxcommBackend, declared in c10d_backend.h) and TORCH_VERSION, the
-// torch it was compiled against.
+// torch.distributed in C++ (MtxcommBackend, declared in c10d_backend.h), of the ProcessGroup
+// that names it (MtxcommProcessGroup) and TORCH_VERSION, the torch it was compiled against.
 
 #include "c10d_backend.h"
 
@@ -28,5 +28,15 @@ PYBIND11_MODULE(_c10d, m) {
       .def_property_readonly("comm_address", &MtxcommBackend::commAddress)
       .def_property_readonly("fallback", &MtxcommBackend::fallbackObject)
       .def("pending", &MtxcommBackend::pending, py::call_guard<py::gil_scoped_release>())
+      .def("allreduce_direct", &MtxcommBackend::allreduceDirect, py::arg("tensor"),
+           py::arg("op") = int(MTXCOMM_SUM), py::call_guard<py::gil_scoped_release>())
       .def("close", &MtxcommBackend::close, py::call_guard<py::gil_scoped_release>());
+  py::class_<mtxcomm_torch::MtxcommProcessGroup, c10d::ProcessGroup,
+             c10::intrusive_ptr<mtxcomm_torch::MtxcommProcessGroup>>(m, "ProcessGroup")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       const c10::intrusive_ptr<MtxcommBackend>& backend) {
+             return c10::make_intrusive<mtxcomm_torch::MtxcommProcessGroup>(store, rank, size,
+                                                                            backend);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"));
 }

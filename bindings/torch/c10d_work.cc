@@ -153,9 +153,17 @@ void P2PWork::finishLocked(int rc) {
       error = std::current_exception();
     }
   }
+  mtxcomm_request_source(req_, &source_);
   mtxcomm_request_free(req_);
   req_ = nullptr;
   complete(error);
+}
+
+int P2PWork::sourceRank() const {
+  std::lock_guard<std::mutex> lock(p2pMutex_);
+  TORCH_CHECK(req_ == nullptr, "mtxcomm backend: sourceRank() of a ", what_,
+              " still in flight: wait for it first");
+  return source_;
 }
 
 std::mutex& P2PWork::keptMutex() {
@@ -219,6 +227,7 @@ void MtxcommBackend::close() {
     mtxcomm_comm_destroy(comm_);
     comm_ = nullptr;
   }
+  freeMonitorRequests();
 }
 
 void MtxcommBackend::shutdown() {

@@ -8,11 +8,11 @@
 #   3. test_arrays*.py (the array API: NumPy, PyTorch and JAX arrays when importable) under
 #      mpirun at np=1, 2 and 3, one short session each;
 #   4. test_torch.py, test_torch_hvd.py, test_torch_process_sets.py, test_torch_groups.py,
-#      test_torch_p2p.py, test_torch_c10d.py (the "mtxcomm" torch.distributed backend, C++ and
-#      its Python fallback, and mtxcomm.torch) under
-#      mtxrun (which sets torch's env:// variables) at np=1, 2 and 3, test_torch_groups.py at
-#      np=4, and test_torch_jobs.py (DDP, torchrun, killed ranks, a 2-D DeviceMesh at np=4) in
-#      one plain process; skipped, saying so, without PyTorch;
+#      test_torch_p2p.py, test_torch_c10d.py, test_torch_c10d_group.py (the "mtxcomm"
+#      torch.distributed backend, C++ and its Python fallback, and mtxcomm.torch) under mtxrun
+#      (which sets torch's env:// variables) at np=1, 2 and 3, test_torch_groups.py and
+#      test_torch_c10d_group.py at np=4, and test_torch_jobs.py (DDP, torchrun, killed ranks,
+#      a 2-D DeviceMesh at np=4) in one plain process; skipped, saying so, without PyTorch;
 #   5. test_bench_report.py: mtxcomm_bench report on a tiny sweep, its page in headless
 #      Chromium.
 # Every session runs under `timeout`, so a hang fails the suite. Exit status: 0 when every
@@ -66,14 +66,18 @@ if "$PY" -c "import torch" >/dev/null 2>&1; then
   MTXRUN=("$(dirname "$PY")/mtxrun")
   run "np=1 torch" 300 "${MTXRUN[@]}" -np 1 "$PY" "${PYTEST[@]}" \
     tests/python/test_torch.py tests/python/test_torch_hvd.py tests/python/test_torch_process_sets.py \
-    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py
+    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py \
+    tests/python/test_torch_c10d_group.py
   run "np=2 torch" 300 "${MTXRUN[@]}" -np 2 "$PY" "${PYTEST[@]}" \
     tests/python/test_torch.py tests/python/test_torch_hvd.py tests/python/test_torch_process_sets.py \
-    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py
+    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py \
+    tests/python/test_torch_c10d_group.py
   run "np=3 torch" 300 "${MTXRUN[@]}" -np 3 "$PY" "${PYTEST[@]}" \
     tests/python/test_torch.py tests/python/test_torch_hvd.py tests/python/test_torch_process_sets.py \
-    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py
-  run "np=4 torch groups" 300 "${MTXRUN[@]}" -np 4 "$PY" "${PYTEST[@]}" tests/python/test_torch_groups.py
+    tests/python/test_torch_groups.py tests/python/test_torch_p2p.py tests/python/test_torch_c10d.py \
+    tests/python/test_torch_c10d_group.py
+  run "np=4 torch groups" 300 "${MTXRUN[@]}" -np 4 "$PY" "${PYTEST[@]}" tests/python/test_torch_groups.py \
+    tests/python/test_torch_c10d_group.py
   run "torch jobs" 600 "$PY" "${PYTEST[@]}" tests/python/test_torch_jobs.py
 else
   echo "=== torch sessions SKIPPED: '$PY -c \"import torch\"' fails (scripts/setup_python.sh" \

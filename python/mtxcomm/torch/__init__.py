@@ -6,7 +6,9 @@
     torch.distributed.init_process_group("mtxcomm")   # torchrun / env:// / mtxrun
     model = torch.nn.parallel.DistributedDataParallel(model)
 
-and is also a drop-in for ``horovod.torch`` (``import mtxcomm.torch as hvd``): ``init``, ``rank``,
+``direct_all_reduce(tensor, op, group)`` is the C++ backend's in-place allreduce without
+torch.distributed's dispatch (for tensor-parallel inference). ``import mtxcomm.torch`` is also
+a drop-in for ``horovod.torch`` (``import mtxcomm.torch as hvd``): ``init``, ``rank``,
 ``size``, ``local_rank``, ``local_size``, ``allreduce``/``allreduce_``/``allreduce_async``/
 ``allreduce_async_``, ``grouped_allreduce`` (and ``_``/``_async`` forms),
 ``sparse_allreduce_async``, ``allgather``, ``grouped_allgather``, ``broadcast``/``broadcast_``,
@@ -36,6 +38,7 @@ module only re-exports.
 """
 
 from mtxcomm.torch import backend  # noqa: F401  (registers the backend)
+from mtxcomm.torch._native import direct_all_reduce  # noqa: F401
 from mtxcomm.torch._ops import (  # noqa: F401
     Adasum,
     Average,
@@ -176,4 +179,5 @@ __all__ = [
     "ccl_built",
     "ddl_built",
     "mlsl_built",
+    "direct_all_reduce",
 ]

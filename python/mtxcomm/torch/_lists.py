@@ -1,6 +1,6 @@
-"""The list forms of the "mtxcomm" backend's collectives (``alltoall`` of lists, ``gather``,
-``scatter``): a mixin of ``MtxcommBackend`` (``backend.py``), each an alltoall in which every
-rank, or only the root, sends or receives.
+"""The list forms of the "mtxcomm" backend's collectives (``alltoall`` of lists,
+``allgather_coalesced``, ``gather``, ``scatter``): a mixin of ``MtxcommBackend``
+(``backend.py``); gather and scatter are alltoalls in which only the root receives or sends.
 """
 
 import torch
@@ -11,12 +11,33 @@ from mtxcomm.torch._work import collective
 
 
 class ListCollectives:
-    """alltoall, gather and scatter over lists of tensors, for MtxcommBackend (which provides
-    ``_submit``, ``_submit_each``, ``_work``, ``_root`` and the submitter)."""
+    """alltoall, allgather_coalesced, gather and scatter over lists of tensors, for
+    MtxcommBackend (which provides ``allgather``, ``_submit``, ``_submit_each``, ``_work``,
+    ``_root`` and the submitter)."""
 
     @collective
     def alltoall(self, output_tensors, input_tensors, opts):
         return self._alltoall_lists("all_to_all", output_tensors, input_tensors)
+
+    @collective
+    def allgather_coalesced(self, output_lists, input_tensors, opts):
+        # c10d passes output_lists[rank][i] (ProcessGroupGloo reads it so); allgather takes one
+        # list per input, [i][rank]. Read the other way, the result came back transposed.
+        if len(output_lists) != self.size():
+            raise ValueError(
+                "mtxcomm backend: allgather_coalesced: %d output lists for a group "
+                "of %d ranks (one per rank)" % (len(output_lists), self.size())
+            )
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_tensors):
+                raise ValueError(
+                    "mtxcomm backend: allgather_coalesced: the output list of rank "
+                    "%d has %d tensors for %d inputs" % (r, len(outs), len(input_tensors))
+                )
+        by_input = [
+            [output_lists[r][i] for r in range(self.size())] for i in range(len(input_tensors))
+        ]
+        return self.allgather(by_input, input_tensors, opts)
 
     # -- gather, scatter: alltoalls in which only the root receives, or only the root sends --
 

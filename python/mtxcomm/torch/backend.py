@@ -59,10 +59,12 @@ that hold buffers and complete futures), which the Horovod-style API (``_ops.py`
 
 import collections
 import datetime
+import sys
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import _DistributedBackendOptions
 
 from mtxcomm import _core
 from mtxcomm.torch import _bootstrap, _group, _native, _tensors, _work
@@ -100,6 +102,7 @@ class MtxcommBackend(ListCollectives, PointToPoint, SparseAllreduce, _C10dBacken
             raise ValueError(
                 "mtxcomm backend: a group of %d ranks given global ranks %s" % (size, ranks)
             )
+        self.global_ranks = ranks
         self._comm = None
         if ranks == list(range(size)) and (
             not dist.is_initialized() or size == dist.get_world_size()
@@ -364,26 +367,6 @@ class MtxcommBackend(ListCollectives, PointToPoint, SparseAllreduce, _C10dBacken
 
     _allgather_base = all_gather_single
 
-    @collective
-    def allgather_coalesced(self, output_lists, input_tensors, opts):
-        # c10d passes output_lists[rank][i] (ProcessGroupGloo reads it so); allgather takes one
-        # list per input, [i][rank]. Read the other way, the result came back transposed.
-        if len(output_lists) != self.size():
-            raise ValueError(
-                "mtxcomm backend: allgather_coalesced: %d output lists for a group "
-                "of %d ranks (one per rank)" % (len(output_lists), self.size())
-            )
-        for r, outs in enumerate(output_lists):
-            if len(outs) != len(input_tensors):
-                raise ValueError(
-                    "mtxcomm backend: allgather_coalesced: the output list of rank "
-                    "%d has %d tensors for %d inputs" % (r, len(outs), len(input_tensors))
-                )
-        by_input = [
-            [output_lists[r][i] for r in range(self.size())] for i in range(len(input_tensors))
-        ]
-        return self.allgather(by_input, input_tensors, opts)
-
     # -- reduce-scatter --
 
     def _reduce_scatter_bufs(self, what, inp, out, reduce_op):
@@ -551,7 +534,16 @@ class MtxcommBackend(ListCollectives, PointToPoint, SparseAllreduce, _C10dBacken
 
 def _create(opts, backend_options):
     """register_backend's creator (extended_api=True): the C++ backend over the Python one
-    (its fallback for what it does not run natively), or the Python one alone (_native.py)."""
+    (its fallback for what it does not run natively), or the Python one alone (_native.py).
+    A group whose only backend is this one gets the C++ backend's ProcessGroup, which names it
+    "mtxcomm" where PyTorch reports the backend (DDP's logging)."""
+    backend = create_backend(opts, backend_options)
+    return _native.as_process_group(backend, opts, sys._getframe(1))
+
+
+def create_backend(opts, backend_options):
+    """The backend of a group (opts: register_backend's): the C++ one over the Python one, or
+    the Python one alone."""
     options = backend_options
     if not isinstance(options, _C10dBackend.Options):
         options = _C10dBackend.Options(BACKEND_NAME, timeout=opts.timeout)
@@ -569,6 +561,21 @@ def _create(opts, backend_options):
             _native.warn_fallback(why)
         return py_backend
     return _native.native_backend(module, opts, py_backend)
+
+
+def split_backend(parent, store, ranks, seconds, group_name):
+    """The C++ backend's split (dist.split_group; bindings/torch/c10d_group.cc): the backend of
+    ``ranks`` (ranks of parent's group, sorted, this rank among them), bootstrapped through
+    ``store`` as a new group's; collective over those ranks only. parent: the parent group's
+    Python backend."""
+    opts = _DistributedBackendOptions()
+    opts.store = store
+    opts.group_rank = list(ranks).index(parent.rank())
+    opts.group_size = len(ranks)
+    opts.timeout = datetime.timedelta(seconds=seconds)
+    opts.group_id = group_name
+    opts.global_ranks_in_group = [parent.global_ranks[r] for r in ranks]
+    return create_backend(opts, None)
 
 
 _registered = False
