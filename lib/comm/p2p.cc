@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <system_error>
 
@@ -402,16 +403,20 @@ P2pOpPtr P2p::takeAny(int tag) {
 }
 
 void P2p::parkUnwanted(int tag) {
+  compact([&](size_t i) {
+    const Slot& s = slots_[i];
+    if (s.part != Part::kHeader || s.key.second != tag) return false;
+    Inbox& box = inboxes_[s.key];
+    if (wanted(s.key, box)) return false;
+    box.parked = std::move(reqs_[i]);
+    return true;
+  });
+}
+
+void P2p::compact(const std::function<bool(size_t)>& takeOut) {
   size_t keep = 0;
   for (size_t i = 0; i < reqs_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (s.part == Part::kHeader && s.key.second == tag) {
-      Inbox& box = inboxes_[s.key];
-      if (!wanted(s.key, box)) {
-        box.parked = std::move(reqs_[i]);
-        continue;
-      }
-    }
+    if (takeOut(i)) continue;
     if (keep != i) {
       reqs_[keep] = std::move(reqs_[i]);
       slots_[keep] = std::move(slots_[i]);
@@ -426,20 +431,11 @@ bool P2p::poll() {
   view_->testAll(reqs_);
   // Completed slots are taken out first: handling them posts new requests.
   std::vector<Slot> finished;
-  size_t keep = 0;
-  for (size_t i = 0; i < reqs_.size(); ++i) {
-    if (!reqs_[i]) {
-      finished.push_back(std::move(slots_[i]));
-      continue;
-    }
-    if (keep != i) {
-      reqs_[keep] = std::move(reqs_[i]);
-      slots_[keep] = std::move(slots_[i]);
-    }
-    ++keep;
-  }
-  reqs_.resize(keep);
-  slots_.resize(keep);
+  compact([&](size_t i) {
+    if (reqs_[i]) return false;
+    finished.push_back(std::move(slots_[i]));
+    return true;
+  });
   for (Slot& s : finished) onDone(s);
   return !finished.empty();
 }

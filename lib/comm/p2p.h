@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -160,6 +161,8 @@ class P2p {
   // receive wants any more.
   P2pOpPtr takeAny(int tag);
   void parkUnwanted(int tag);
+  // Drops from reqs_/slots_ (keeping the order of the rest) each index takeOut(i) takes.
+  void compact(const std::function<bool(size_t)>& takeOut);
   // Gives the message held in key's inbox to recv, then re-posts or drops the inbox.
   void deliver(const Key& key, const P2pOpPtr& recv);
   void add(RequestPtr req, P2pOpPtr op, Part part, std::unique_ptr<char[]> scratch = nullptr,
