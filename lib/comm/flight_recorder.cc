@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -364,7 +365,8 @@ std::mutex& dumperMutex() {
   static auto* mu = new std::mutex();
   return *mu;
 }
-std::thread g_dumper;  // guarded by dumperMutex()
+std::thread g_dumper;   // guarded by dumperMutex()
+pid_t g_dumperPid = 0;  // the process that started it (a forked child has no such thread)
 std::atomic<bool> g_dumperStop{false};
 
 void onSigusr1(int, siginfo_t* info, void*) {
@@ -412,27 +414,22 @@ void installSigusr1() {
   if (sigaction(SIGUSR1, &sa, nullptr) == 0) g_handlesSigusr1.store(true);
 }
 
-// Starts the thread unless it runs (a request that came while none ran is served now).
-void startDumper() {
-  std::lock_guard<std::mutex> g(dumperMutex());
-  if (g_dumper.joinable()) return;
-  g_dumperStop.store(false);
-  try {
-    g_dumper = std::thread(dumpOnRequests);
-  } catch (const std::system_error&) {
-    // No thread: SIGUSR1 is still caught, and served once one starts.
-  }
+// In a forked child g_dumper is a copy of its parent's handle, with no such thread here: it is
+// set aside (never joined; a leaked handle) and the child has no dumper. Under dumperMutex().
+void forgetParentsDumper() {
+  if (g_dumper.joinable() && g_dumperPid != getpid()) new std::thread(std::move(g_dumper));
 }
 
-// Ends the thread once no recorder is registered.
-void stopDumperIfIdle() {
+// Ends the thread: always (at exit), or once no recorder is registered.
+void stopDumper(bool onlyIfIdle) {
   std::thread t;
   {
     std::lock_guard<std::mutex> g(dumperMutex());
-    {
+    if (onlyIfIdle) {
       std::lock_guard<std::mutex> r(registryMutex());
       if (!registry().empty()) return;
     }
+    forgetParentsDumper();
     if (!g_dumper.joinable()) return;
     g_dumperStop.store(true);
     t = std::move(g_dumper);
@@ -440,6 +437,30 @@ void stopDumperIfIdle() {
   sem_post(&g_dumpRequests);
   t.join();
 }
+
+// At exit the thread ends even where communicators were never destroyed: a std::thread still
+// joinable when the static g_dumper is destroyed would std::terminate the process. The handler
+// is registered after g_dumper was made, so it runs before g_dumper's destructor.
+void stopDumperAtExit() { stopDumper(/*onlyIfIdle=*/false); }
+
+// Starts the thread unless it runs (a request that came while none ran is served now).
+void startDumper() {
+  static std::once_flag atExit;
+  std::call_once(atExit, [] { std::atexit(stopDumperAtExit); });
+  std::lock_guard<std::mutex> g(dumperMutex());
+  forgetParentsDumper();
+  if (g_dumper.joinable()) return;
+  g_dumperStop.store(false);
+  try {
+    g_dumper = std::thread(dumpOnRequests);
+    g_dumperPid = getpid();
+  } catch (const std::system_error&) {
+    // No thread: SIGUSR1 is still caught, and served once one starts.
+  }
+}
+
+// Ends the thread once no recorder is registered.
+void stopDumperIfIdle() { stopDumper(/*onlyIfIdle=*/true); }
 
 }  // namespace
 

@@ -235,3 +235,11 @@ def test_a_process_set_never_removed_is_freed_at_exit(tmp):
             text[-3000:],
         )
         assert "terminate called" not in text, text[-3000:]
+
+
+def test_a_subgroup_never_destroyed_exits_cleanly(tmp):
+    for r, (code, text) in enumerate(ranks("subgroup_exit", tmp, size=3)):
+        assert code == 0, "rank %d: exit %s\n%s" % (r, code, text[-3000:])
+        assert "terminate called" not in text, text[-3000:]
+        if r < 2:
+            assert "SUB_SUM %d [2.0, 2.0]" % r in text, text[-3000:]

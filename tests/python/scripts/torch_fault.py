@@ -16,6 +16,9 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
                              a process set added and used, never removed, then a normal exit:
                              the set's communicator must be freed at exit (exit 0, no
                              std::terminate of its threads)
+    torch_fault.py subgroup_exit
+                             a subgroup of ranks 0 and 1 (world of 3) used, never destroyed,
+                             then a normal exit: exit 0 on every rank, no std::terminate
     torch_fault.py p2p_kill  ranks exchange with isend/irecv (1 MiB) with their neighbours in a
                              loop; rank 1 SIGKILLs itself after 3 rounds: the others' waits must
                              raise, naming it (prints RAISED <seconds> <msg>)
@@ -84,6 +87,14 @@ if mode == "process_set_exit":
     report(
         "SET_SUM", rank, hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=sets[rank]).tolist()
     )
+    sys.exit(0)
+if mode == "subgroup_exit":
+    # A subgroup of ranks 0 and 1 in a world of 3, used and never destroyed, then a normal exit.
+    g = dist.new_group([0, 1])
+    if rank in (0, 1):
+        t = torch.ones(2)
+        dist.all_reduce(t, group=g)
+        report("SUB_SUM", rank, t.tolist())
     sys.exit(0)
 if mode == "destroy":
     n = 40000
