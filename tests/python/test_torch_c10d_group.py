@@ -248,3 +248,34 @@ def test_direct_all_reduce_on_a_subgroup_and_its_errors():
     with pytest.raises(ValueError, match="is not one of"):
         direct_all_reduce(torch.ones(1), op="sum", group=g)
     dist.destroy_process_group(g)
+
+
+@multi_rank
+def test_split_group_naming_a_rank_outside_the_parent_raises_on_its_members():
+    parts = [[0], list(range(1, SIZE)) + [SIZE]]  # SIZE is no rank of the world
+    if RANK == 0:
+        g = dist.split_group(split_ranks=parts)
+        x = torch.ones(1)
+        dist.all_reduce(x, group=g)
+        assert x.item() == 1.0
+        dist.destroy_process_group(g)
+    else:
+        with pytest.raises(ValueError, match="ranks \\[%d\\] are not ranks of the parent" % SIZE):
+            dist.split_group(split_ranks=parts)
+    dist.barrier()
+
+
+@multi_rank
+def test_direct_all_reduce_on_a_group_this_rank_is_not_in_raises():
+    from mtxcomm.torch import direct_all_reduce
+
+    g = dist.new_group([0])
+    t = torch.ones(2)
+    if RANK == 0:
+        direct_all_reduce(t, group=g)
+        assert t.tolist() == [1.0, 1.0]
+        dist.destroy_process_group(g)
+    else:
+        with pytest.raises(ValueError, match="not a process group of this rank"):
+            direct_all_reduce(t, group=g)
+    dist.barrier()

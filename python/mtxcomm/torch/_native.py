@@ -161,12 +161,18 @@ def _direct_call(pg):
         raise RuntimeError(
             "mtxcomm.torch.direct_all_reduce: no process group (init_process_group first)"
         )
+    if not isinstance(pg, dist.ProcessGroup):
+        raise ValueError(
+            "mtxcomm.torch.direct_all_reduce: group %r is not a process group of this rank "
+            "(GroupMember.NON_GROUP_MEMBER: this rank is not in it)" % (pg,)
+        )
     backend = pg._get_backend(torch.device("cpu"))
     call = getattr(backend, "allreduce_direct", None)
     if call is None:
         raise RuntimeError(
             "mtxcomm.torch.direct_all_reduce needs the group's C++ mtxcomm backend; this group "
-            "runs %s" % type(backend).__name__
+            "runs %s.%s (the Python backend: MTXCOMM_TORCH_BACKEND=python, or mtxcomm.torch._c10d "
+            "not built)" % (type(backend).__module__, type(backend).__name__)
         )
     _direct.clear()  # one group at a time in practice; no destroyed group kept alive
     _direct[pg] = call

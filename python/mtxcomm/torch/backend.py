@@ -568,6 +568,12 @@ def split_backend(parent, store, ranks, seconds, group_name):
     ``ranks`` (ranks of parent's group, sorted, this rank among them), bootstrapped through
     ``store`` as a new group's; collective over those ranks only. parent: the parent group's
     Python backend."""
+    bad = [r for r in ranks if not 0 <= r < len(parent.global_ranks)]
+    if bad:
+        raise ValueError(
+            "mtxcomm backend: split_group: ranks %s are not ranks of the parent group (size %d)"
+            % (bad, len(parent.global_ranks))
+        )
     opts = _DistributedBackendOptions()
     opts.store = store
     opts.group_rank = list(ranks).index(parent.rank())
