@@ -565,9 +565,8 @@ def create_backend(opts, backend_options):
 
 def split_backend(parent, store, ranks, seconds, group_name):
     """The C++ backend's split (dist.split_group; bindings/torch/c10d_group.cc): the backend of
-    ``ranks`` (ranks of parent's group, sorted, this rank among them), bootstrapped through
-    ``store`` as a new group's; collective over those ranks only. parent: the parent group's
-    Python backend."""
+    ``ranks`` (ranks of parent's group, sorted, this rank among them; parent: its Python
+    backend), bootstrapped through ``store`` as a new group's, among those ranks only."""
     bad = [r for r in ranks if not 0 <= r < len(parent.global_ranks)]
     if bad:
         raise ValueError(
