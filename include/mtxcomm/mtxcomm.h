@@ -352,7 +352,10 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   (a message goes to the oldest receive that matches it, named or any-source); across senders
  *   the order is whichever arrives first. Each peer gets a header receive of that tag posted for
  *   it; one that another peer's message made unnecessary stays posted but idle, and takes that
- *   peer's next message of the tag for the next receive that matches it.
+ *   peer's next message of the tag for the next receive that matches it. Limit: once a peer has
+ *   closed its connection (exited, even after destroying its communicator), a later receive
+ *   from any source of a tag that has such a receive toward it fails naming that peer; receive
+ *   from named peers there.
  * - Self: peer == own rank is allowed: the message is matched within the process (a send with no
  *   receive posted yet is copied aside and completes at once).
  * - count 0 is a message of zero bytes: it is matched and delivered like any other (buf may then
