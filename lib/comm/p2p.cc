@@ -386,9 +386,7 @@ P2pOpPtr P2p::takeReceiver(const Key& key, Inbox& box) {
     return recv;
   }
   if (any == anyRecvs_.end()) return nullptr;
-  P2pOpPtr recv = takeAny(key.second);
-  recv->source = key.first;
-  return recv;
+  return takeAny(key.second);  // deliver() sets its source
 }
 
 P2pOpPtr P2p::takeAny(int tag) {
