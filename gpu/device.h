@@ -65,6 +65,9 @@ bool isDeviceCall(const CollArgs& args, int rank);
 std::string deviceSummary();
 // Visible CUDA devices (0 without CUDA, without a driver or without a GPU).
 int visibleDeviceCount();
+// The NCCL this process loads for the nccl path (gpu/nccl_api.h): "libnccl.so.2 2.30.7
+// (path)", "not loadable: why", or "not built" (for mtxcomm_info).
+std::string ncclSummary();
 
 enum class DevicePath { kNccl, kCudaIpc, kUcxCuda, kHostStaging };
 constexpr int kNumDevicePaths = 4;
@@ -74,7 +77,10 @@ const char* devicePathName(DevicePath p);
 // What every rank agrees on about the communicator's GPUs (allgathered once by DeviceComm).
 struct DeviceTopology {
   int nranks = 1;
-  bool ncclBuilt = false;
+  bool ncclBuilt = false;          // this mtxcomm has the nccl path (CUDA build with nccl.h)
+  bool ncclLoaded = false;         // every rank loaded NCCL (gpu/nccl_api.h)
+  bool ncclSharedGpu = false;      // every rank's NCCL may share a GPU between ranks (2.30+ with
+                                   // NCCL_MULTI_RANK_GPU_ENABLE=1): nccl when forced, never auto
   bool distinctGpus = false;       // no two ranks on the same GPU (node, device UUID)
   bool oneNode = false;            // every rank on this node
   bool oneProcessPerRank = false;  // no two ranks in one process (IPC opens others' memory only)

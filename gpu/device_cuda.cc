@@ -76,8 +76,10 @@ struct RankDevice {
   uint64_t pid;
   unsigned char uuid[16];
   int32_t device;
-  int32_t pad;
+  int32_t flags;  // kRankNccl*
 };
+constexpr int32_t kRankNcclLoaded = 1;     // NCCL loaded in this process
+constexpr int32_t kRankNcclSharedGpu = 2;  // its NCCL may share a GPU between ranks
 static_assert(sizeof(RankDevice) == 224, "RankDevice is exchanged as raw bytes");
 
 class CudaDeviceComm : public DeviceComm {
@@ -90,6 +92,8 @@ class CudaDeviceComm : public DeviceComm {
     std::memcpy(mine.node, node.data(), std::min(node.size(), sizeof(mine.node) - 1));
     mine.pid = static_cast<uint64_t>(getpid());
     mine.device = device;
+    if (ncclBuilt() && ncclLoaded()) mine.flags |= kRankNcclLoaded;
+    if (ncclBuilt() && ncclSharesGpus()) mine.flags |= kRankNcclSharedGpu;
     cudaDeviceProp prop{};
     MTXCOMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
@@ -98,7 +102,10 @@ class CudaDeviceComm : public DeviceComm {
     topo_.nranks = n;
     topo_.ncclBuilt = ncclBuilt();
     topo_.oneNode = topo_.distinctGpus = topo_.oneProcessPerRank = true;
+    topo_.ncclLoaded = topo_.ncclSharedGpu = topo_.ncclBuilt;
     for (int a = 0; a < n; ++a) {
+      if (!(all[a].flags & kRankNcclLoaded)) topo_.ncclLoaded = false;
+      if (!(all[a].flags & kRankNcclSharedGpu)) topo_.ncclSharedGpu = false;
       if (std::strncmp(all[a].node, mine.node, sizeof(mine.node)) != 0) topo_.oneNode = false;
       for (int b = 0; b < a; ++b) {
         const bool sameNode = std::strncmp(all[a].node, all[b].node, sizeof(mine.node)) == 0;
@@ -111,7 +118,8 @@ class CudaDeviceComm : public DeviceComm {
     MTXCOMM_LOG(kInfo, host.rank(), "device calls on GPU ", device, " (", prop.name,
                 "); ranks: one node ", topo_.oneNode, ", distinct GPUs ", topo_.distinctGpus,
                 ", one process per rank ", topo_.oneProcessPerRank, ", NCCL built ",
-                topo_.ncclBuilt);
+                topo_.ncclBuilt, ", loaded on every rank ", topo_.ncclLoaded, ", sharing GPUs ",
+                topo_.ncclSharedGpu);
   }
 
   const DeviceTopology& topology() const override { return topo_; }

@@ -18,6 +18,8 @@ std::string deviceSummary() { return "none (built without CUDA)"; }
 
 int visibleDeviceCount() { return 0; }
 
+std::string ncclSummary() { return "not built (no CUDA)"; }
+
 std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives&, const CollArgs&,
                                                const DeviceOptions&) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without CUDA");

@@ -52,7 +52,14 @@ const char* devicePathDeclines(DevicePath path, const CollArgs& args, const Devi
   switch (path) {
     case DevicePath::kNccl:
       if (!t.ncclBuilt) return "this mtxcomm was built without NCCL";
-      if (!t.distinctGpus) return "ranks share a GPU (NCCL needs one GPU per rank)";
+      if (!t.ncclLoaded) {
+        return "NCCL cannot be loaded on every rank (`mtxcomm_info` says why; "
+               "MTXCOMM_NCCL_LIBRARY names the library)";
+      }
+      if (!t.distinctGpus && !t.ncclSharedGpu) {
+        return "ranks share a GPU (NCCL needs one GPU per rank, or NCCL 2.30+ with "
+               "NCCL_MULTI_RANK_GPU_ENABLE=1 on every rank)";
+      }
       // NCCL has no 16-bit integer or bool type (and its uint8 max is not a logical OR for
       // bytes other than 0 and 1); the data-movement collectives carry them as bytes.
       if (collectiveReduces(args.coll) && !ncclReducesDatatype(args.dtype)) {

@@ -25,6 +25,10 @@ class PathRunner {
 // NCCL (gpu/path_nccl.cc, or gpu/nccl_none.cc without NCCL). Collective over host: rank 0
 // makes the unique id and broadcasts it.
 bool ncclBuilt();
+// This process loaded NCCL (gpu/nccl_api.h; false without NCCL in the build).
+bool ncclLoaded();
+// This process's NCCL may run several ranks on one GPU: 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1.
+bool ncclSharesGpus();
 std::unique_ptr<PathRunner> makeNcclPath(HostCollectives& host, int device);
 // CUDA IPC (gpu/path_cuda_ipc.cc over gpu/cuda_ipc.h). Collective over host.
 std::unique_ptr<PathRunner> makeCudaIpcPath(HostCollectives& host, int device, size_t scratchBytes);

@@ -7,6 +7,9 @@ namespace mtxcomm {
 namespace gpu {
 
 bool ncclBuilt() { return false; }
+bool ncclLoaded() { return false; }
+bool ncclSharesGpus() { return false; }
+std::string ncclSummary() { return "not built (no nccl.h at configure time)"; }
 
 std::unique_ptr<PathRunner> makeNcclPath(HostCollectives&, int) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without NCCL");

@@ -10,13 +10,15 @@
 // float16/bfloat16 sums on more than 2 ranks (rounded per hop) and floating min/max (NaN); and
 // the reductions of int16, uint16 and bool, which NCCL has no type for (broadcast and allgather
 // move them as bytes: ncclUint8, count x element size).
+// NCCL is loaded at run time (gpu/nccl_api.h): every call goes through ncclApi()'s table.
 // Source: NCCL's API (nccl.h, "Creating a communicator with options" in the NCCL docs).
-#include <nccl.h>
-
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "gpu/cuda_check.h"
 #include "gpu/device_paths.h"
+#include "gpu/nccl_api.h"
 #include "gpu/reduce_kernels.h"
 #include "lib/base/dtype.h"
 
@@ -27,8 +29,9 @@ namespace {
 
 void checkNccl(ncclResult_t r, const char* call, ncclComm_t comm) {
   if (r == ncclSuccess) return;
-  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
-  fail(MTXCOMM_CUDA_ERROR, call, " failed: ", ncclGetErrorString(r),
+  const NcclApi& api = ncclApi();  // loaded: the failed call came through it
+  const char* last = api.ncclGetLastError(comm);
+  fail(MTXCOMM_CUDA_ERROR, call, " failed: ", api.ncclGetErrorString(r),
        last && *last ? strCat(" (", last, ")") : std::string());
 }
 
@@ -85,20 +88,32 @@ ncclRedOp_t ncclOp(mtxcomm_op_t op) {
 
 class NcclPath : public PathRunner {
  public:
-  explicit NcclPath(HostCollectives& host) : host_(host) {
-    ncclUniqueId id{};
-    if (host.rank() == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+  // Loads NCCL first (gpu/nccl_api.h): MTXCOMM_UNSUPPORTED, naming why, before any exchange.
+  explicit NcclPath(HostCollectives& host) : api_(&ncclApi()), host_(host) {
+    // Rank 0's id, with its result: a failure there fails every rank instead of leaving the
+    // others waiting in ncclCommInitRank.
+    struct {
+      ncclUniqueId id;
+      int32_t result;
+    } boot{};
+    if (host.rank() == 0) boot.result = api_->ncclGetUniqueId(&boot.id);
     CollArgs bc;
     bc.coll = Collective::kBroadcast;
-    bc.sendbuf = &id;
-    bc.recvbuf = &id;
-    bc.count = sizeof(id);
+    bc.sendbuf = &boot;
+    bc.recvbuf = &boot;
+    bc.count = sizeof(boot);
     bc.dtype = MTXCOMM_UINT8;
     host.run(bc);
-    checkNccl(ncclCommInitRank(&nccl_, host.size(), id, host.rank()), "ncclCommInitRank", nullptr);
+    if (boot.result != ncclSuccess && host.rank() != 0) {
+      fail(MTXCOMM_CUDA_ERROR, "ncclGetUniqueId failed on rank 0: ",
+           api_->ncclGetErrorString(static_cast<ncclResult_t>(boot.result)));
+    }
+    checkNccl(static_cast<ncclResult_t>(boot.result), "ncclGetUniqueId", nullptr);
+    checkNccl(api_->ncclCommInitRank(&nccl_, host.size(), boot.id, host.rank()), "ncclCommInitRank",
+              nullptr);
   }
   ~NcclPath() override {
-    if (nccl_) ncclCommDestroy(nccl_);
+    if (nccl_) api_->ncclCommDestroy(nccl_);
   }
 
   void run(const CollArgs& a, cudaStream_t stream) override {
@@ -110,23 +125,23 @@ class NcclPath : public PathRunner {
     const ncclRedOp_t op = reduces ? ncclOp(a.op) : ncclSum;
     switch (a.coll) {
       case Collective::kAllreduce:
-        checkNccl(ncclAllReduce(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
+        checkNccl(api_->ncclAllReduce(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
                   "ncclAllReduce", nccl_);
         break;
       case Collective::kBroadcast:
-        checkNccl(ncclBroadcast(a.sendbuf, a.recvbuf, count, t, a.root, nccl_, stream),
+        checkNccl(api_->ncclBroadcast(a.sendbuf, a.recvbuf, count, t, a.root, nccl_, stream),
                   "ncclBroadcast", nccl_);
         break;
       case Collective::kReduce:
-        checkNccl(ncclReduce(a.sendbuf, a.recvbuf, a.count, t, op, a.root, nccl_, stream),
+        checkNccl(api_->ncclReduce(a.sendbuf, a.recvbuf, a.count, t, op, a.root, nccl_, stream),
                   "ncclReduce", nccl_);
         break;
       case Collective::kAllgather:
-        checkNccl(ncclAllGather(a.sendbuf, a.recvbuf, count, t, nccl_, stream), "ncclAllGather",
-                  nccl_);
+        checkNccl(api_->ncclAllGather(a.sendbuf, a.recvbuf, count, t, nccl_, stream),
+                  "ncclAllGather", nccl_);
         break;
       case Collective::kReduceScatter:
-        checkNccl(ncclReduceScatter(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
+        checkNccl(api_->ncclReduceScatter(a.sendbuf, a.recvbuf, a.count, t, op, nccl_, stream),
                   "ncclReduceScatter", nccl_);
         break;
       case Collective::kBarrier:
@@ -144,6 +159,7 @@ class NcclPath : public PathRunner {
   }
 
  private:
+  const NcclApi* api_;
   HostCollectives& host_;
   ncclComm_t nccl_ = nullptr;
 };
@@ -151,6 +167,16 @@ class NcclPath : public PathRunner {
 }  // namespace
 
 bool ncclBuilt() { return true; }
+
+bool ncclLoaded() { return ncclLoadResult().error.empty(); }
+
+std::string ncclSummary() { return ncclLibrarySummary(); }
+
+bool ncclSharesGpus() {
+  const char* v = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  return ncclLoaded() && ncclLoadResult().version >= kNcclSharedGpuVersion && v &&
+         std::string(v) == "1";
+}
 
 std::unique_ptr<PathRunner> makeNcclPath(HostCollectives& host, int device) {
   return std::make_unique<NcclPath>(host);

@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
               MTXCOMM_BUILD_WITH_CUDA, MTXCOMM_BUILD_WITH_NCCL, MTXCOMM_BUILD_WITH_HWLOC,
               MTXCOMM_BUILD_WITH_TENSORFLOW);
   std::printf("  device buffers: %s\n", mtxcomm::gpu::deviceSummary().c_str());
+  if (std::string(MTXCOMM_BUILD_WITH_NCCL) == "ON") {
+    std::printf("  NCCL headers: %s\n", MTXCOMM_BUILD_NCCL_HEADERS);
+  }
+  std::printf("  NCCL library: %s\n", mtxcomm::gpu::ncclSummary().c_str());
   std::printf("\ntransports:\n  inproc  ranks as threads of one process\n");
 #ifdef MTXCOMM_HAVE_MPI
   std::printf("  mpi     MPI point-to-point (under mpirun/srun, or mtxcomm_comm_init_mpi)\n");

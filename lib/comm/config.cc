@@ -339,6 +339,13 @@ const std::vector<ConfigVar>& configVars() {
          "pinned host chunk of the host_staging path (two per communicator; 64K..1G)",
          {},
          true},
+        {"MTXCOMM_NCCL_LIBRARY",
+         "string",
+         "",
+         "path of the libnccl.so.2 the nccl device path loads (CUDA builds); unset: the "
+         "loader's search (LD_LIBRARY_PATH, an NCCL the process already loaded, e.g. PyTorch's), "
+         "then the directory NCCL was found in at build time",
+         {}},
         {"MTXCOMM_TUNING_FILE",
          "string",
          "",

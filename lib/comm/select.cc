@@ -117,6 +117,10 @@ Selection selectDevicePath(const CollArgs& args, const gpu::DeviceTopology& t,
     sel.devicePath = DevicePath::kHostStaging;
     for (DevicePath path : {DevicePath::kNccl, DevicePath::kCudaIpc}) {
       const char* no = gpu::devicePathDeclines(path, args, t);
+      // NCCL's ranks sharing a GPU are experimental and slow: taken when forced only.
+      if (!no && path == DevicePath::kNccl && !t.distinctGpus) {
+        no = "ranks share a GPU (NCCL takes that only when forced: MTXCOMM_CUDA_PATH=nccl)";
+      }
       if (!no) {
         sel.devicePath = path;
         break;

@@ -28,7 +28,7 @@ CollArgs call(Collective c, mtxcomm_datatype_t dt = MTXCOMM_FLOAT32,
 DeviceTopology topo(int n, bool nccl, bool distinct, bool oneNode, bool oneProcess) {
   DeviceTopology t;
   t.nranks = n;
-  t.ncclBuilt = nccl;
+  t.ncclBuilt = t.ncclLoaded = nccl;
   t.distinctGpus = distinct;
   t.oneNode = oneNode;
   t.oneProcessPerRank = oneProcess;
@@ -55,6 +55,43 @@ TEST(DevicePath, AutoPrefersNcclThenIpcThenStaging) {
   EXPECT_EQ(
       selectDevicePath(a, topo(kMaxIpcRanks + 1, false, false, true, true), "auto", 0).devicePath,
       DevicePath::kHostStaging);
+}
+
+// NCCL built but not loadable on some rank (gpu/nccl_api.h): never chosen, and forcing it names
+// why on every rank alike (the flag is agreed through the topology's allgather).
+TEST(DevicePath, NcclThatSomeRankCannotLoadIsNeverTaken) {
+  const CollArgs a = call(Collective::kAllreduce);
+  DeviceTopology t = topo(2, true, true, true, true);
+  t.ncclLoaded = false;
+  auto c = selectDevicePath(a, t, "auto", 0);
+  EXPECT_EQ(c.devicePath, DevicePath::kCudaIpc);
+  EXPECT_NE(c.why.find("not nccl: NCCL cannot be loaded on every rank"), std::string::npos)
+      << c.why;
+  try {
+    selectDevicePath(a, t, "nccl", 0);
+    FAIL() << "a forced nccl without NCCL loaded was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), MTXCOMM_UNSUPPORTED);
+    EXPECT_NE(std::string(e.what()).find("MTXCOMM_NCCL_LIBRARY"), std::string::npos) << e.what();
+  }
+}
+
+// Ranks sharing a GPU: NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 on every rank takes them
+// when forced; auto keeps choosing cuda_ipc (NCCL's sharing is experimental and slow).
+TEST(DevicePath, NcclOnASharedGpuOnlyWhenForcedAndEnabledEverywhere) {
+  const CollArgs a = call(Collective::kAllreduce);
+  DeviceTopology t = topo(2, true, false, true, true);
+  EXPECT_NE(devicePathDeclines(DevicePath::kNccl, a, t), nullptr);
+  EXPECT_NE(
+      std::string(devicePathDeclines(DevicePath::kNccl, a, t)).find("NCCL_MULTI_RANK_GPU_ENABLE=1"),
+      std::string::npos);
+  EXPECT_THROW(selectDevicePath(a, t, "nccl", 0), Error);
+  t.ncclSharedGpu = true;
+  EXPECT_EQ(devicePathDeclines(DevicePath::kNccl, a, t), nullptr);
+  EXPECT_EQ(selectDevicePath(a, t, "nccl", 0).devicePath, DevicePath::kNccl);
+  auto c = selectDevicePath(a, t, "auto", 0);
+  EXPECT_EQ(c.devicePath, DevicePath::kCudaIpc);
+  EXPECT_NE(c.why.find("only when forced"), std::string::npos) << c.why;
 }
 
 TEST(DevicePath, NcclKeepsAwayFromCallsWhoseNumbersDiffer) {
