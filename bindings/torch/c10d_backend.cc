@@ -16,23 +16,28 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce(std::vector<at::Tensor>
                                                          const c10d::AllreduceOptions& opts) {
   auto op = opOf(opts.reduceOp);
   if (!op || !native(tensors)) {
+    hostOnly("allreduce", tensors);
     drain();
     return delegated(fallback("allreduce")->allreduce(tensors, opts));
   }
   auto ts = tensors;
   mtxcomm_op_t o = *op;
-  return run(c10d::OpType::ALLREDUCE, tensors, bytesOf(tensors), [this, ts, o] {
-    for (const auto& t : ts) {
-      Staged s(t);
-      check(mtxcomm_allreduce(s.ptr(), s.ptr(), s.count(), dt(t), o, comm_, nullptr), comm_,
-            "allreduce");
-      s.copyBack();
-    }
-  });
+  auto device = cudaDeviceOf(tensors, "allreduce");
+  return run(
+      c10d::OpType::ALLREDUCE, tensors, bytesOf(tensors),
+      [this, ts, o](void* stream) {
+        for (const auto& t : ts) {
+          Staged s(t);
+          check(mtxcomm_allreduce(s.ptr(), s.ptr(), s.count(), dt(t), o, comm_, stream), comm_,
+                "allreduce");
+          s.copyBack();
+        }
+      },
+      device);
 }
 
 void MtxcommBackend::allreduceDirect(at::Tensor& t, int op) {
-  TORCH_CHECK_VALUE(native(t) && t.is_contiguous(),
+  TORCH_CHECK_VALUE(nativeHost(t) && t.is_contiguous(),
                     "mtxcomm.torch.direct_all_reduce: the tensor must be a contiguous dense CPU "
                     "tensor of a dtype mtxcomm has, got ",
                     t.toString(), (t.is_contiguous() ? "" : " (not contiguous)"));
@@ -49,20 +54,26 @@ void MtxcommBackend::allreduceDirect(at::Tensor& t, int op) {
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                          const c10d::BroadcastOptions& opts) {
   if (!native(tensors) || opts.rootTensor != 0) {
+    hostOnly("broadcast", tensors);
     drain();
     return delegated(fallback("broadcast")->broadcast(tensors, opts));
   }
   auto ts = tensors;
   int root = int(opts.rootRank);
-  auto work = run(c10d::OpType::BROADCAST, tensors, bytesOf(tensors), [this, ts, root] {
-    for (const auto& t : ts) {
-      Staged s(t);
-      int rc = mtxcomm_broadcast(s.ptr(), s.ptr(), s.count(), dt(t), root, comm_, nullptr);
-      checkRoot(root, "broadcast");
-      check(rc, comm_, "broadcast");
-      s.copyBack();
-    }
-  });
+  auto device = cudaDeviceOf(tensors, "broadcast");
+  if (device) checkRoot(root, "broadcast");  // a CUDA call is not queued: refused here
+  auto work = run(
+      c10d::OpType::BROADCAST, tensors, bytesOf(tensors),
+      [this, ts, root](void* stream) {
+        for (const auto& t : ts) {
+          Staged s(t);
+          int rc = mtxcomm_broadcast(s.ptr(), s.ptr(), s.count(), dt(t), root, comm_, stream);
+          checkRoot(root, "broadcast");
+          check(rc, comm_, "broadcast");
+          s.copyBack();
+        }
+      },
+      device);
   return raiseIfBadRoot(work, root);
 }
 
@@ -70,6 +81,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce(std::vector<at::Tensor>& t
                                                       const c10d::ReduceOptions& opts) {
   auto op = opOf(opts.reduceOp);
   if (!op || !native(tensors) || opts.rootTensor != 0) {
+    hostOnly("reduce", tensors);
     drain();
     return delegated(fallback("reduce")->reduce(tensors, opts));
   }
@@ -77,17 +89,22 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce(std::vector<at::Tensor>& t
   int root = int(opts.rootRank);
   mtxcomm_op_t o = *op;
   bool isRoot = root == getRank();
-  auto work = run(c10d::OpType::REDUCE, tensors, bytesOf(tensors), [this, ts, root, o, isRoot] {
-    for (const auto& t : ts) {
-      Staged s(t);
-      // The root reduces in place; the others' tensors keep their values.
-      int rc = mtxcomm_reduce(s.ptr(), isRoot ? s.ptr() : nullptr, s.count(), dt(t), o, root, comm_,
-                              nullptr);
-      checkRoot(root, "reduce");
-      check(rc, comm_, "reduce");
-      if (isRoot) s.copyBack();
-    }
-  });
+  auto device = cudaDeviceOf(tensors, "reduce");
+  if (device) checkRoot(root, "reduce");  // a CUDA call is not queued: refused here
+  auto work = run(
+      c10d::OpType::REDUCE, tensors, bytesOf(tensors),
+      [this, ts, root, o, isRoot](void* stream) {
+        for (const auto& t : ts) {
+          Staged s(t);
+          // The root reduces in place; the others' tensors keep their values.
+          int rc = mtxcomm_reduce(s.ptr(), isRoot ? s.ptr() : nullptr, s.count(), dt(t), o, root,
+                                  comm_, stream);
+          checkRoot(root, "reduce");
+          check(rc, comm_, "reduce");
+          if (isRoot) s.copyBack();
+        }
+      },
+      device);
   return raiseIfBadRoot(work, root);
 }
 
@@ -95,18 +112,22 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::all_gather_single(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  if (!native(output) || !native(input) || output.scalar_type() != input.scalar_type() ||
+  if (!native({output, input}) || output.scalar_type() != input.scalar_type() ||
       output.numel() != input.numel() * getSize()) {
+    hostOnly("all_gather_into_tensor", {output, input});
     drain();
     return delegated(fallback("all_gather_into_tensor")->_allgather_base(output, input, opts));
   }
   at::Tensor in = input, out = output;
-  return run(c10d::OpType::_ALLGATHER_BASE, {output}, output.nbytes(), [this, in, out] {
-    Staged s(in), o(out);
-    check(mtxcomm_allgather(s.ptr(), o.ptr(), s.count(), dt(in), comm_, nullptr), comm_,
-          "all_gather_into_tensor");
-    o.copyBack();
-  });
+  return run(
+      c10d::OpType::_ALLGATHER_BASE, {output}, output.nbytes(),
+      [this, in, out](void* stream) {
+        Staged s(in), o(out);
+        check(mtxcomm_allgather(s.ptr(), o.ptr(), s.count(), dt(in), comm_, stream), comm_,
+              "all_gather_into_tensor");
+        o.copyBack();
+      },
+      cudaDeviceOf({output, input}, "all_gather_into_tensor"));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::_allgather_base(at::Tensor& output,
@@ -118,15 +139,18 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::_allgather_base(at::Tensor& outpu
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  bool ok = native(inputs) && outputs.size() == inputs.size();
+  std::vector<at::Tensor> every = inputs;
+  for (const auto& outs : outputs) every.insert(every.end(), outs.begin(), outs.end());
+  bool ok = native(every) && outputs.size() == inputs.size();
   for (size_t i = 0; ok && i < inputs.size(); ++i) {
-    ok = outputs[i].size() == size_t(getSize()) && native(outputs[i]);
+    ok = outputs[i].size() == size_t(getSize());
     for (size_t r = 0; ok && r < outputs[i].size(); ++r) {
       ok = outputs[i][r].numel() == inputs[i].numel() &&
            outputs[i][r].scalar_type() == inputs[i].scalar_type();
     }
   }
   if (!ok) {  // uneven sizes, a wrong list: the fallback (and its messages)
+    hostOnly("allgather", every);
     drain();
     return delegated(fallback("allgather")->allgather(outputs, inputs, opts));
   }
@@ -135,16 +159,19 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather(
   auto ins = inputs;
   auto outs = outputs;
   int n = getSize();
-  return run(c10d::OpType::ALLGATHER, flatOut, bytesOf(flatOut), [this, ins, outs, n] {
-    for (size_t i = 0; i < ins.size(); ++i) {
-      Staged s(ins[i]);
-      auto flat = at::empty({int64_t(s.count()) * n}, ins[i].options());
-      check(mtxcomm_allgather(s.ptr(), flat.data_ptr(), s.count(), dt(ins[i]), comm_, nullptr),
-            comm_, "allgather");
-      auto parts = flat.chunk(n);
-      for (int r = 0; r < n; ++r) outs[i][r].copy_(parts[r].view(outs[i][r].sizes()));
-    }
-  });
+  return run(
+      c10d::OpType::ALLGATHER, flatOut, bytesOf(flatOut),
+      [this, ins, outs, n](void* stream) {
+        for (size_t i = 0; i < ins.size(); ++i) {
+          Staged s(ins[i]);
+          auto flat = at::empty({int64_t(s.count()) * n}, ins[i].options());
+          check(mtxcomm_allgather(s.ptr(), flat.data_ptr(), s.count(), dt(ins[i]), comm_, stream),
+                comm_, "allgather");
+          auto parts = flat.chunk(n);
+          for (int r = 0; r < n; ++r) outs[i][r].copy_(parts[r].view(outs[i][r].sizes()));
+        }
+      },
+      cudaDeviceOf(every, "allgather"));
 }
 
 // -- reduce-scatter --
@@ -152,19 +179,23 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather(
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce_scatter_single(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   auto op = opOf(opts.reduceOp);
-  if (!op || !native(output) || !native(input) || output.scalar_type() != input.scalar_type() ||
+  if (!op || !native({output, input}) || output.scalar_type() != input.scalar_type() ||
       input.numel() != output.numel() * getSize()) {
+    hostOnly("reduce_scatter_tensor", {output, input});
     drain();
     return delegated(fallback("reduce_scatter_tensor")->_reduce_scatter_base(output, input, opts));
   }
   at::Tensor in = input, out = output;
   mtxcomm_op_t o = *op;
-  return run(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, input.nbytes(), [this, in, out, o] {
-    Staged s(in), r(out);
-    check(mtxcomm_reduce_scatter(s.ptr(), r.ptr(), r.count(), dt(out), o, comm_, nullptr), comm_,
-          "reduce_scatter_tensor");
-    r.copyBack();
-  });
+  return run(
+      c10d::OpType::_REDUCE_SCATTER_BASE, {output}, input.nbytes(),
+      [this, in, out, o](void* stream) {
+        Staged s(in), r(out);
+        check(mtxcomm_reduce_scatter(s.ptr(), r.ptr(), r.count(), dt(out), o, comm_, stream), comm_,
+              "reduce_scatter_tensor");
+        r.copyBack();
+      },
+      cudaDeviceOf({output, input}, "reduce_scatter_tensor"));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::_reduce_scatter_base(
@@ -176,15 +207,18 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   auto op = opOf(opts.reduceOp);
-  bool ok = op.has_value() && native(outputs) && outputs.size() == inputs.size();
+  std::vector<at::Tensor> every = outputs;
+  for (const auto& ins : inputs) every.insert(every.end(), ins.begin(), ins.end());
+  bool ok = op.has_value() && native(every) && outputs.size() == inputs.size();
   for (size_t i = 0; ok && i < outputs.size(); ++i) {
-    ok = inputs[i].size() == size_t(getSize()) && native(inputs[i]);
+    ok = inputs[i].size() == size_t(getSize());
     for (size_t r = 0; ok && r < inputs[i].size(); ++r) {
       ok = inputs[i][r].numel() == outputs[i].numel() &&
            inputs[i][r].scalar_type() == outputs[i].scalar_type();
     }
   }
   if (!ok) {
+    hostOnly("reduce_scatter", every);
     drain();
     return delegated(fallback("reduce_scatter")->reduce_scatter(outputs, inputs, opts));
   }
@@ -193,18 +227,21 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce_scatter(
   mtxcomm_op_t o = *op;
   size_t bytes = 0;
   for (const auto& l : inputs) bytes += bytesOf(l);
-  return run(c10d::OpType::REDUCE_SCATTER, outputs, bytes, [this, outs, ins, o] {
-    for (size_t i = 0; i < outs.size(); ++i) {
-      std::vector<at::Tensor> flat;
-      for (const auto& t : ins[i]) flat.push_back(t.reshape({-1}));
-      auto cat = at::cat(flat);
-      Staged r(outs[i]);
-      check(mtxcomm_reduce_scatter(cat.data_ptr(), r.ptr(), r.count(), dt(outs[i]), o, comm_,
-                                   nullptr),
-            comm_, "reduce_scatter");
-      r.copyBack();
-    }
-  });
+  return run(
+      c10d::OpType::REDUCE_SCATTER, outputs, bytes,
+      [this, outs, ins, o](void* stream) {
+        for (size_t i = 0; i < outs.size(); ++i) {
+          std::vector<at::Tensor> flat;
+          for (const auto& t : ins[i]) flat.push_back(t.reshape({-1}));
+          auto cat = at::cat(flat);
+          Staged r(outs[i]);
+          check(mtxcomm_reduce_scatter(cat.data_ptr(), r.ptr(), r.count(), dt(outs[i]), o, comm_,
+                                       stream),
+                comm_, "reduce_scatter");
+          r.copyBack();
+        }
+      },
+      cudaDeviceOf(every, "reduce_scatter"));
 }
 
 // -- alltoall --
@@ -219,7 +256,8 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::all_to_all_single(
     row = 1;
     for (int64_t d = 1; d < input.dim(); ++d) row *= input.size(d);
   }
-  bool ok = native(input) && native(output) && input.scalar_type() == output.scalar_type();
+  hostOnly("all_to_all_single", {output, input});  // the C API's alltoall: host memory
+  bool ok = nativeHost(input) && nativeHost(output) && input.scalar_type() == output.scalar_type();
   std::vector<int64_t> splits = inSplits;
   if (ok && splits.empty()) {
     ok = rows % n == 0;
@@ -242,7 +280,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::all_to_all_single(
   bool even = inSplits.empty() && outSplits.empty() && output.numel() == input.numel();
   return run(
       c10d::OpType::ALLTOALL_BASE, {output}, input.nbytes(),
-      [this, in, out, splits, want, row, n, even] {
+      [this, in, out, splits, want, row, n, even](void*) {
         Staged s(in), o(out);
         if (even) {
           check(mtxcomm_alltoall(s.ptr(), o.ptr(), s.count() / size_t(n), dt(in), comm_, nullptr),
@@ -308,7 +346,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::alltoall_base(at::Tensor& output,
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
   return run(c10d::OpType::BARRIER, {}, 0,
-             [this] { check(mtxcomm_barrier(comm_), comm_, "barrier"); });
+             [this](void*) { check(mtxcomm_barrier(comm_), comm_, "barrier"); });
 }
 
 // -- point-to-point --
@@ -332,12 +370,14 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::recvAnysource(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  hostOnly("allreduce_coalesced", tensors);
   drain();
   return delegated(fallback("allreduce_coalesced")->allreduce_coalesced(tensors, opts));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  hostOnly("allreduce_sparse", tensors);
   drain();
   return delegated(fallback("allreduce_sparse")->allreduce_sparse(tensors, opts));
 }
@@ -345,6 +385,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce_sparse(
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
+  hostOnly("allgather_coalesced", inputs);
   drain();
   return delegated(fallback("allgather_coalesced")->allgather_coalesced(outputs, inputs, opts));
 }
@@ -352,6 +393,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::GatherOptions& opts) {
+  hostOnly("gather", inputs);
   drain();
   return delegated(fallback("gather")->gather(outputs, inputs, opts));
 }
@@ -359,6 +401,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::gather(std::vector<std::vector<at
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ScatterOptions& opts) {
+  hostOnly("scatter", outputs);
   drain();
   return delegated(fallback("scatter")->scatter(outputs, inputs, opts));
 }
@@ -366,6 +409,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::scatter(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions& opts) {
+  hostOnly("alltoall", inputs);
   drain();
   return delegated(fallback("alltoall")->alltoall(outputs, inputs, opts));
 }
@@ -386,6 +430,20 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::raiseIfBadRoot(c10::intrusive_ptr
   return work;
 }
 
+void MtxcommBackend::hostOnly(const char* what, const std::vector<at::Tensor>& ts) const {
+  for (const auto& t : ts) {
+    if (!t.defined() || !t.device().is_cuda()) continue;
+    TORCH_CHECK_VALUE(cudaBuilt(), "mtxcomm backend: ", what, " on ", t.device().str(),
+                      ": this libmtxcomm was built without CUDA (mtxcomm_info says so); build "
+                      "it with CUDA, or use init_process_group(\"cpu:mtxcomm,cuda:nccl\")");
+    TORCH_CHECK_VALUE(false, "mtxcomm backend: ", what, " is not supported on CUDA tensors (got ",
+                      t.device().str(),
+                      "); on CUDA tensors mtxcomm runs allreduce, broadcast, reduce, and the "
+                      "allgathers and reduce-scatters of equal sizes (SUM, AVG, MIN, MAX, "
+                      "PRODUCT)");
+  }
+}
+
 c10d::Backend* MtxcommBackend::fallback(const char* what) {
   TORCH_CHECK(fallback_, "mtxcomm backend: ", what,
               " is not supported natively and this "
@@ -397,7 +455,8 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::p2p(bool isSend, std::vector<at::
                                                    int peer, int tag) {
   const bool any = peer == MTXCOMM_ANY_SOURCE && !isSend;
   const char* what = isSend ? "send" : (any ? "recv from any source" : "recv");
-  if (tensors.size() != 1 || !native(tensors[0])) {
+  hostOnly(what, tensors);  // the C API's point-to-point: host memory
+  if (tensors.size() != 1 || !nativeHost(tensors[0])) {
     drain();
     return delegated(isSend ? fallback(what)->send(tensors, peer, tag)
                      : any  ? fallback(what)->recvAnysource(tensors, tag)

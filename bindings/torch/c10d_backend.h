@@ -24,6 +24,12 @@
 //   (with or without split sizes), barrier, monitored_barrier, send, recv and recv from any
 //   source (mtxcomm_isend/irecv), split_group. CPU dense
 //   tensors of the C API's dtypes; a non-contiguous one through a contiguous copy.
+// - CUDA tensors (a CUDA build of libmtxcomm; PyTorch then routes "cuda" to this backend too):
+//   allreduce, broadcast, reduce, the allgathers and reduce-scatters of equal sizes, on the
+//   library's device paths (nccl, cuda_ipc, host_staging: docs/gpus.md). Each is enqueued on
+//   the device's current stream, after the calls already queued, and returns a CudaWork; the
+//   other calls on CUDA tensors (alltoall, send/recv, the fallback's) raise a ValueError
+//   naming the call, as does a call whose tensors are on two devices.
 // - Everything else (gather, scatter, alltoall lists, the coalesced calls, PREMUL_SUM, complex,
 //   uneven allgather, a tensor on another device) goes to the fallback: the Python backend made
 //   alongside (a c10d::Backend through PyTorch's trampoline), on a communicator of its own.
@@ -36,6 +42,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
@@ -68,9 +77,20 @@ std::optional<mtxcomm_datatype_t> dtypeOf(at::ScalarType t);
 
 std::optional<mtxcomm_op_t> opOf(const c10d::ReduceOp& op);
 
-// A tensor the C API takes as it is: a dense CPU tensor of one of its dtypes.
+// Whether the libmtxcomm loaded has the CUDA paths (mtxcomm_get_build_feature("cuda")).
+bool cudaBuilt();
+
+// A tensor the C API takes as it is: a dense tensor of one of its dtypes, on the CPU or (a
+// CUDA build of libmtxcomm) on a CUDA device.
 bool native(const at::Tensor& t);
+// Every tensor native and all on one device (the call's).
 bool native(const std::vector<at::Tensor>& ts);
+// Native and on the CPU: the calls the C API takes on host memory only (alltoall,
+// point-to-point) and the Python fallback's.
+bool nativeHost(const at::Tensor& t);
+// The CUDA device of a call's tensors (all on it), or nothing for CPU tensors. Tensors on
+// different devices: a ValueError naming both.
+std::optional<c10::Device> cudaDeviceOf(const std::vector<at::Tensor>& ts, const char* what);
 
 mtxcomm_datatype_t dt(const at::Tensor& t);
 
@@ -151,6 +171,24 @@ class MtxWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool fresh_ = false;  // future_ made and not yet completed
+};
+
+// A collective on CUDA tensors, enqueued on the device's current stream when it was made
+// (ProcessGroupNCCL's semantics): done when the stream reaches the end event recorded after
+// it. wait() makes the caller's current stream wait for that event (the host does not wait);
+// the future is completed on the call's stream, so its waiters and callbacks are ordered
+// after the collective on their own streams.
+class CudaWork : public MtxWork {
+ public:
+  CudaWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs, c10::Stream stream);
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  c10::Stream stream_;
+  c10::Event end_;
 };
 
 // A posted send or receive: done when mtxcomm_test or mtxcomm_wait says so.
@@ -281,7 +319,9 @@ class MtxcommBackend : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override;
 
  private:
-  using Fn = std::function<void()>;
+  // A call's body: stream is the CUDA stream of a call on CUDA tensors, else nullptr (the C
+  // API's stream argument either way).
+  using Fn = std::function<void(void* stream)>;
   struct Item {
     c10::intrusive_ptr<MtxWork> work;
     Fn fn;
@@ -291,6 +331,9 @@ class MtxcommBackend : public c10d::Backend {
   void checkRoot(int root, const char* what) const;
   c10::intrusive_ptr<c10d::Work> raiseIfBadRoot(c10::intrusive_ptr<c10d::Work> work, int root);
   c10d::Backend* fallback(const char* what);
+  // The calls that take CPU tensors only (the fallback's, alltoall, send/recv): a ValueError
+  // naming the call when one of ts is a CUDA tensor.
+  void hostOnly(const char* what, const std::vector<at::Tensor>& ts) const;
   c10::intrusive_ptr<c10d::Work> p2p(bool isSend, std::vector<at::Tensor>& tensors, int peer,
                                      int tag);
   // monitoredBarrier's: waits for req until deadline without failing the channel (a late
@@ -300,9 +343,13 @@ class MtxcommBackend : public c10d::Backend {
   // Frees the monitored barrier's requests (the communicator is gone: they completed).
   void freeMonitorRequests();
 
-  // The worker and its queue (c10d_work.cc).
+  // The worker and its queue (c10d_work.cc). run: a call on CPU tensors inline or queued; on
+  // CUDA tensors (device), on the calling thread, on the device's current stream, after the
+  // queued calls.
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType op, std::vector<at::Tensor> outputs, size_t bytes,
-                                     Fn fn);
+                                     Fn fn, std::optional<c10::Device> device = std::nullopt);
+  c10::intrusive_ptr<c10d::Work> runOnStream(c10d::OpType op, std::vector<at::Tensor> outputs,
+                                             c10::Device device, const Fn& fn);
   std::exception_ptr execute(const Fn& fn);
   void loop();
   void drain();
@@ -342,6 +389,7 @@ class MtxcommProcessGroup : public c10d::ProcessGroup {
                       const c10::intrusive_ptr<c10d::Backend>& backend)
       : c10d::ProcessGroup(store, rank, size) {
     setBackend(c10::DeviceType::CPU, BackendType::CUSTOM, backend);
+    if (cudaBuilt()) setBackend(c10::DeviceType::CUDA, BackendType::CUSTOM, backend);
     setDefaultBackend(BackendType::CUSTOM);
   }
   const std::string getBackendName() const override { return kName; }

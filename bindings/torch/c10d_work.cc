@@ -59,17 +59,41 @@ std::optional<mtxcomm_op_t> opOf(const c10d::ReduceOp& op) {
   }
 }
 
-// A tensor the C API takes as it is: a dense CPU tensor of one of its dtypes.
-bool native(const at::Tensor& t) {
+bool cudaBuilt() {
+  static const bool built = [] {
+    int b = 0;
+    return mtxcomm_get_build_feature("cuda", &b) == MTXCOMM_SUCCESS && b == 1;
+  }();
+  return built;
+}
+
+bool nativeHost(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
          dtypeOf(t.scalar_type()).has_value();
 }
 
+bool native(const at::Tensor& t) {
+  return t.defined() && (t.device().is_cpu() || (t.device().is_cuda() && cudaBuilt())) &&
+         t.layout() == at::kStrided && dtypeOf(t.scalar_type()).has_value();
+}
+
 bool native(const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts) {
-    if (!native(t)) return false;
+    if (!native(t) || t.device() != ts[0].device()) return false;
   }
   return !ts.empty();
+}
+
+std::optional<c10::Device> cudaDeviceOf(const std::vector<at::Tensor>& ts, const char* what) {
+  std::optional<c10::Device> dev;
+  for (const auto& t : ts) {
+    if (!t.defined()) continue;
+    if (!dev) dev = t.device();
+    TORCH_CHECK_VALUE(t.device() == *dev, "mtxcomm backend: ", what, ": the tensors are on ",
+                      dev->str(), " and ", t.device().str(), " (one call takes one device)");
+  }
+  if (dev && dev->is_cuda()) return dev;
+  return std::nullopt;
 }
 
 mtxcomm_datatype_t dt(const at::Tensor& t) { return *dtypeOf(t.scalar_type()); }
@@ -94,6 +118,39 @@ void check(int code, mtxcomm_comm_t comm, const char* what) {
 }
 
 // ---- Work -----------------------------------------------------------------------------------
+
+CudaWork::CudaWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs, c10::Stream stream)
+    : MtxWork(rank, op, std::move(outputs)), stream_(stream), end_(c10::DeviceType::CUDA) {
+  end_.record(stream_);
+  complete(nullptr);  // enqueued: the host's part is done; the stream's part is end_
+}
+
+bool CudaWork::isCompleted() { return end_.query(); }
+
+bool CudaWork::wait(std::chrono::milliseconds /*timeout*/) {
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  end_.block(impl.getStream(stream_.device()));
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CudaWork::getFuture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{stream_.device()});
+    // Completed on the call's stream: the future's own events follow the collective there.
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    const c10::Stream previous = impl.exchangeStream(stream_);
+    try {
+      future_->markCompleted(c10::IValue(outputs_));
+    } catch (...) {
+      impl.exchangeStream(previous);
+      throw;
+    }
+    impl.exchangeStream(previous);
+  }
+  return future_;
+}
 
 P2PWork::~P2PWork() {
   // A request still in flight is not freed (there is no cancel) and its buffer must outlive
@@ -244,10 +301,13 @@ void MtxcommBackend::abort() {
 
 // ---- the backend: the worker and its queue --------------------------------------------------
 
-// Runs fn on the communicator: inline when small and nothing is queued, else on the worker.
+// Runs fn on the communicator: inline when small and nothing is queued, else on the worker;
+// a call on CUDA tensors on the calling thread, enqueued on the device's current stream.
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<at::Tensor> outputs,
-                                                   size_t bytes, Fn fn) {
+                                                   size_t bytes, Fn fn,
+                                                   std::optional<c10::Device> device) {
   TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
+  if (device) return runOnStream(op, std::move(outputs), *device, fn);
   auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
   if (bytes <= inlineBytes_) {
     bool idle;
@@ -264,10 +324,31 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<
   return work;
 }
 
+c10::intrusive_ptr<c10d::Work> MtxcommBackend::runOnStream(c10d::OpType op,
+                                                           std::vector<at::Tensor> outputs,
+                                                           c10::Device device, const Fn& fn) {
+  if (pending() != 0) drain();  // calls reach the communicator in the order they are made
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  const c10::Device previous = impl.exchangeDevice(device);
+  try {
+    const c10::Stream stream = impl.getStream(device);
+    {
+      std::lock_guard<std::mutex> lock(commMutex_);
+      fn(stream.native_handle());
+    }
+    auto work = c10::make_intrusive<CudaWork>(getRank(), op, std::move(outputs), stream);
+    impl.exchangeDevice(previous);
+    return work;
+  } catch (...) {
+    impl.exchangeDevice(previous);
+    throw;
+  }
+}
+
 std::exception_ptr MtxcommBackend::execute(const Fn& fn) {
   std::lock_guard<std::mutex> lock(commMutex_);
   try {
-    fn();
+    fn(nullptr);
   } catch (...) {
     return std::current_exception();
   }
@@ -309,7 +390,7 @@ void MtxcommBackend::drain() {
 // Python backend's next call. The worker waits for it (the Python keeper's settle): a
 // dropped Work still fills its outputs, and the calls made after it queue behind it.
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::delegated(c10::intrusive_ptr<c10d::Work> work) {
-  enqueue(Item{nullptr, [] {
+  enqueue(Item{nullptr, [](void*) {
                  py::gil_scoped_acquire gil;
                  try {
                    py::module_::import("mtxcomm.torch._work").attr("keeper").attr("settle")();

@@ -44,6 +44,32 @@ def test_the_default_group_runs_the_cpp_backend():
     assert be.inline_bytes == 65536
 
 
+def test_it_serves_cuda_tensors_exactly_when_libmtxcomm_has_cuda():
+    from mtxcomm import _core
+
+    cuda = bool(_core.build_feature("cuda"))
+    assert dist.Backend.backend_capability["mtxcomm"] == (["cpu", "cuda"] if cuda else ["cpu"])
+    assert _native.devices() == dist.Backend.backend_capability["mtxcomm"]
+    # The group's ProcessGroup holds the backend for every device it serves.
+    pg = dist.group.WORLD
+    assert pg._get_backend(torch.device("cpu")) is backend()
+    if cuda:
+        assert pg._get_backend(torch.device("cuda")) is backend()
+    if torch.cuda.is_available() and cuda:
+        t = torch.full((1000,), float(RANK + 1), device="cuda")
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [SIZE * (SIZE + 1) / 2] * 1000
+        out = torch.empty(SIZE * 3, device="cuda")
+        dist.all_gather_into_tensor(out, torch.full((3,), float(RANK), device="cuda"))
+        assert out.cpu().tolist() == [float(r) for r in range(SIZE) for _ in range(3)]
+        with pytest.raises(ValueError, match="all_to_all_single is not supported on CUDA"):
+            dist.all_to_all_single(
+                torch.empty(SIZE, device="cuda"), torch.ones(SIZE, device="cuda")
+            )
+    else:
+        print("no CUDA device (or libmtxcomm without CUDA): bench/gpu_check.sh runs CUDA tensors")
+
+
 def test_ddp_runs_on_it_and_names_it():
     model = torch.nn.Linear(4, 2)
     ddp = torch.nn.parallel.DistributedDataParallel(model)

@@ -56,6 +56,15 @@ def native_module():
     return _c10d, None
 
 
+def devices():
+    """The devices the backend registers for: "cuda" too when the C++ backend serves and
+    libmtxcomm was built with CUDA (CUDA tensors then run on its device paths)."""
+    from mtxcomm import _core
+
+    module, _ = native_module()
+    return ["cpu", "cuda"] if module is not None and _core.build_feature("cuda") else ["cpu"]
+
+
 def warn_fallback(why):
     if _warned:
         return

@@ -1,10 +1,7 @@
 """The ``"mtxcomm"`` backend of ``torch.distributed`` (a c10d ``Backend`` written in Python).
 
-``import mtxcomm.torch`` registers it (``torch.distributed.Backend.register_backend("mtxcomm",
-..., extended_api=True, devices=["cpu"])``); then::
-
-    torch.distributed.init_process_group("mtxcomm")           # torchrun, env://, mtxrun
-    torch.distributed.init_process_group("cpu:mtxcomm,cuda:nccl")   # CUDA tensors to NCCL
+``import mtxcomm.torch`` registers it for "cpu" (and "cuda" when the C++ backend serves and
+libmtxcomm has CUDA: docs/torch.md); then ``init_process_group("mtxcomm")`` (torchrun, mtxrun).
 
 Every collective is submitted to mtxcomm's background engine (``bindings/common/engine.h``, the
 one the TensorFlow binding and the array API use) and returns at once with a ``Work``: the
@@ -592,7 +589,8 @@ def register():
     if _registered or BACKEND_NAME.upper() in dist.Backend._plugins:
         _registered = True
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    devices = _native.devices()
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices)
     _registered = True
 
 
