@@ -310,6 +310,80 @@ TEST(Negotiation, RankZerosStallVerdictFailsTheRequestOnEveryRankThatSubmittedIt
   EXPECT_TRUE(ranks.neg[0].pending());
 }
 
+Request onDevice(Request r, int32_t device) {
+  r.device = device;
+  return r;
+}
+
+// Request::device travels with the request, is part of its identity (the response cache) and of
+// its description; ranks that disagree on host memory against a GPU get one error naming each.
+TEST(Negotiation, TheTensorsDeviceTravelsAndRanksThatDisagreeAreNamed) {
+  Ranks ranks(3);
+  const Request gpu = onDevice(allreduce("w", {4}), 1);
+  EXPECT_EQ(describeRequest(gpu), "allreduce(sum) of float32[4] on cuda:1");
+  auto ready = ranks.cycle({full({gpu}), full({gpu}), full({gpu})});
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ready[r].size(), 1u);
+    EXPECT_EQ(ready[r][0].requests[2].device, 1) << "the device came through the wire format";
+    EXPECT_TRUE(ranks.neg[r].check(ready[r][0]).ok()) << ranks.neg[r].check(ready[r][0]).message;
+  }
+  EXPECT_GE(ranks.neg[0].cachedId(gpu), 0);
+  EXPECT_EQ(ranks.neg[0].cachedId(allreduce("w", {4})), -1) << "host memory is another request";
+  ready = ranks.cycle({full({onDevice(allreduce("x", {4}), 0)}), full({allreduce("x", {4})}),
+                       full({onDevice(allreduce("x", {4}), 0)})});
+  for (int r = 0; r < 3; ++r) {
+    const Status st = ranks.neg[r].check(ready[r][0]);
+    EXPECT_EQ(st.code, MTXCOMM_INVALID_USAGE);
+    EXPECT_TRUE(contains(st.message,
+                         "disagree on where the tensors live: rank 0 has cuda:0, "
+                         "rank 1 has host memory"))
+        << st.message;
+    EXPECT_EQ(ranks.neg[r].cachedId(onDevice(allreduce("x", {4}), 0)), -1);
+  }
+  // Different GPUs on different ranks are fine (each rank's own device).
+  ready = ranks.cycle({full({onDevice(allreduce("y", {4}), 0)}),
+                       full({onDevice(allreduce("y", {4}), 1)}),
+                       full({onDevice(allreduce("y", {4}), 2)})});
+  EXPECT_TRUE(ranks.neg[0].check(ready[0][0]).ok()) << ranks.neg[0].check(ready[0][0]).message;
+}
+
+// What the executor cannot run on device buffers as they are is refused on every rank alike:
+// alltoall, uneven allgather and reduce-scatter blocks, a joined rank's stand-in.
+TEST(Negotiation, GpuTensorsTheExecutorCannotRunAsTheyAreAreRefusedOnEveryRank) {
+  Ranks ranks(2);
+  auto verdict = [&](const Request& a, const Request& b) {
+    auto ready = ranks.cycle({full({a}), full({b})});
+    const Status s0 = ranks.neg[0].check(ready[0][0]), s1 = ranks.neg[1].check(ready[1][0]);
+    EXPECT_EQ(s0.code, s1.code);
+    EXPECT_EQ(s0.message, s1.message);
+    return s0;
+  };
+  Status st = verdict(onDevice(alltoall("a2a", {4}, {}), 0), onDevice(alltoall("a2a", {4}, {}), 0));
+  EXPECT_EQ(st.code, MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(st.message, "alltoall 'a2a' on GPU tensors: alltoall takes host"))
+      << st.message;
+  st = verdict(onDevice(kind(Kind::kAllgather, "ag", {3, 2}), 0),
+               onDevice(kind(Kind::kAllgather, "ag", {2, 2}), 0));
+  EXPECT_EQ(st.code, MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(st.message, "first dimensions differ (tensor 0)")) << st.message;
+  EXPECT_TRUE(verdict(onDevice(kind(Kind::kAllgather, "ag2", {3, 2}), 0),
+                      onDevice(kind(Kind::kAllgather, "ag2", {3, 2}), 0))
+                  .ok());
+  st = verdict(onDevice(kind(Kind::kReduceScatter, "rs", {3}), 0),
+               onDevice(kind(Kind::kReduceScatter, "rs", {3}), 0));
+  EXPECT_EQ(st.code, MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(st.message, "not a multiple of the ranks")) << st.message;
+  EXPECT_TRUE(verdict(onDevice(kind(Kind::kReduceScatter, "rs2", {4}), 0),
+                      onDevice(kind(Kind::kReduceScatter, "rs2", {4}), 0))
+                  .ok());
+  // Rank 1 joins; rank 0's GPU allreduce would need a stand-in on the GPU.
+  ranks.cycle({full({}), full({kind(Kind::kJoin, "mtxcomm.join", {})})});
+  auto ready = ranks.cycle({full({onDevice(allreduce("g", {3}), 0)}), full({})});
+  st = ranks.neg[0].check(ready[0][0]);
+  EXPECT_EQ(st.code, MTXCOMM_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(st.message, "rank 1 has joined")) << st.message;
+}
+
 TEST(Negotiation, MalformedMessagesAreErrorsNotCrashes) {
   Negotiation neg(0, 2, 16);
   const size_t slot = neg.slotBytes();

@@ -18,7 +18,13 @@ namespace mtxcomm::binding {
 // One submitted request with its buffers. The engine calls allocate and done on its own thread.
 struct Entry {
   Request request;
-  std::vector<const void*> inputs;  // host memory, one per tensor, valid until done is called
+  // One per tensor, valid until done is called: host memory, or device memory of
+  // request.device (then allocate returns device memory too).
+  std::vector<const void*> inputs;
+  // request.device's: the framework's cudaStream_t. The collective is enqueued on it (after the
+  // work already there, before done is called), so the framework's later work on the stream
+  // sees the result; done means enqueued, not finished. nullptr for host memory.
+  void* stream = nullptr;
   // Returns the output buffer of tensor i with the given shape, or nullptr with *error set.
   std::function<void*(size_t i, const std::vector<int64_t>& shape, std::string* error)> allocate;
   std::function<void(const Status&)> done;

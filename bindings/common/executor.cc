@@ -41,6 +41,8 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
     void* out;
     size_t bytes;
     size_t count;
+    bool device;   // a GPU tensor: never fused (the fusion buffer is host memory)
+    void* stream;  // its stream
   };
   const mtxcomm_op_t op = group[0]->agreed.requests[0].op;
   std::map<ReadyOp*, Status> status;
@@ -56,7 +58,9 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
         status[r] = {MTXCOMM_SYSTEM_ERROR, "mtxcomm allreduce '" + req.name + "': " + err};
       }
       if (!byDtype.count(m.dtype)) dtypeOrder.push_back(m.dtype);
-      byDtype[m.dtype].push_back({r, t, r->entry.inputs[t], out, m.bytes(), m.elements()});
+      const bool device = req.device != kHostDevice;
+      byDtype[m.dtype].push_back({r, t, r->entry.inputs[t], out, m.bytes(), m.elements(), device,
+                                  device ? r->entry.stream : nullptr});
     }
   }
   // An allocation failure on one rank must not desynchronise the ranks: every piece is still
@@ -68,10 +72,10 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
     size_t p = 0;
     while (p < pieces.size()) {
       size_t q = p, bytes = 0;
-      while (
-          q < pieces.size() &&
-          (q == p || (op != MTXCOMM_ADASUM && pieces[p].bytes < kAloneBytes &&
-                      pieces[q].bytes < kAloneBytes && bytes + pieces[q].bytes <= fusionBytes_))) {
+      while (q < pieces.size() &&
+             (q == p || (op != MTXCOMM_ADASUM && !pieces[p].device && !pieces[q].device &&
+                         pieces[p].bytes < kAloneBytes && pieces[q].bytes < kAloneBytes &&
+                         bytes + pieces[q].bytes <= fusionBytes_))) {
         bytes += pieces[q].bytes;
         ++q;
       }
@@ -80,13 +84,15 @@ Status OpExecutor::runAllreduces(const std::vector<ReadyOp*>& group) {
         Piece& pc = pieces[p];
         std::vector<char> scratch;
         void* out = pc.out;
-        if (!out) {
+        if (!out && pc.device) {
+          out = const_cast<void*>(pc.in);  // in place: the entry fails, the ranks stay in step
+        } else if (!out) {
           scratch.resize(pc.bytes);
           out = scratch.data();
         }
         const auto start = std::chrono::steady_clock::now();
         label(pc.op->agreed.requests[0].name);
-        st = libraryStatus(mtxcomm_allreduce(pc.in, out, pc.count, dtype, op, comm_, nullptr),
+        st = libraryStatus(mtxcomm_allreduce(pc.in, out, pc.count, dtype, op, comm_, pc.stream),
                            "allreduce '" + pc.op->agreed.requests[0].name + "'");
         traceCall(*pc.op, "ALLREDUCE", start, std::chrono::steady_clock::now(), pc.bytes);
       } else {
@@ -177,9 +183,9 @@ Status OpExecutor::broadcastOne(ReadyOp& op, size_t t, std::string* err) {
   const size_t esize = mtxcomm_datatype_size(m.dtype);
   std::vector<char> scratch;
   void* out = orScratch(output(op, t, m.shape, err), m.elements() * esize, &scratch);
-  return libraryStatus(
-      mtxcomm_broadcast(op.entry.inputs[t], out, m.elements(), m.dtype, req.root, comm_, nullptr),
-      describe(op));
+  return libraryStatus(mtxcomm_broadcast(op.entry.inputs[t], out, m.elements(), m.dtype, req.root,
+                                         comm_, op.entry.stream),
+                       describe(op));
 }
 
 Status OpExecutor::allgatherOne(ReadyOp& op, size_t t, std::string* err) {
@@ -203,8 +209,9 @@ Status OpExecutor::allgatherOne(ReadyOp& op, size_t t, std::string* err) {
   bool even = true;
   for (size_t r : rows) even = even && r == maxRows;
   if (even) {
-    return libraryStatus(mtxcomm_allgather(op.entry.inputs[t], out, block, m.dtype, comm_, nullptr),
-                         describe(op));
+    return libraryStatus(
+        mtxcomm_allgather(op.entry.inputs[t], out, block, m.dtype, comm_, op.entry.stream),
+        describe(op));
   }
   std::vector<char> send(block * esize, 0), recv(block * esize * n);
   if (rows[rank_] > 0) {
@@ -238,9 +245,9 @@ Status OpExecutor::reduceScatterOne(ReadyOp& op, size_t t, std::string* err) {
   std::vector<char> scratch;
   void* out = orScratch(output(op, t, shape, err), block * esize, &scratch);
   if (dim0 % n == 0) {
-    return libraryStatus(
-        mtxcomm_reduce_scatter(op.entry.inputs[t], out, block, m.dtype, req.op, comm_, nullptr),
-        describe(op));
+    return libraryStatus(mtxcomm_reduce_scatter(op.entry.inputs[t], out, block, m.dtype, req.op,
+                                                comm_, op.entry.stream),
+                         describe(op));
   }
   std::vector<char> send(block * esize * n, 0), recv(block * esize);
   size_t start = 0;

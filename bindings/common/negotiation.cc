@@ -255,6 +255,58 @@ void Negotiation::remember(Agreed& op) {
   cache_.push_back(std::move(entry));
 }
 
+// Tensors on a GPU (Request::device): every rank's on a GPU or none's, and only the calls the
+// executor runs on device buffers as they are (no padding, no stand-in of a joined rank, no
+// alltoall: the library's alltoall takes host memory). The same verdict on every rank.
+Status Negotiation::checkDevice(const Agreed& op, const std::string& head, int first) const {
+  const Request& r0 = op.requests[first];
+  std::vector<int> bad;
+  bool anyDevice = false;
+  for (int r = first; r < nranks_; ++r) {
+    if (op.joined[r]) continue;
+    anyDevice = anyDevice || op.requests[r].device != kHostDevice;
+    if ((op.requests[r].device == kHostDevice) != (r0.device == kHostDevice)) bad.push_back(r);
+  }
+  if (!bad.empty()) {
+    std::ostringstream s;
+    s << "mtxcomm " << head << ": the ranks disagree on where the tensors live: rank " << first
+      << " has " << deviceName(r0.device);
+    for (int r : bad) s << ", rank " << r << " has " << deviceName(op.requests[r].device);
+    s << " (every rank passes GPU tensors, or none does)";
+    return {MTXCOMM_INVALID_USAGE, s.str()};
+  }
+  if (!anyDevice) return {};
+  auto refuse = [&](const std::string& why) -> Status {
+    return {MTXCOMM_INVALID_ARGUMENT, "mtxcomm " + head + " on GPU tensors: " + why};
+  };
+  for (int r = 0; r < nranks_; ++r) {
+    if (op.joined[r]) {
+      return refuse("rank " + std::to_string(r) +
+                    " has joined (called join()); join takes host tensors only");
+    }
+  }
+  if (r0.kind == Kind::kAlltoall) return refuse("alltoall takes host tensors only");
+  if (r0.kind == Kind::kAllgather || r0.kind == Kind::kReduceScatter) {
+    for (size_t t = 0; t < r0.tensors.size(); ++t) {
+      const auto& shape = r0.tensors[t].shape;
+      if (shape.empty()) continue;  // the scalar check below names it
+      bool even = r0.kind == Kind::kAllgather || shape[0] % nranks_ == 0;
+      for (int r = 0; r < nranks_ && even && r0.kind == Kind::kAllgather; ++r) {
+        even = op.requests[r].tensors.size() > t && !op.requests[r].tensors[t].shape.empty() &&
+               op.requests[r].tensors[t].shape[0] == shape[0];
+      }
+      if (!even) {
+        return refuse(std::string(r0.kind == Kind::kAllgather
+                                      ? "the ranks' first dimensions differ"
+                                      : "the first dimension is not a multiple of the ranks") +
+                      " (tensor " + std::to_string(t) +
+                      "); on GPU tensors the ranks' blocks must be equal");
+      }
+    }
+  }
+  return {};
+}
+
 Status Negotiation::check(const Agreed& op) const {
   int first = 0;
   while (first < nranks_ && op.joined[first]) ++first;
@@ -274,6 +326,8 @@ Status Negotiation::check(const Agreed& op) const {
     return {MTXCOMM_INVALID_USAGE, s.str()};
   };
   Status st = mismatch("collective", [&](const Request& r) { return r.kind == r0.kind; });
+  if (!st.ok()) return st;
+  st = checkDevice(op, head, first);
   if (!st.ok()) return st;
   if (r0.kind == Kind::kAllreduce || r0.kind == Kind::kReduceScatter) {
     st = mismatch("reduction op", [&](const Request& r) { return r.op == r0.op; });

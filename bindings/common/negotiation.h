@@ -132,6 +132,8 @@ class Negotiation {
   };
   Clock::time_point lastAgreed_{};  // when takeReady last made an operation ready
   void add(int r, Request req, Clock::time_point now);
+  // check's verdict on Request::device (negotiation.cc).
+  Status checkDevice(const Agreed& op, const std::string& head, int first) const;
   Status checkSplits(const Agreed& op, const std::string& head) const;
   bool ready(const NameQueue& q) const;
   // The ranks that have a request of q waiting and the active ranks that have none; the

@@ -74,6 +74,7 @@ std::string describeRequest(const Request& r) {
     for (size_t i = 0; i < r.splits.size(); ++i) s << (i ? "," : "") << r.splits[i];
     s << "]";
   }
+  if (r.device != kHostDevice) s << " on " << deviceName(r.device);
   return s.str();
 }
 
@@ -84,10 +85,15 @@ std::string rankList(const std::vector<int>& ranks) {
   return s.str();
 }
 
+std::string deviceName(int32_t device) {
+  return device == kHostDevice ? "host memory" : "cuda:" + std::to_string(device);
+}
+
 void writeRequest(Writer& w, const Request& r) {
   w.put<uint8_t>(static_cast<uint8_t>(r.kind));
   w.put<uint8_t>(static_cast<uint8_t>(r.op));
   w.put<int32_t>(r.root);
+  w.put<int32_t>(r.device);
   w.putString(r.name);
   w.put<uint32_t>(static_cast<uint32_t>(r.tensors.size()));
   for (const TensorMeta& t : r.tensors) {
@@ -110,6 +116,9 @@ Request readRequest(Reader& rd) {
   r.kind = static_cast<Kind>(kind);
   r.op = static_cast<mtxcomm_op_t>(op);
   r.root = rd.get<int32_t>();
+  r.device = rd.get<int32_t>();
+  if (r.device < kHostDevice || r.device >= (1 << 16))
+    throw std::runtime_error("bad request device");
   r.name = rd.getString();
   uint32_t nt = rd.get<uint32_t>();
   // Each tensor takes at least 5 bytes (dtype, rank): no allocation beyond what the message holds.

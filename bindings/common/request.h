@@ -45,11 +45,19 @@ struct Request {
   // Alltoall: rows of dimension 0 this rank sends to each rank, in rank order (size() entries,
   // summing to dimension 0); empty: dimension 0 split evenly.
   std::vector<int64_t> splits;
+  // Where the tensors live: kHostDevice (host memory) or CUDA device N (the entry's buffers
+  // are device memory; the collective is enqueued on Entry::stream). Every rank's must agree.
+  int32_t device = -1;
   bool operator==(const Request& o) const {
     return kind == o.kind && name == o.name && op == o.op && root == o.root &&
-           tensors == o.tensors && splits == o.splits;
+           tensors == o.tensors && splits == o.splits && device == o.device;
   }
 };
+
+// Request::device of host memory.
+constexpr int32_t kHostDevice = -1;
+// "host memory" or "cuda:N".
+std::string deviceName(int32_t device);
 
 struct Status {
   mtxcomm_result_t code = MTXCOMM_SUCCESS;

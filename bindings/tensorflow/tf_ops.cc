@@ -37,6 +37,11 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#if MTXCOMM_TF_DEVICE_KERNELS
+#include "tensorflow/core/framework/device_base.h"
+#include "xla/stream_executor/stream.h"
+#include "xla/stream_executor/stream_executor.h"
+#endif
 
 namespace mtxcomm::binding {
 namespace {
@@ -251,6 +256,20 @@ class MtxcommOp : public tf::AsyncOpKernel {
     e.request.name = name_;
     e.request.op = op_;
     e.request.root = root_;
+#if MTXCOMM_TF_DEVICE_KERNELS
+    if (onDevice_) {
+      // The GPU kernel: the tensors are device memory on TensorFlow's compute stream, where
+      // the engine enqueues the collective (stream-ordered after the ops that produced the
+      // inputs, before those that read the outputs, which TensorFlow enqueues after done).
+      auto* dc = ctx->op_device_context();
+      auto* stream = dc ? dc->stream() : nullptr;
+      OP_REQUIRES_ASYNC(ctx, stream != nullptr,
+                        absl::InternalError("mtxcomm '" + name_ + "': no GPU stream for the op"),
+                        done);
+      e.request.device = stream->parent()->device_ordinal();
+      e.stream = stream->platform_specific_handle().stream;
+    }
+#endif
     std::vector<tf::Tensor> keep;  // holds the inputs alive until done
     int dataInputs = ctx->num_inputs();
     if (kind_ == Kind::kAlltoall) {
@@ -305,6 +324,9 @@ class MtxcommOp : public tf::AsyncOpKernel {
     enqueue(std::move(e));
   }
 
+ protected:
+  bool onDevice_ = false;  // the GPU kernel on device memory (MtxcommDeviceOp)
+
  private:
   Kind kind_;
   std::string name_;
@@ -317,6 +339,13 @@ template <Kind K>
 class MtxcommKindOp : public MtxcommOp {
  public:
   explicit MtxcommKindOp(tf::OpKernelConstruction* c) : MtxcommOp(c, K) {}
+};
+
+// The GPU kernel of a collective whose tensors stay in device memory.
+template <Kind K>
+class MtxcommDeviceOp : public MtxcommOp {
+ public:
+  explicit MtxcommDeviceOp(tf::OpKernelConstruction* c) : MtxcommOp(c, K) { onDevice_ = true; }
 };
 
 REGISTER_KERNEL_BUILDER(Name("MtxcommAllreduce").Device(tf::DEVICE_CPU),
@@ -362,11 +391,29 @@ class MtxcommProcessInfoOp : public tf::OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("MtxcommProcessInfo").Device(tf::DEVICE_CPU), MtxcommProcessInfoOp);
 
-#if GOOGLE_CUDA
-// A TensorFlow built with CUDA places these ops on the GPU when their inputs live there. The
-// kernels take host memory (TensorFlow stages the tensors), so the CPU wheel and CUDA builds
-// share one code path; device buffers handed straight to mtxcomm are left to the library's
-// CUDA paths.
+#if MTXCOMM_TF_DEVICE_KERNELS
+// A libmtxcomm built with CUDA (registered whether or not this TensorFlow has CUDA: a CPU-only
+// TensorFlow has no GPU device to place them on): the collectives' GPU kernels
+// hand device memory and TensorFlow's compute stream to the engine (Request::device,
+// Entry::stream), which runs them on the library's device paths (nccl, cuda_ipc,
+// host_staging: docs/gpus.md); no staging through the host. Alltoall and join take host memory.
+REGISTER_KERNEL_BUILDER(Name("MtxcommAllreduce").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllreduce").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kAllreduce>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommBroadcast").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kBroadcast>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommAllgather").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommReducescatter").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kReduceScatter>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllgather").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kAllgather>);
+REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedReducescatter").Device(tf::DEVICE_GPU),
+                        MtxcommDeviceOp<Kind::kReduceScatter>);
+#elif GOOGLE_CUDA
+// A TensorFlow built with CUDA over a libmtxcomm without CUDA: the GPU kernels take host
+// memory (TensorFlow stages the tensors through the host).
 REGISTER_KERNEL_BUILDER(
     Name("MtxcommAllreduce").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
     MtxcommKindOp<Kind::kAllreduce>);
@@ -384,8 +431,6 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("MtxcommReducescatter").Device(tf::DEVICE_GPU).HostMemory("tensor").HostMemory("output"),
     MtxcommKindOp<Kind::kReduceScatter>);
-REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_GPU).HostMemory("last_joined"),
-                        MtxcommKindOp<Kind::kJoin>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedAllgather")
                             .Device(tf::DEVICE_GPU)
                             .HostMemory("tensors")
@@ -396,6 +441,10 @@ REGISTER_KERNEL_BUILDER(Name("MtxcommGroupedReducescatter")
                             .HostMemory("tensors")
                             .HostMemory("outputs"),
                         MtxcommKindOp<Kind::kReduceScatter>);
+#endif
+#if GOOGLE_CUDA || MTXCOMM_TF_DEVICE_KERNELS
+REGISTER_KERNEL_BUILDER(Name("MtxcommJoin").Device(tf::DEVICE_GPU).HostMemory("last_joined"),
+                        MtxcommKindOp<Kind::kJoin>);
 REGISTER_KERNEL_BUILDER(Name("MtxcommAlltoall")
                             .Device(tf::DEVICE_GPU)
                             .HostMemory("tensor")

@@ -252,7 +252,9 @@ def test_build_queries_are_truthful(hvd):
     import mtxcomm.tensorflow._library as lib
 
     assert hvd.mpi_built() == lib.engine.build_feature("mpi")
-    assert hvd.nccl_built() is False and hvd.cuda_built() is False  # the pip package is CPU
+    # The package's libmtxcomm has CUDA and NCCL where nvcc and nccl.h were found at install.
+    assert hvd.nccl_built() is bool(lib.engine.build_feature("nccl"))
+    assert hvd.cuda_built() is bool(lib.engine.build_feature("cuda"))
     for q in (hvd.gloo_built, hvd.gloo_enabled, hvd.ccl_built, hvd.ddl_built, hvd.rocm_built):
         assert q() is False
     assert hvd.mpi_enabled() == hvd.mpi_built()  # the suite runs under mpirun

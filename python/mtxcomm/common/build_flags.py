@@ -72,11 +72,11 @@ class BuildFlags:
         return True
 
     def nccl_built(self):
-        """True when this build has mtxcomm's NCCL device path (the pip package does not)."""
+        """True when this build has mtxcomm's NCCL device path (nccl.h found at install)."""
         return self._built("nccl")
 
     def cuda_built(self):
-        """True when this build takes CUDA device buffers (the pip package does not)."""
+        """True when this build takes CUDA device buffers (nvcc found at install)."""
         return self._built("cuda")
 
     @staticmethod
