@@ -8,7 +8,8 @@ launcher=()
 if command -v ccache >/dev/null 2>&1; then
   # Paths under the checkout are hashed relative to it (any clone's directory hits the cache).
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@"
 cmake --build build -j "$(nproc)"

@@ -37,7 +37,8 @@ if [ "$with_torch" = 1 ] && ! .venv/bin/python -c "import torch" >/dev/null 2>&1
 fi
 # ccache, where installed: CMake reads the launcher from the environment.
 if command -v ccache >/dev/null 2>&1; then
-  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    CMAKE_CUDA_COMPILER_LAUNCHER=ccache
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 fi
 # The build requirements (pyproject.toml's [build-system]) go into .venv itself, and the package
