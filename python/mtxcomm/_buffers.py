@@ -108,7 +108,7 @@ class _Array:
 def _device_error(what, name, where):
     return ValueError(
         "mtxcomm.%s: %s is on a %s device; the array API takes host (CPU) memory "
-        "only (the mtxcomm package is built for the CPU): copy it to the host "
+        "only (GPU tensors: the torch backend, or TensorFlow's ops): copy it to the host "
         "first (e.g. tensor.cpu(), jax.device_get, cupy.asnumpy)" % (what, name, where)
     )
 
