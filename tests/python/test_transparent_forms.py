@@ -15,6 +15,9 @@ from mtxrun_jobs import (
     mtxrun,
 )
 
+# A job of model_forms.py running several forms (forms_job below).
+FORMS_TIMEOUT = 600
+
 
 def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
     # 97 rows, batches of 32 over 3 ranks: every batch splits unevenly (11/11/10, the last 1/0/0).
@@ -68,28 +71,48 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "form,np_",
-    [
-        ("dict_outputs", 2),
-        ("dict_weights", 2),
-        ("batch_norm", 2),
-        ("batch_norm", 3),
-        ("fit_twice", 2),
-        ("ratio_metrics", 2),
-        ("ratio_metrics", 3),
-        ("custom_step", 2),
-        ("checkpoints", 2),
-        ("loss_forms", 3),
-        ("stop_on_rank0", 2),
-        ("guide_steps", 2),
-        ("save_reload", 2),
-        ("state_forms", 2),
-        ("state_forms", 3),
-        ("two_optimizers", 2),
-    ],
-)
-def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
+MODEL_FORMS = [
+    ("dict_outputs", 2),
+    ("dict_weights", 2),
+    ("batch_norm", 2),
+    ("batch_norm", 3),
+    ("fit_twice", 2),
+    ("ratio_metrics", 2),
+    ("ratio_metrics", 3),
+    ("custom_step", 2),
+    ("checkpoints", 2),
+    ("loss_forms", 3),
+    ("stop_on_rank0", 2),
+    ("guide_steps", 2),
+    ("save_reload", 2),
+    ("state_forms", 2),
+    ("state_forms", 3),
+    ("two_optimizers", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def forms_job(tmp):
+    """forms_job(np_): the job running model_forms.py's forms of MODEL_FORMS at np_ ranks (1: the
+    1-process run of every form, in plain python), launched once. One process per rank runs
+    the forms one after the other (the script imports each form afresh): the TensorFlow import,
+    not the forms' training, is most of a job's time."""
+    jobs = {}
+
+    def get(np_):
+        if np_ not in jobs:
+            forms = list(dict.fromkeys(f for f, n in MODEL_FORMS if np_ == 1 or n == np_))
+            argv = ["python", os.path.join(SCRIPTS, "model_forms.py"), "{form}%d.{rank}.json" % np_]
+            if np_ > 1:
+                argv = mtxrun() + ["-np", str(np_), "--transparent"] + argv
+            jobs[np_] = Job(argv + forms, cwd=str(tmp), timeout=FORMS_TIMEOUT)
+        return jobs[np_]
+
+    return get
+
+
+@pytest.mark.parametrize("form,np_", MODEL_FORMS)
+def test_transparent_model_forms_follow_the_1_process_run(tmp, forms_job, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
     # save then load, ratio and weighted metrics and train_on_batch/test_on_batch, per-output
@@ -102,16 +125,8 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # 1-process run's (scripts/model_forms.py).
     import json
 
-    script = os.path.join(SCRIPTS, "model_forms.py")
-    Job(
-        ["python", script, f"{form}1.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT
-    ).check_ok()
-    Job(
-        mtxrun()
-        + ["-np", str(np_), "--transparent", "python", script, f"{form}{np_}.{{rank}}.json", form],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-    ).check_ok()
+    forms_job(1).check_ok()
+    forms_job(np_).check_ok()
     if form == "checkpoints":
         assert (tmp / f"{form}{np_}.exported" / "saved_model.pb").exists(), "no SavedModel"
     one = json.loads((tmp / f"{form}1.0.json").read_text())
