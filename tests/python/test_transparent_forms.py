@@ -313,15 +313,22 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
 
     script = os.path.join(SCRIPTS, "epoch_order.py")
 
-    def run(np_, name, *extra):
-        argv = ["python", script, name + ".{rank}.json", *extra]
+    def run(np_, runs):
+        """Runs epoch_order.py's runs [(NAME, ARGS), ...] one after the other in ONE job (one
+        TensorFlow import per rank); returns {NAME: [rank 0's record, ...]}."""
+        argv = ["python", script]
+        for i, (name, extra) in enumerate(runs):
+            argv += (["--then"] if i else []) + [name + ".{rank}.json", *extra]
         if np_ is not None:
             argv = mtxrun() + ["-np", str(np_), "--transparent"] + argv
         job = Job(argv, cwd=str(tmp), timeout=JOB_TIMEOUT)
         job.check_ok()
         # Keras warns when a dataset comes with shuffle=True; the script passes arrays.
         assert "will be ignored" not in job.stderr, job.describe()
-        return [json.loads((tmp / f"{name}.{r}.json").read_text()) for r in range(np_ or 1)]
+        return {
+            name: [json.loads((tmp / f"{name}.{r}.json").read_text()) for r in range(np_ or 1)]
+            for name, _ in runs
+        }
 
     def joined(ranks):
         """Each step's rows, the ranks' shares in rank order, checking the shares are the
@@ -346,24 +353,36 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
             out.append(epochs)
         return out
 
-    one = run(None, "order_seeded_1p", "--seed", "5", "--fits", "2")[0]
-    assert len(one) == 2 and all(len(f) == 3 for f in one)
-    assert all(sorted(sum(e, [])) == list(range(45)) for f in one for e in f)
-    for np_ in (2, 3):
-        many = joined(run(np_, f"order_seeded_{np_}", "--seed", "5", "--fits", "2"))
-        assert many == one, f"np={np_}: the rows of some step differ from the 1-process run's"
-
+    seeded = ["--seed", "5", "--fits", "2"]
     # steps_per_execution: 3 divides the 6 steps of an epoch, 4 does not (its second execution
     # of an epoch takes the 2 batches left).
-    for k in (3, 4):
-        one = run(None, f"order_spe{k}_1p", "--seed", "5", "--steps-per-execution", str(k))[0]
-        many = joined(run(2, f"order_spe{k}_2", "--seed", "5", "--steps-per-execution", str(k)))
+    spe = {k: ["--seed", "5", "--steps-per-execution", str(k)] for k in (3, 4)}
+    ones = run(None, [("order_seeded_1p", seeded)] + [(f"order_spe{k}_1p", spe[k]) for k in spe])
+    twos = run(
+        2,
+        [("order_seeded_2", seeded)]
+        + [(f"order_spe{k}_2", spe[k]) for k in spe]
+        + [("order_noshuffle", ["--no-shuffle", "--epochs", "2"])],
+    )
+    # The run without a seed first in its job: it draws as a script that never seeds does.
+    threes = run(3, [("order_unseeded", ["--fits", "2"]), ("order_seeded_3", seeded)])
+
+    one = ones["order_seeded_1p"][0]
+    assert len(one) == 2 and all(len(f) == 3 for f in one)
+    assert all(sorted(sum(e, [])) == list(range(45)) for f in one for e in f)
+    for np_, runs in ((2, twos), (3, threes)):
+        many = joined(runs[f"order_seeded_{np_}"])
+        assert many == one, f"np={np_}: the rows of some step differ from the 1-process run's"
+
+    for k in spe:
+        one = ones[f"order_spe{k}_1p"][0]
+        many = joined(twos[f"order_spe{k}_2"])
         assert many == one, f"steps_per_execution={k}: the rows of some step differ"
 
-    plain = joined(run(2, "order_noshuffle", "--no-shuffle", "--epochs", "2"))
+    plain = joined(twos["order_noshuffle"])
     assert all(sum(e, []) == list(range(45)) for f in plain for e in f), plain
 
-    free = joined(run(3, "order_unseeded", "--fits", "2"))
+    free = joined(threes["order_unseeded"])
     orders = [sum(e, []) for f in free for e in f]
     assert all(sorted(o) == list(range(45)) for o in orders), "an epoch missed or repeated rows"
     assert all([len(s) for s in e] == [8] * 5 + [5] for f in free for e in f)
