@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -65,6 +66,30 @@ class Job:
 
     def check_ok(self):
         assert not self.timed_out and self.returncode == 0, self.describe()
+
+
+def jobs_together(*specs):
+    """Runs the Jobs of SPECS (each a dict of Job's arguments) at the same time, each in a thread
+    of its own, and returns them in order once all have ended. A 1-process reference run leaves
+    a core idle on a 2-core machine: run beside the N-rank job it compares with, it uses it. The
+    jobs must not write the same files (give them distinct names or working folders)."""
+    out = [None] * len(specs)
+
+    def run(i):
+        try:
+            out[i] = Job(**specs[i])
+        except BaseException as e:  # raised again below, on the test's thread
+            out[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(specs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for job in out:
+        if isinstance(job, BaseException):
+            raise job
+    return out
 
 
 def example(np_, tmp, *args, transparent=True, timeout=JOB_TIMEOUT):

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from conftest import REPO
-from mtxrun_jobs import SCRIPTS, Job, mtxrun
+from mtxrun_jobs import SCRIPTS, Job, jobs_together, mtxrun
 
 TIMEOUT = 240
 
@@ -367,11 +367,23 @@ def test_more_ranks_than_cores_share_them_with_one_warning(tmp):
 @pytest.mark.parametrize("kind", ["numpy", "dataset"])
 def test_transparent_np2_follows_np1_and_evaluates_and_predicts_alike(tmp, kind):
     script = os.path.join(SCRIPTS, "train_eval.py")
-    one = Job(["python", script, kind, "one.%s.{rank}.json" % kind], cwd=str(tmp), timeout=TIMEOUT)
+    # The 1-process run beside the np=2 job (it uses the core the job leaves idle).
+    one, two = jobs_together(
+        dict(
+            argv=["python", script, kind, "one.%s.{rank}.json" % kind],
+            cwd=str(tmp),
+            timeout=TIMEOUT,
+        ),
+        dict(
+            argv=mtxrun()
+            + ["-np", "2", "--transparent", "python", script, kind, "two.%s.{rank}.json" % kind],
+            cwd=str(tmp),
+            timeout=TIMEOUT,
+        ),
+    )
     one.check_ok()
-    run(
-        ["-np", "2", "--transparent", "python", script, kind, "two.%s.{rank}.json" % kind], tmp
-    ).check_ok()
+    assert not two.timed_out, "the job hung\n" + two.describe()
+    two.check_ok()
     a = json.loads((tmp / ("one.%s.0.json" % kind)).read_text())
     for r in (0, 1):
         b = json.loads((tmp / ("two.%s.%d.json" % (kind, r))).read_text())

@@ -15,11 +15,13 @@ import sys
 import numpy as np
 import pytest
 from mtxrun_jobs import (
+    EXAMPLE,
     JOB_TIMEOUT,
     SCRIPTS,
     Job,
     accuracy_lines,
     example,
+    jobs_together,
     load_npz,
     mtxrun,
 )
@@ -31,17 +33,34 @@ SHORT = ["--epochs", "2", "--seed", "1", "--verbose", "0"]
 
 
 @pytest.fixture(scope="module")
-def plain_run(tmp):
-    job = example(None, tmp, *SHORT, "--save-weights", "W1.npz")
-    job.check_ok()
+def short_runs(tmp):
+    """The 1-process run and the np=2 run of the example, at the same time (the 1-process run
+    uses the core the other job leaves idle while it runs)."""
+    return jobs_together(
+        dict(
+            argv=["python", EXAMPLE, *SHORT, "--save-weights", "W1.npz"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+        dict(
+            argv=mtxrun()
+            + ["-np", "2", "--transparent", "python", EXAMPLE, *SHORT]
+            + ["--save-weights", "W2.{rank}.npz", "--checkpoint", "ckpt.{rank}.keras"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp, short_runs):
+    short_runs[0].check_ok()
     return load_npz(tmp / "W1.npz")
 
 
 @pytest.fixture(scope="module")
-def np2_run(tmp):
-    return example(
-        2, tmp, *SHORT, "--save-weights", "W2.{rank}.npz", "--checkpoint", "ckpt.{rank}.keras"
-    )
+def np2_run(short_runs):
+    return short_runs[1]
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +137,15 @@ def test_transparent_np2_each_rank_computes_its_half_of_every_batch(tmp):
     # Without this, a "transparent" mode that trained the whole batches on every rank would pass
     # the weight comparisons above. The probe records the row ids of every training batch.
     probe = os.path.join(SCRIPTS, "transparent_probe.py")
-    plain = Job(["python", probe, "probe1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT)
-    plain.check_ok()
-    job = Job(
-        mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
+    plain, job = jobs_together(
+        dict(argv=["python", probe, "probe1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
+        dict(
+            argv=mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
     )
+    plain.check_ok()
     job.check_ok()
     import json
 

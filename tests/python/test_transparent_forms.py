@@ -12,8 +12,12 @@ from mtxrun_jobs import (
     JOB_TIMEOUT,
     SCRIPTS,
     Job,
+    jobs_together,
     mtxrun,
 )
+
+# A job of model_forms.py running several forms (forms_job below).
+FORMS_TIMEOUT = 600
 
 
 def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
@@ -22,12 +26,15 @@ def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
     import json
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
-    Job(["python", script, "uneven1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    Job(
-        mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-    ).check_ok()
+    for job in jobs_together(
+        dict(argv=["python", script, "uneven1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
+        dict(
+            argv=mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+    ):
+        job.check_ok()
     one = json.loads((tmp / "uneven1.0.json").read_text())
     three = [json.loads((tmp / f"uneven3.{r}.json").read_text()) for r in range(3)]
     for r in range(3):
@@ -51,15 +58,20 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
     import json
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
-    Job(
-        ["python", script, "tob1.{rank}.json", "train_on_batch"], cwd=str(tmp), timeout=JOB_TIMEOUT
-    ).check_ok()
-    Job(
-        mtxrun()
-        + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json", "train_on_batch"],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-    ).check_ok()
+    for job in jobs_together(
+        dict(
+            argv=["python", script, "tob1.{rank}.json", "train_on_batch"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+        dict(
+            argv=mtxrun()
+            + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json", "train_on_batch"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+    ):
+        job.check_ok()
     one = json.loads((tmp / "tob1.0.json").read_text())
     two = [json.loads((tmp / f"tob2.{r}.json").read_text()) for r in range(2)]
     assert one["train_on_batch"] is not None
@@ -68,28 +80,57 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
         np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "form,np_",
-    [
-        ("dict_outputs", 2),
-        ("dict_weights", 2),
-        ("batch_norm", 2),
-        ("batch_norm", 3),
-        ("fit_twice", 2),
-        ("ratio_metrics", 2),
-        ("ratio_metrics", 3),
-        ("custom_step", 2),
-        ("checkpoints", 2),
-        ("loss_forms", 3),
-        ("stop_on_rank0", 2),
-        ("guide_steps", 2),
-        ("save_reload", 2),
-        ("state_forms", 2),
-        ("state_forms", 3),
-        ("two_optimizers", 2),
-    ],
-)
-def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
+MODEL_FORMS = [
+    ("dict_outputs", 2),
+    ("dict_weights", 2),
+    ("batch_norm", 2),
+    ("batch_norm", 3),
+    ("fit_twice", 2),
+    ("ratio_metrics", 2),
+    ("ratio_metrics", 3),
+    ("custom_step", 2),
+    ("checkpoints", 2),
+    ("loss_forms", 3),
+    ("stop_on_rank0", 2),
+    ("guide_steps", 2),
+    ("save_reload", 2),
+    ("state_forms", 2),
+    ("state_forms", 3),
+    ("two_optimizers", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def forms_job(tmp):
+    """forms_job(np_): the job running model_forms.py's forms of MODEL_FORMS at np_ ranks (1: the
+    1-process run of every form, in plain python), launched once. One process per rank runs
+    the forms one after the other (the script imports each form afresh): the TensorFlow import,
+    not the forms' training, is most of a job's time."""
+    jobs = {}
+    (tmp / "one").mkdir()
+
+    def spec(np_):
+        forms = list(dict.fromkeys(f for f, n in MODEL_FORMS if np_ == 1 or n == np_))
+        argv = ["python", os.path.join(SCRIPTS, "model_forms.py"), "{form}%d.{rank}.json" % np_]
+        if np_ > 1:
+            argv = mtxrun() + ["-np", str(np_), "--transparent"] + argv
+        # The 1-process run beside the first N-rank job: in a folder of its own (the forms
+        # save to fixed names, such as m.keras).
+        return dict(
+            argv=argv + forms, cwd=str(tmp / "one" if np_ == 1 else tmp), timeout=FORMS_TIMEOUT
+        )
+
+    def get(np_):
+        want = [n for n in dict.fromkeys((1, np_)) if n not in jobs]
+        if want:
+            jobs.update(zip(want, jobs_together(*[spec(n) for n in want])))
+        return jobs[np_]
+
+    return get
+
+
+@pytest.mark.parametrize("form,np_", MODEL_FORMS)
+def test_transparent_model_forms_follow_the_1_process_run(tmp, forms_job, form, np_):
     # Dict targets and sample weights (a two-output functional model), BatchNormalization,
     # whose batch statistics must be the global batch's, two fits on different arrays and a
     # save then load, ratio and weighted metrics and train_on_batch/test_on_batch, per-output
@@ -102,19 +143,11 @@ def test_transparent_model_forms_follow_the_1_process_run(tmp, form, np_):
     # 1-process run's (scripts/model_forms.py).
     import json
 
-    script = os.path.join(SCRIPTS, "model_forms.py")
-    Job(
-        ["python", script, f"{form}1.{{rank}}.json", form], cwd=str(tmp), timeout=JOB_TIMEOUT
-    ).check_ok()
-    Job(
-        mtxrun()
-        + ["-np", str(np_), "--transparent", "python", script, f"{form}{np_}.{{rank}}.json", form],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-    ).check_ok()
+    forms_job(1).check_ok()
+    forms_job(np_).check_ok()
     if form == "checkpoints":
         assert (tmp / f"{form}{np_}.exported" / "saved_model.pb").exists(), "no SavedModel"
-    one = json.loads((tmp / f"{form}1.0.json").read_text())
+    one = json.loads((tmp / "one" / f"{form}1.0.json").read_text())
     many = [json.loads((tmp / f"{form}{np_}.{r}.json").read_text()) for r in range(np_)]
     for r in range(np_):
         assert many[r]["weights"] == many[0]["weights"], f"rank {r}'s weights differ from rank 0's"
@@ -147,12 +180,15 @@ def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_pro
     import json
 
     script = os.path.join(SCRIPTS, "draws.py")
-    Job(["python", script, "draws1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    Job(
-        mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-    ).check_ok()
+    for job in jobs_together(
+        dict(argv=["python", script, "draws1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
+        dict(
+            argv=mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+        ),
+    ):
+        job.check_ok()
     one = json.loads((tmp / "draws1.0.json").read_text())
     many = [json.loads((tmp / f"draws3.{r}.json").read_text()) for r in range(3)]
     assert np.array(one["drawn"]).any() and np.array(one["masks"]).any(), "nothing was drawn"
@@ -180,13 +216,17 @@ def test_transparent_a_stop_in_one_rank_share_stops_every_rank_at_that_batch(tmp
     import json
 
     script = os.path.join(SCRIPTS, "batch_stop.py")
-    Job(["python", script, "stop1.{rank}.json", mode], cwd=str(tmp), timeout=JOB_TIMEOUT).check_ok()
-    job = Job(
-        mtxrun() + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json", mode],
-        cwd=str(tmp),
-        timeout=JOB_TIMEOUT,
-        extra_env={"MTXCOMM_STALL_TIMEOUT": "60"},
+    one, job = jobs_together(
+        dict(argv=["python", script, "stop1.{rank}.json", mode], cwd=str(tmp), timeout=JOB_TIMEOUT),
+        dict(
+            argv=mtxrun()
+            + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json", mode],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+            extra_env={"MTXCOMM_STALL_TIMEOUT": "60"},
+        ),
     )
+    one.check_ok()
     job.check_ok()
     one = json.loads((tmp / "stop1.0.json").read_text())
     assert one == {"steps": 3, "epochs": 1, "all_nan": mode == "nan"}, one
@@ -298,15 +338,32 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
 
     script = os.path.join(SCRIPTS, "epoch_order.py")
 
-    def run(np_, name, *extra):
-        argv = ["python", script, name + ".{rank}.json", *extra]
-        if np_ is not None:
-            argv = mtxrun() + ["-np", str(np_), "--transparent"] + argv
-        job = Job(argv, cwd=str(tmp), timeout=JOB_TIMEOUT)
-        job.check_ok()
-        # Keras warns when a dataset comes with shuffle=True; the script passes arrays.
-        assert "will be ignored" not in job.stderr, job.describe()
-        return [json.loads((tmp / f"{name}.{r}.json").read_text()) for r in range(np_ or 1)]
+    def run(*jobs):
+        """Runs JOBS, each (NP, [(NAME, ARGS), ...]): epoch_order.py's runs one after the other
+        in ONE job (one TensorFlow import per rank), the jobs at the same time; returns, for
+        each job, {NAME: [rank 0's record, ...]}."""
+        specs = []
+        for np_, runs in jobs:
+            argv = ["python", script]
+            for i, (name, extra) in enumerate(runs):
+                argv += (["--then"] if i else []) + [name + ".{rank}.json", *extra]
+            if np_ is not None:
+                argv = mtxrun() + ["-np", str(np_), "--transparent"] + argv
+            specs.append(dict(argv=argv, cwd=str(tmp), timeout=JOB_TIMEOUT))
+        out = []
+        for job, (np_, runs) in zip(jobs_together(*specs), jobs):
+            job.check_ok()
+            # Keras warns when a dataset comes with shuffle=True; the script passes arrays.
+            assert "will be ignored" not in job.stderr, job.describe()
+            out.append(
+                {
+                    name: [
+                        json.loads((tmp / f"{name}.{r}.json").read_text()) for r in range(np_ or 1)
+                    ]
+                    for name, _ in runs
+                }
+            )
+        return out
 
     def joined(ranks):
         """Each step's rows, the ranks' shares in rank order, checking the shares are the
@@ -331,24 +388,38 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
             out.append(epochs)
         return out
 
-    one = run(None, "order_seeded_1p", "--seed", "5", "--fits", "2")[0]
-    assert len(one) == 2 and all(len(f) == 3 for f in one)
-    assert all(sorted(sum(e, [])) == list(range(45)) for f in one for e in f)
-    for np_ in (2, 3):
-        many = joined(run(np_, f"order_seeded_{np_}", "--seed", "5", "--fits", "2"))
-        assert many == one, f"np={np_}: the rows of some step differ from the 1-process run's"
-
+    seeded = ["--seed", "5", "--fits", "2"]
     # steps_per_execution: 3 divides the 6 steps of an epoch, 4 does not (its second execution
     # of an epoch takes the 2 batches left).
-    for k in (3, 4):
-        one = run(None, f"order_spe{k}_1p", "--seed", "5", "--steps-per-execution", str(k))[0]
-        many = joined(run(2, f"order_spe{k}_2", "--seed", "5", "--steps-per-execution", str(k)))
+    spe = {k: ["--seed", "5", "--steps-per-execution", str(k)] for k in (3, 4)}
+    ones, twos = run(
+        (None, [("order_seeded_1p", seeded)] + [(f"order_spe{k}_1p", spe[k]) for k in spe]),
+        (
+            2,
+            [("order_seeded_2", seeded)]
+            + [(f"order_spe{k}_2", spe[k]) for k in spe]
+            + [("order_noshuffle", ["--no-shuffle", "--epochs", "2"])],
+        ),
+    )
+    # The run without a seed first in its job: it draws as a script that never seeds does.
+    (threes,) = run((3, [("order_unseeded", ["--fits", "2"]), ("order_seeded_3", seeded)]))
+
+    one = ones["order_seeded_1p"][0]
+    assert len(one) == 2 and all(len(f) == 3 for f in one)
+    assert all(sorted(sum(e, [])) == list(range(45)) for f in one for e in f)
+    for np_, runs in ((2, twos), (3, threes)):
+        many = joined(runs[f"order_seeded_{np_}"])
+        assert many == one, f"np={np_}: the rows of some step differ from the 1-process run's"
+
+    for k in spe:
+        one = ones[f"order_spe{k}_1p"][0]
+        many = joined(twos[f"order_spe{k}_2"])
         assert many == one, f"steps_per_execution={k}: the rows of some step differ"
 
-    plain = joined(run(2, "order_noshuffle", "--no-shuffle", "--epochs", "2"))
+    plain = joined(twos["order_noshuffle"])
     assert all(sum(e, []) == list(range(45)) for f in plain for e in f), plain
 
-    free = joined(run(3, "order_unseeded", "--fits", "2"))
+    free = joined(threes["order_unseeded"])
     orders = [sum(e, []) for f in free for e in f]
     assert all(sorted(o) == list(range(45)) for o in orders), "an epoch missed or repeated rows"
     assert all([len(s) for s in e] == [8] * 5 + [5] for f in free for e in f)

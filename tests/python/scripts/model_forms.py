@@ -1,7 +1,10 @@
 """Plain Keras (no mtxcomm import), for models whose form the transparent mode must handle as
 the 1-process run does. sys.argv[1]: the output JSON ("{rank}" replaced by
-OMPI_COMM_WORLD_RANK): weights (BatchNormalization's moving statistics included), the History
-of fit() and predict() on held-out rows. sys.argv[2], the model:
+OMPI_COMM_WORLD_RANK, "{form}" by the form): weights (BatchNormalization's moving statistics
+included), the History of fit() and predict() on held-out rows. sys.argv[2:], the forms, run one
+after the other in this process (each from a fresh import of its module, after
+keras.backend.clear_session(), as a script of its own would; one TensorFlow import serves them
+all):
   dict_outputs   inputs {"a", "b"} and outputs {"cls", "reg"}, fit with dict targets
   dict_weights   the same with dict sample weights
   batch_norm     Dense -> BatchNormalization -> relu -> Dense; 97 rows in batches of 32 (every
@@ -45,6 +48,7 @@ of fit() and predict() on held-out rows. sys.argv[2], the model:
                  given to fit and then to evaluate: the loaded models are the latest, and
                  reloading takes under 10 s"""
 
+import importlib
 import json
 import os
 import sys
@@ -53,7 +57,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from _forms_setup import form, rng  # noqa: E402
 
 FIT_FORMS = (
     "dict_outputs",
@@ -66,11 +69,18 @@ FIT_FORMS = (
     "loss_forms",
 )
 STEP_FORMS = ("state_forms", "two_optimizers", "stop_on_rank0", "guide_steps", "save_reload")
-if form in FIT_FORMS:
-    from _forms_fit import history, model, predicted
-elif form in STEP_FORMS:
-    from _forms_steps import history, model, predicted
-else:
+
+
+def run_form(out, form):
+    """Runs FORM as the script's module level did: sys.argv[1:3] = OUT, FORM, and the form's
+    modules (_forms_setup: the seeds and the rows' generator) imported afresh."""
+    sys.argv[1:] = [out, form]
+    for name in ("_forms_setup", "_forms_fit", "_forms_steps"):
+        sys.modules.pop(name, None)
+    rng = importlib.import_module("_forms_setup").rng
+    if form in FIT_FORMS or form in STEP_FORMS:
+        m = importlib.import_module("_forms_fit" if form in FIT_FORMS else "_forms_steps")
+        return m.history, m.model, m.predicted
     x = rng.normal(size=(147, 5)).astype("float32")
     y = (x @ rng.normal(size=(5, 1))).astype("float32")
     model = keras.Sequential(
@@ -84,16 +94,25 @@ else:
     )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     history = model.fit(x[:97], y[:97], batch_size=32, epochs=3, shuffle=False, verbose=0)
-    predicted = [model.predict(x[97:], batch_size=16, verbose=0).tolist()]
-out = sys.argv[1].replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-with open(out, "w") as f:
-    json.dump(
-        {
-            "history": {
-                k: [np.asarray(v).tolist() for v in vs] for k, vs in history.history.items()
+    return history, model, [model.predict(x[97:], batch_size=16, verbose=0).tolist()]
+
+
+pattern, forms = sys.argv[1], sys.argv[2:]
+if len(forms) > 1 and "{form}" not in pattern:
+    raise SystemExit("model_forms.py: several forms need {form} in the output path")
+for i, form in enumerate(forms):
+    if i:
+        keras.backend.clear_session()  # a fresh process's Keras state for the next form
+    out = pattern.replace("{form}", form)
+    history, model, predicted = run_form(out, form)
+    with open(out.replace("{rank}", os.environ.get("OMPI_COMM_WORLD_RANK", "0")), "w") as f:
+        json.dump(
+            {
+                "history": {
+                    k: [np.asarray(v).tolist() for v in vs] for k, vs in history.history.items()
+                },
+                "predict": predicted,
+                "weights": [w.tolist() for w in model.get_weights()],
             },
-            "predict": predicted,
-            "weights": [w.tolist() for w in model.get_weights()],
-        },
-        f,
-    )
+            f,
+        )
