@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The device check, on a machine with an NVIDIA GPU and CUDA (no MPI needed): builds the CUDA
+# The device check, on a machine with an NVIDIA GPU and CUDA (no MPI needed: the ranks meet
+# through a file store, torch's through torchrun): builds the CUDA
 # parts (library, GPU tests, mtxcomm_gpu_bench, mtxcomm_info, and the Python modules _core and
 # the torch backend when pybind11 and a torch with headers are there) into build-gpu/, with
 # NCCL's header from the system or else the Python environment's nvidia-nccl package (loaded at
@@ -86,7 +87,10 @@ step tests ctest --test-dir "$build" --output-on-failure -j 1
 # The Python package from the build tree (for the torch steps): python/ with the modules built.
 pkg=$build/pkg
 have_torch=0
-if step python_modules cmake --build "$build" -j "$(nproc)" --target mtxcomm_py_core \
+if ! grep -q '^build mtxcomm_py_core:' "$build/build.ninja" 2>/dev/null ||
+  ! grep -q '^build mtxcomm_torch_c10d:' "$build/build.ninja" 2>/dev/null; then
+  say "== python_modules: not built (no pybind11 or no torch with headers for $(command -v python3))"
+elif step python_modules cmake --build "$build" -j "$(nproc)" --target mtxcomm_py_core \
   mtxcomm_torch_c10d; then
   rm -rf "$pkg" && cp -r python "$pkg" && mkdir -p "$pkg/mtxcomm/lib"
   cp "$build"/bindings/python/_core*.so "$pkg/mtxcomm/" &&
@@ -130,13 +134,16 @@ torch_steps() {  # SUFFIX
     say "== torch_cuda: not run (the Python modules were not built: pybind11 or torch headers missing)"
     return
   fi
+  # The interpreter CMake built the modules for; torchrun starts the 2 ranks (no MPI needed).
   local py
-  py=$(command -v python3)  # the same interpreter for every rank, whatever a launcher's PATH
-  local run=(env PYTHONPATH="$root/$pkg" NCCL_MULTI_RANK_GPU_ENABLE=1 "$py" -m mtxcomm.run -np 2
-    "$py" bench/torch_cuda_check.py)
-  step "torch_cuda_np2$1" "${run[@]}" --json "$build/torch_cuda$1.json"
+  py=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  py=${py:-$(command -v python3)}
+  local run=(env PYTHONPATH="$root/$pkg" NCCL_MULTI_RANK_GPU_ENABLE=1 "$py" -m torch.distributed.run
+    --standalone --nproc_per_node 2 bench/torch_cuda_check.py)
+  local dir=${OUT:-$build}
+  step "torch_cuda_np2$1" "${run[@]}" --json "$dir/torch_cuda$1.json"
   step "torch_cuda_np2_nccl_path$1" env MTXCOMM_CUDA_PATH=nccl "${run[@]}" --repeats 2 \
-    --json "$build/torch_cuda_nccl$1.json"
+    --json "$dir/torch_cuda_nccl$1.json"
 }
 if command -v nvidia-cuda-mps-control > /dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$root/$build/mps-pipe CUDA_MPS_LOG_DIRECTORY=$root/$build/mps-log

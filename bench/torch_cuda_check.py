@@ -1,7 +1,8 @@
 """CUDA tensors through the "mtxcomm" torch.distributed backend, on a GPU machine
 (bench/gpu_check.sh runs it; it needs the package importable, a CUDA torch and a GPU).
 
-    python -m mtxcomm.run -np 2 python bench/torch_cuda_check.py [--json FILE]
+    python -m torch.distributed.run --standalone --nproc_per_node 2 bench/torch_cuda_check.py
+    (or mtxrun -np 2 python bench/torch_cuda_check.py) [--json FILE]
 
 Every rank uses cuda:(local rank % GPUs): two ranks on one GPU share it (run the CUDA MPS
 daemon). It checks, and exits 1 when one fails:
@@ -51,9 +52,10 @@ def check_collectives(dev, rank, size):
     t = torch.full((n,), float(rank), device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.AVG)
     expect(torch.allclose(t, torch.full_like(t, (size - 1) / 2)), "allreduce avg")
-    t = torch.arange(n, dtype=torch.float32, device=dev) * (rank + 1)
+    # int32: the nccl path takes integer MAX (its floating MIN/MAX is kept off NCCL: NaN).
+    t = torch.arange(n, dtype=torch.int32, device=dev) * (rank + 1)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    expect(torch.equal(t, torch.arange(n, dtype=torch.float32, device=dev) * size), "max")
+    expect(torch.equal(t, torch.arange(n, dtype=torch.int32, device=dev) * size), "max")
     t = torch.full((n,), float(rank + 7), device=dev)
     dist.broadcast(t, src=size - 1)
     expect(torch.all(t == size + 6).item(), "broadcast")

@@ -68,6 +68,9 @@ int visibleDeviceCount();
 // The NCCL this process loads for the nccl path (gpu/nccl_api.h): "libnccl.so.2 2.30.7
 // (path)", "not loadable: why", or "not built" (for mtxcomm_info).
 std::string ncclSummary();
+// NCCL_VERSION_CODE of the NCCL this process loads (loading it now), or 0 with *why set (no
+// nccl path in this build, or it cannot be loaded). For mtxcomm_get_nccl_version.
+int ncclLoadedVersion(std::string* why);
 
 enum class DevicePath { kNccl, kCudaIpc, kUcxCuda, kHostStaging };
 constexpr int kNumDevicePaths = 4;

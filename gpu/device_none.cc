@@ -20,6 +20,11 @@ int visibleDeviceCount() { return 0; }
 
 std::string ncclSummary() { return "not built (no CUDA)"; }
 
+int ncclLoadedVersion(std::string* why) {
+  *why = "this mtxcomm was built without CUDA (no nccl device path)";
+  return 0;
+}
+
 std::unique_ptr<DeviceComm> DeviceComm::create(HostCollectives&, const CollArgs&,
                                                const DeviceOptions&) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without CUDA");

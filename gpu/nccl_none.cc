@@ -11,6 +11,11 @@ bool ncclLoaded() { return false; }
 bool ncclSharesGpus() { return false; }
 std::string ncclSummary() { return "not built (no nccl.h at configure time)"; }
 
+int ncclLoadedVersion(std::string* why) {
+  *why = "this mtxcomm was built without NCCL (no nccl.h at configure time)";
+  return 0;
+}
+
 std::unique_ptr<PathRunner> makeNcclPath(HostCollectives&, int) {
   fail(MTXCOMM_UNSUPPORTED, "this mtxcomm was built without NCCL");
 }

@@ -172,6 +172,13 @@ bool ncclLoaded() { return ncclLoadResult().error.empty(); }
 
 std::string ncclSummary() { return ncclLibrarySummary(); }
 
+int ncclLoadedVersion(std::string* why) {
+  const NcclLoad& l = ncclLoadResult();
+  if (l.error.empty()) return l.version;
+  *why = "nccl: cannot load NCCL: " + l.error;
+  return 0;
+}
+
 bool ncclSharesGpus() {
   const char* v = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
   return ncclLoaded() && ncclLoadResult().version >= kNcclSharedGpuVersion && v &&

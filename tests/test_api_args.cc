@@ -262,6 +262,20 @@ TEST(Api, NullHandlesAndOutputPointers) {
   EXPECT_TRUE(contains(mtxcomm_get_last_error(nullptr), "unknown build feature 'gloo'"));
   EXPECT_EQ(mtxcomm_get_build_feature(nullptr, &built), MTXCOMM_INVALID_ARGUMENT);
   EXPECT_EQ(mtxcomm_get_build_feature("mpi", nullptr), MTXCOMM_INVALID_ARGUMENT);
+  // The NCCL the nccl path loads: its version, or 0 and why (no nccl path, nothing loadable).
+  int nccl = -1;
+  ASSERT_EQ(mtxcomm_get_build_feature("nccl", &built), MTXCOMM_SUCCESS);
+  const mtxcomm_result_t rc = mtxcomm_get_nccl_version(&nccl);
+  if (rc == MTXCOMM_SUCCESS) {
+    EXPECT_EQ(built, 1);
+    EXPECT_GE(nccl, 21300) << "NCCL_VERSION_CODE of 2.13 or newer";
+  } else {
+    EXPECT_EQ(rc, MTXCOMM_UNSUPPORTED);
+    EXPECT_EQ(nccl, 0);
+    EXPECT_TRUE(contains(mtxcomm_get_last_error(nullptr), built ? "cannot load NCCL" : "without"))
+        << mtxcomm_get_last_error(nullptr);
+  }
+  EXPECT_EQ(mtxcomm_get_nccl_version(nullptr), MTXCOMM_INVALID_ARGUMENT);
   for (int code = 0; code <= MTXCOMM_UNSUPPORTED; ++code) {
     std::string s = mtxcomm_get_error_string(static_cast<mtxcomm_result_t>(code));
     EXPECT_FALSE(s.empty());

@@ -419,6 +419,15 @@ PYBIND11_MODULE(_core, m) {
       },
       "Whether the library was built with feature (\"mpi\", \"ucx\", \"cuda\", \"nccl\", "
       "\"hwloc\").");
+  m.def(
+      "nccl_version",
+      [] {
+        int version = 0;
+        mtxcomm_get_nccl_version(&version);
+        return version;
+      },
+      "NCCL_VERSION_CODE of the NCCL the nccl device path loads, 0 when none (no nccl path in "
+      "this build, or NCCL cannot be loaded: mtxcomm_get_nccl_version).");
   m.def("join", &join, "Joins (engine.h): returns (code, message, last rank to join).");
   m.def("submit", &submit, py::arg("kind"), py::arg("name"), py::arg("inputs"), py::arg("dtype"),
         py::arg("shapes"), py::arg("op"), py::arg("root"), py::arg("splits"), py::arg("outputs"),

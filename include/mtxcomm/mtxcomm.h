@@ -486,6 +486,13 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_get_version(int* version);
  * names it). Built is not usable: UCX, for instance, may still fail to load at init. */
 MTXCOMM_API mtxcomm_result_t mtxcomm_get_build_feature(const char* feature, int* built);
 
+/* *version = NCCL_VERSION_CODE (major*10000 + minor*100 + patch) of the NCCL the nccl device path
+ * loads in this process (loading it now if no device call has: MTXCOMM_NCCL_LIBRARY, the
+ * loader's search, the build-time directory; docs/gpus.md). MTXCOMM_UNSUPPORTED, *version = 0,
+ * when this build has no nccl path or NCCL cannot be loaded (mtxcomm_get_last_error(NULL) says
+ * why); MTXCOMM_INVALID_ARGUMENT for a NULL version. */
+MTXCOMM_API mtxcomm_result_t mtxcomm_get_nccl_version(int* version);
+
 /* The effective value of configuration variable name ("MTXCOMM_FUSION_BYTES", ...), validated
  * and normalised (bytes and seconds as plain numbers), NUL-terminated into value[0, len).
  * MTXCOMM_INVALID_ARGUMENT: unknown name or value too short; MTXCOMM_INVALID_USAGE: the

@@ -12,6 +12,7 @@
 #include <new>
 #include <unordered_set>
 
+#include "gpu/device.h"
 #include "lib/base/dtype.h"
 #include "lib/base/error.h"
 #include "lib/comm/c_api_guard.h"
@@ -386,6 +387,20 @@ mtxcomm_result_t mtxcomm_get_version(int* version) {
     return MTXCOMM_INVALID_ARGUMENT;
   }
   *version = MTXCOMM_VERSION_CODE;
+  return MTXCOMM_SUCCESS;
+}
+
+mtxcomm_result_t mtxcomm_get_nccl_version(int* version) {
+  if (!version) {
+    threadError() = "version is NULL";
+    return MTXCOMM_INVALID_ARGUMENT;
+  }
+  std::string why;
+  *version = mtxcomm::gpu::ncclLoadedVersion(&why);
+  if (*version == 0) {
+    threadError() = why;
+    return MTXCOMM_UNSUPPORTED;
+  }
   return MTXCOMM_SUCCESS;
 }
 

@@ -253,7 +253,13 @@ def test_build_queries_are_truthful(hvd):
 
     assert hvd.mpi_built() == lib.engine.build_feature("mpi")
     # The package's libmtxcomm has CUDA and NCCL where nvcc and nccl.h were found at install.
-    assert hvd.nccl_built() is bool(lib.engine.build_feature("nccl"))
+    # nccl_built() is Horovod's: NCCL_VERSION_CODE of the NCCL loaded (2.13+), else 0.
+    from mtxcomm import _core
+
+    nccl = hvd.nccl_built()
+    assert type(nccl) is int
+    assert nccl == (_core.nccl_version() if lib.engine.build_feature("nccl") else 0)
+    assert nccl == 0 or nccl >= 21300
     assert hvd.cuda_built() is bool(lib.engine.build_feature("cuda"))
     for q in (hvd.gloo_built, hvd.gloo_enabled, hvd.ccl_built, hvd.ddl_built, hvd.rocm_built):
         assert q() is False

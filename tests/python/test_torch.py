@@ -486,7 +486,7 @@ def test_non_cpu_tensor_is_refused():
         print("no CUDA device: the backend's refusal is checked with a 'meta' tensor")
     with pytest.raises(
         ValueError,
-        match="a tensor on meta; mtxcomm runs torch collectives on "
+        match="a tensor on meta; this \\(Python\\) backend runs torch collectives on "
         "CPU tensors .*cpu:mtxcomm,cuda:nccl",
     ):
         backend().allreduce([torch.ones(2, device="meta")], dist.AllreduceOptions())

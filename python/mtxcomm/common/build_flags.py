@@ -72,8 +72,13 @@ class BuildFlags:
         return True
 
     def nccl_built(self):
-        """True when this build has mtxcomm's NCCL device path (nccl.h found at install)."""
-        return self._built("nccl")
+        """As Horovod's: NCCL_VERSION_CODE (e.g. 23007 for 2.30.7) when this build has mtxcomm's
+        NCCL device path and NCCL loads (mtxcomm loads it at run time), else 0."""
+        if not self._built("nccl"):
+            return 0
+        from mtxcomm import _core
+
+        return int(_core.nccl_version())
 
     def cuda_built(self):
         """True when this build takes CUDA device buffers (nvcc found at install)."""

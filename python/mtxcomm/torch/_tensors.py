@@ -41,9 +41,9 @@ def check(t, what):
         )
     if t.device.type != "cpu":
         raise ValueError(
-            "mtxcomm backend: %s: a tensor on %s; mtxcomm runs torch collectives on CPU "
-            'tensors (for CUDA tensors use init_process_group("cpu:mtxcomm,cuda:nccl"))'
-            % (what, t.device)
+            "mtxcomm backend: %s: a tensor on %s; this (Python) backend runs torch "
+            "collectives on CPU tensors (CUDA tensors: the C++ backend over a CUDA build of "
+            'mtxcomm, or init_process_group("cpu:mtxcomm,cuda:nccl"))' % (what, t.device)
         )
     if t.layout != torch.strided:
         raise ValueError(
