@@ -473,6 +473,8 @@ Config Config::fromEnvironment() {
     } else if (var.name == "MTXCOMM_TUNING_FILE") {
       c.tuningFile = v;
       c.cost = loadTuningFile(v);
+    } else if (var.name == "MTXCOMM_NCCL_LIBRARY") {
+      c.ncclLibrary = v;
     } else {
       for (int k = 0; k < kNumCollectives; ++k) {
         if (var.name == collectiveAlgoVar(static_cast<Collective>(k))) c.algo[k] = v;
@@ -547,6 +549,7 @@ std::vector<std::string> Config::describe() const {
   out.push_back(strCat("MTXCOMM_CUDA_IPC_BYTES=", cudaIpcBytes));
   out.push_back(strCat("MTXCOMM_CUDA_STAGING_BYTES=", cudaStagingBytes));
   out.push_back(strCat("MTXCOMM_TUNING_FILE=", tuningFile.empty() ? "(unset)" : tuningFile));
+  out.push_back(strCat("MTXCOMM_NCCL_LIBRARY=", ncclLibrary.empty() ? "(unset)" : ncclLibrary));
   for (int k = 0; k < kNumCollectives; ++k) {
     out.push_back(strCat(collectiveAlgoVar(static_cast<Collective>(k)), "=", algo[k]));
   }

@@ -70,6 +70,7 @@ struct Config {
   std::string transparent = "0";            // MTXCOMM_TRANSPARENT
   std::string transparentOutput = "rank0";  // MTXCOMM_TRANSPARENT_OUTPUT
   std::string tuningFile;                   // MTXCOMM_TUNING_FILE
+  std::string ncclLibrary;                  // MTXCOMM_NCCL_LIBRARY (read by gpu/nccl_api.cc)
   CostParams cost;                          // loaded from tuningFile (defaults otherwise); rank 0's
                                             // after a communicator's setup
 
