@@ -61,8 +61,8 @@ NcclLoad loadNccl(const std::string& explicitPath, const std::string& buildLibDi
     ::dlerror();
     void* sym = ::dlsym(h, name);
     if (!sym) {
-      l.error =
-          strCat(dlerrorText(name), " (an NCCL older than ", versionText(kMinNcclVersion), "?)");
+      l.error = strCat(dlerrorText(name), " (not NCCL, or an NCCL older than ",
+                       versionText(kMinNcclVersion), ")");
       ok = false;
       return;
     }
@@ -85,8 +85,11 @@ NcclLoad loadNccl(const std::string& explicitPath, const std::string& buildLibDi
   if (ok && ::dladdr(reinterpret_cast<void*>(a.ncclGetVersion), &info) && info.dli_fname) {
     l.path = info.dli_fname;
   }
-  if (!ok) {
-    l.error = strCat(explicitPath.empty() ? name : explicitPath, ": ", l.error);
+  if (!ok) {  // not NCCL: nothing of it is kept
+    l.error =
+        strCat(explicitPath.empty() ? name : "MTXCOMM_NCCL_LIBRARY=" + explicitPath, ": ", l.error);
+    l.api = NcclApi{};
+    ::dlclose(h);
     return l;
   }
   if (a.ncclGetVersion(&l.version) != ncclSuccess || l.version < kMinNcclVersion) {
