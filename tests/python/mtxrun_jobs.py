@@ -92,6 +92,25 @@ def jobs_together(*specs):
     return out
 
 
+def plain_beside_transparent(tmp, script, stem, np_, *args, extra_env=None):
+    """SCRIPT's 1-process run (output STEM1.{rank}.json) beside `mtxrun -np NP_ --transparent`
+    of it (STEMNP_.{rank}.json), ARGS after the output name, EXTRA_ENV for the mtxrun job; both
+    checked to have exited 0. Returns (the 1-process Job, the mtxrun Job)."""
+    out = f"{stem}%d.{{rank}}.json"
+    one, job = jobs_together(
+        dict(argv=["python", script, out % 1, *args], cwd=str(tmp), timeout=JOB_TIMEOUT),
+        dict(
+            argv=mtxrun() + ["-np", str(np_), "--transparent", "python", script, out % np_, *args],
+            cwd=str(tmp),
+            timeout=JOB_TIMEOUT,
+            extra_env=extra_env,
+        ),
+    )
+    one.check_ok()
+    job.check_ok()
+    return one, job
+
+
 def example(np_, tmp, *args, transparent=True, timeout=JOB_TIMEOUT):
     """Runs the example: plain `python` when np_ is None, else under mtxrun."""
     cmd = ["python", EXAMPLE, *args]

@@ -24,6 +24,7 @@ from mtxrun_jobs import (
     jobs_together,
     load_npz,
     mtxrun,
+    plain_beside_transparent,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -137,16 +138,7 @@ def test_transparent_np2_each_rank_computes_its_half_of_every_batch(tmp):
     # Without this, a "transparent" mode that trained the whole batches on every rank would pass
     # the weight comparisons above. The probe records the row ids of every training batch.
     probe = os.path.join(SCRIPTS, "transparent_probe.py")
-    plain, job = jobs_together(
-        dict(argv=["python", probe, "probe1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
-        dict(
-            argv=mtxrun() + ["-np", "2", "--transparent", "python", probe, "probe2.{rank}.json"],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-        ),
-    )
-    plain.check_ok()
-    job.check_ok()
+    plain_beside_transparent(tmp, probe, "probe", 2)
     import json
 
     whole = json.loads((tmp / "probe1.0.json").read_text())["steps"]

@@ -14,6 +14,7 @@ from mtxrun_jobs import (
     Job,
     jobs_together,
     mtxrun,
+    plain_beside_transparent,
 )
 
 # A job of model_forms.py running several forms (forms_job below).
@@ -26,15 +27,7 @@ def test_transparent_uneven_batches_report_the_1_process_logs(tmp):
     import json
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
-    for job in jobs_together(
-        dict(argv=["python", script, "uneven1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
-        dict(
-            argv=mtxrun() + ["-np", "3", "--transparent", "python", script, "uneven3.{rank}.json"],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-        ),
-    ):
-        job.check_ok()
+    plain_beside_transparent(tmp, script, "uneven", 3)
     one = json.loads((tmp / "uneven1.0.json").read_text())
     three = [json.loads((tmp / f"uneven3.{r}.json").read_text()) for r in range(3)]
     for r in range(3):
@@ -58,20 +51,7 @@ def test_transparent_train_on_batch_after_a_numpy_fit(tmp):
     import json
 
     script = os.path.join(SCRIPTS, "uneven_logs.py")
-    for job in jobs_together(
-        dict(
-            argv=["python", script, "tob1.{rank}.json", "train_on_batch"],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-        ),
-        dict(
-            argv=mtxrun()
-            + ["-np", "2", "--transparent", "python", script, "tob2.{rank}.json", "train_on_batch"],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-        ),
-    ):
-        job.check_ok()
+    plain_beside_transparent(tmp, script, "tob", 2, "train_on_batch")
     one = json.loads((tmp / "tob1.0.json").read_text())
     two = [json.loads((tmp / f"tob2.{r}.json").read_text()) for r in range(2)]
     assert one["train_on_batch"] is not None
@@ -180,15 +160,7 @@ def test_transparent_random_draws_differ_across_ranks_and_rank_0_draws_the_1_pro
     import json
 
     script = os.path.join(SCRIPTS, "draws.py")
-    for job in jobs_together(
-        dict(argv=["python", script, "draws1.{rank}.json"], cwd=str(tmp), timeout=JOB_TIMEOUT),
-        dict(
-            argv=mtxrun() + ["-np", "3", "--transparent", "python", script, "draws3.{rank}.json"],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-        ),
-    ):
-        job.check_ok()
+    plain_beside_transparent(tmp, script, "draws", 3)
     one = json.loads((tmp / "draws1.0.json").read_text())
     many = [json.loads((tmp / f"draws3.{r}.json").read_text()) for r in range(3)]
     assert np.array(one["drawn"]).any() and np.array(one["masks"]).any(), "nothing was drawn"
@@ -216,18 +188,9 @@ def test_transparent_a_stop_in_one_rank_share_stops_every_rank_at_that_batch(tmp
     import json
 
     script = os.path.join(SCRIPTS, "batch_stop.py")
-    one, job = jobs_together(
-        dict(argv=["python", script, "stop1.{rank}.json", mode], cwd=str(tmp), timeout=JOB_TIMEOUT),
-        dict(
-            argv=mtxrun()
-            + ["-np", "2", "--transparent", "python", script, "stop2.{rank}.json", mode],
-            cwd=str(tmp),
-            timeout=JOB_TIMEOUT,
-            extra_env={"MTXCOMM_STALL_TIMEOUT": "60"},
-        ),
+    plain_beside_transparent(
+        tmp, script, "stop", 2, mode, extra_env={"MTXCOMM_STALL_TIMEOUT": "60"}
     )
-    one.check_ok()
-    job.check_ok()
     one = json.loads((tmp / "stop1.0.json").read_text())
     assert one == {"steps": 3, "epochs": 1, "all_nan": mode == "nan"}, one
     for r in range(2):
