@@ -109,8 +109,19 @@ size_t bytesOf(const std::vector<at::Tensor>& ts) {
   const char* last = mtxcomm_get_last_error(comm);
   std::string msg = std::string("mtxcomm backend: ") + what + ": " +
                     (last && *last ? last : mtxcomm_get_error_string(mtxcomm_result_t(code)));
-  // RuntimeError in Python for every code, as the Python backend's mtxcomm.Error.
-  TORCH_CHECK(false, msg);
+  // In Python: a bad argument is a ValueError; a failed exchange (a peer gone, aborted or
+  // silent past the timeout, the transport failing) is torch.distributed.DistBackendError, as
+  // PyTorch's own backends raise it; anything else a RuntimeError. All are RuntimeErrors.
+  switch (code) {
+    case MTXCOMM_INVALID_ARGUMENT:
+      TORCH_CHECK_VALUE(false, msg);
+    case MTXCOMM_REMOTE_ERROR:
+    case MTXCOMM_TIMEOUT:
+    case MTXCOMM_SYSTEM_ERROR:
+      C10_THROW_ERROR(DistBackendError, msg);
+    default:
+      TORCH_CHECK(false, msg);
+  }
 }
 
 void check(int code, mtxcomm_comm_t comm, const char* what) {

@@ -165,9 +165,21 @@ def survivors_of_a_killed_rank_1(out):
     return matches
 
 
+def cpp_backend(text):
+    """Whether the rank's default group ran the C++ backend (torch_fault.py prints BACKEND)."""
+    m = re.search(r"BACKEND (\w+)", text)
+    assert m, text[-2000:]
+    return m.group(1) == "MtxcommBackend"
+
+
 def test_a_killed_rank_makes_the_survivors_raise_naming_it(tmp):
-    for m in survivors_of_a_killed_rank_1(ranks("kill", tmp, size=3)):
+    out = ranks("kill", tmp, size=3)
+    for m in survivors_of_a_killed_rank_1(out):
         assert float(m.group(1)) < 60, m.group(0)
+        # PyTorch's class for a failed collective from the C++ backend, as its own backends
+        # raise; mtxcomm's from the Python backend.
+        wanted = "DistBackendError" if cpp_backend(out[0][1]) else "RemoteError"
+        assert m.group(2) == wanted, m.group(0)
 
 
 def test_a_killed_rank_in_a_p2p_exchange_makes_the_others_raise_naming_it(tmp):
@@ -181,7 +193,8 @@ def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
 
 # The engine's semantics (a window of names in flight, the engine's TimeoutError and refusal
 # after it): the Python backend's. The C++ backend has no engine; its timeout is the library's
-# (MTXCOMM_TIMEOUT = the group's timeout), a RuntimeError naming the peer waited for.
+# (the group's timeout, or MTXCOMM_TIMEOUT where shorter), a DistBackendError naming the peer
+# waited for.
 _ENGINE = {"MTXCOMM_TORCH_BACKEND": "python"}
 
 
@@ -207,6 +220,20 @@ def test_the_group_timeout_is_honoured(tmp):
         r"out",
         text,
     ), text
+
+
+def test_mtxcomm_timeout_shorter_than_the_group_timeout_ends_the_wait(tmp):
+    # The group's timeout is 60 s; MTXCOMM_TIMEOUT=3 is shorter, so rank 1's missing call
+    # fails rank 0's after 3 s, before rank 1 exits (at 8 s), on either backend.
+    code, text = ranks("env_timeout", tmp, env={"MTXCOMM_TIMEOUT": "3"})[0]
+    m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+    assert m and code == 3, text[-3000:]
+    assert 2.5 <= float(m.group(1)) < 7.5, m.group(0)
+    if cpp_backend(text):
+        assert m.group(2) == "DistBackendError", m.group(0)
+        assert "timed out after 3 s" in m.group(3) and "peer rank 1" in m.group(3), m.group(0)
+    else:
+        assert m.group(2) == "TimeoutError" and "timeout of 3 s" in m.group(3), m.group(0)
 
 
 def test_destroying_the_group_with_a_dropped_call_in_flight_keeps_memory_intact(tmp):

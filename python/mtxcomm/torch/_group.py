@@ -77,7 +77,7 @@ def open_group(store, group_rank, ranks, timeout):
         address,
         secret,
         label="the process group of global ranks %s" % list(ranks),
-        timeout=_work.to_seconds(timeout),
+        timeout=_work.group_seconds(timeout),
     )
     return comm
 
@@ -92,7 +92,7 @@ def open_comm(store, group_rank, ranks, timeout, key, read=()):
         len(ranks),
         address,
         secret,
-        _work.to_seconds(timeout),
+        _work.group_seconds(timeout),
         "the C++ backend of the process group of global ranks %s" % list(ranks),
         read=read,
     )

@@ -94,7 +94,7 @@ def native_backend(module, opts, py_backend):
     comm, (inline_bytes,) = _group.open_comm(
         opts.store, opts.group_rank, ranks, opts.timeout, _NATIVE_KEY, read=(_INLINE_VAR,)
     )
-    seconds = _work.to_seconds(opts.timeout)
+    seconds = _work.group_seconds(opts.timeout)
     native = module.MtxcommBackend(
         opts.group_rank,
         size,

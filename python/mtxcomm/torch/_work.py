@@ -10,6 +10,7 @@ Used by the backend (``backend.py``: one Submitter per process group) and the Ho
 import collections
 import datetime
 import functools
+import os
 import queue
 import threading
 import time
@@ -21,7 +22,7 @@ import torch.distributed as dist
 from mtxcomm import _arrays, _core
 from mtxcomm.torch import _tensors
 
-__all__ = ["to_seconds", "Work", "Submitter", "keeper"]
+__all__ = ["to_seconds", "group_seconds", "Work", "Submitter", "keeper"]
 
 # Requests of one Submitter in flight at once. Request names repeat with this period
 # ("torch.<group>.<seq % window>"), so a steady-state step of the same collectives is named the
@@ -42,6 +43,25 @@ def to_seconds(timeout):
         timeout = timeout.total_seconds()
     timeout = float(timeout)
     return timeout if timeout > 0 else None
+
+
+def group_seconds(timeout):
+    """A process group's wait limit in seconds: its ``timeout`` (PyTorch's default is 30
+    minutes), or ``MTXCOMM_TIMEOUT`` where that is set and shorter, so that the variable
+    bounds a wait on a silent peer under torch as it does everywhere else."""
+    seconds = to_seconds(timeout)
+    text = os.environ.get("MTXCOMM_TIMEOUT", "").strip()
+    if not text:
+        return seconds
+    try:
+        env = float(text)
+    except ValueError:
+        raise ValueError(
+            "MTXCOMM_TIMEOUT=%r is not a number of seconds (e.g. MTXCOMM_TIMEOUT=300)" % text
+        ) from None
+    if not env > 0:  # the library refuses it at init, naming it
+        return seconds
+    return env if seconds is None else min(seconds, env)
 
 
 # ---- Work -------------------------------------------------------------------------------------

@@ -109,13 +109,13 @@ class MtxcommBackend(ListCollectives, PointToPoint, SparseAllreduce, _C10dBacken
             # Named by how many engine groups this process made: every rank makes each of
             # them (each holds every rank), in the same order, so the names pair.
             self._submitter = _work.Submitter(
-                "torch.%d" % _backends_created, _work.to_seconds(timeout)
+                "torch.%d" % _backends_created, _work.group_seconds(timeout)
             )
             _backends_created += 1
         else:
             # A subset, or the world in another order: a communicator of its own (_group.py).
             self._comm = _group.open_group(store, rank, ranks, timeout)
-            self._submitter = _group.GroupSubmitter(self._comm, _work.to_seconds(timeout))
+            self._submitter = _group.GroupSubmitter(self._comm, _work.group_seconds(timeout))
 
     @property
     def options(self):

@@ -5,6 +5,9 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
                              reducing and must raise, naming it (prints RAISED <seconds> <msg>)
     torch_fault.py timeout   rank 1 skips one allreduce; the others' call must fail after the
                              group's 3 s timeout (prints RAISED <seconds> <msg>)
+    torch_fault.py env_timeout
+                             as timeout, but the group's timeout is 60 s and MTXCOMM_TIMEOUT
+                             (set by the test) the shorter one that must end the wait
     torch_fault.py secret    prints whether the job secret is left in the environment
     torch_fault.py ddp_kill  DDP training; rank 1 SIGKILLs itself at step 3: the others'
                              backward/step must raise (DDP's reducer gets a failed future), no
@@ -57,6 +60,7 @@ rank = dist.get_rank()
 t = torch.ones(4)
 dist.all_reduce(t)
 report("FIRST", rank, t.tolist())
+report("BACKEND", type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__)
 if mode == "secret":
     report("SECRET_IN_ENV", rank, "MTXCOMM_JOB_SECRET" in os.environ)
     dist.barrier()
