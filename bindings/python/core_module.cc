@@ -415,10 +415,14 @@ PYBIND11_MODULE(_core, m) {
       "build_feature",
       [](const std::string& feature) {
         int built = 0;
-        return mtxcomm_get_build_feature(feature.c_str(), &built) == MTXCOMM_SUCCESS && built;
+        if (mtxcomm_get_build_feature(feature.c_str(), &built) != MTXCOMM_SUCCESS) {
+          throw py::value_error(std::string("mtxcomm._core.build_feature: ") +
+                                mtxcomm_get_last_error(nullptr));
+        }
+        return built != 0;
       },
       "Whether the library was built with feature (\"mpi\", \"ucx\", \"cuda\", \"nccl\", "
-      "\"hwloc\").");
+      "\"hwloc\"); ValueError naming the known ones for another name.");
   m.def(
       "nccl_version",
       [] {

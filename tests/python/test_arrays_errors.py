@@ -261,3 +261,11 @@ def test_timeout_and_remote_errors_in_a_job_of_their_own(tmp_path):
     assert len(remote) == 2 and all(x.startswith("REMOTE 4 True") for x in remote), text
     assert all("allreduce '" in x and "rank 1 called shutdown()" in x for x in remote), remote
     assert "DOWN 0" in outs[0] and "DOWN 1" in outs[1] and "not initialised" in text, text
+
+
+def test_an_unknown_build_feature_is_a_value_error_naming_the_known_ones():
+    from mtxcomm import _core
+
+    assert type(_core.build_feature("mpi")) is bool
+    with pytest.raises(ValueError, match=r"unknown build feature 'bogus' \(known: mpi, ucx"):
+        _core.build_feature("bogus")
