@@ -18,6 +18,7 @@
 #include "lib/comm/c_api.h"
 #include "lib/comm/comm.h"
 #include "lib/comm/stores.h"
+#include "transports/shm/shm_p2p.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace mtxcomm {
@@ -37,9 +38,11 @@ void onInproc(int n, const Case& fn) {
   });
 }
 
-// Runs a case on n ranks as threads, each with its own TCP transport (no shared memory: the
-// collectives of the concurrency case share the sockets with point-to-point).
-void onTcp(int n, const Case& fn) {
+// Runs a case on n ranks as threads, each with its own TCP transport. shm "off": no shared
+// memory (the collectives of the concurrency case share the sockets with point-to-point);
+// "on": the ranks share a segment, and the user's messages go through the shared-memory rings
+// (transports/shm/shm_p2p.h), which this checks.
+void onTcp(int n, const Case& fn, const char* shm = "off") {
   const std::string spec = testutil::tcpSpec();
   std::vector<std::unique_ptr<Store>> stores(n);
   std::vector<mtxcomm_comm_t> comms(n);
@@ -47,9 +50,10 @@ void onTcp(int n, const Case& fn) {
   testutil::runThreads(n, [&](int rank) {
     stores[rank] = makeStore(spec, rank, n, timeout, testutil::testSecret());
     Config cfg;
-    cfg.shm = "off";
+    cfg.shm = shm;
     auto comm = std::make_unique<Comm>(makeTcpTransport(*stores[rank], rank, n, timeout), cfg, 0);
     comm->setup();
+    EXPECT_STREQ(comm->p2p()->transportName(), std::string(shm) == "off" ? "tcp" : "shm");
     comms[rank] = wrapComm(std::move(comm));
   });
   testutil::runThreads(n, [&](int rank) {
@@ -74,6 +78,22 @@ TEST(P2pInproc, Exchange_np4) {
 TEST(P2pTcp, AllCases_np2) { onTcp(2, all()); }
 TEST(P2pTcp, AllCases_np3) { onTcp(3, all()); }
 TEST(P2pTcp, Ring_np4) { onTcp(4, p2pcases::ring); }
+TEST(P2pShm, AllCases_np2) { onTcp(2, all(), "on"); }
+TEST(P2pShm, AllCases_np3) { onTcp(3, all(), "on"); }
+TEST(P2pShm, Ring_np4) { onTcp(4, p2pcases::ring, "on"); }
+// Messages of 1 B to 3x the ring in both directions at once, posted before and after the
+// receives (the unexpected queue, a message streamed while its receive is posted).
+TEST(P2pShm, ExchangeAroundTheRingSize_np2) {
+  onTcp(
+      2,
+      [](const Ctx& c, P2pCheck& ck) {
+        const size_t ring = ShmP2pTransport::ringBytesFor(2);
+        for (size_t bytes : {size_t{1}, ring / 2 - 16, ring - 16, ring, ring + 1, 3 * ring}) {
+          p2pcases::exchange(c, ck, bytes);
+        }
+      },
+      "on");
+}
 
 // A wait past its timeout fails the request with MTXCOMM_TIMEOUT naming the peer, and every other
 // pending request with it; later posts quote it. Collectives go on.

@@ -65,6 +65,21 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// What a transport may offer a thread that progresses it with testAll and sleeps between
+// rounds (the communicator's user-message thread, lib/comm/p2p.h): a word that changes whenever
+// something may have arrived for this rank, and a sleep that ends when it does. The thread reads
+// activitySeen() before a round and, if nothing moved, calls waitActivity with that value: it
+// returns at once if the word changed meanwhile, else when a peer (or wake()) changes it, or
+// after atMost. wake() may be called from any thread. Transports without it: the thread sleeps
+// in fixed steps.
+class ActivityWaiter {
+ public:
+  virtual ~ActivityWaiter() = default;
+  virtual uint32_t activitySeen() const = 0;
+  virtual void waitActivity(uint32_t seen, Clock::duration atMost) = 0;
+  virtual void wake() = 0;
+};
+
 class Transport {
  public:
   static constexpr int kMaxTag = 32767;  // MPI guarantees at least this MPI_TAG_UB

@@ -366,8 +366,11 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  * - Progress: made by a thread of the communicator (started at its first point-to-point call),
  *   never by the caller: a posted receive never waits for an earlier operation, so the exchange
  *   "irecv from peer; isend to peer; wait both" on both ranks works at every size. Waiting
- *   spins briefly, then sleeps. Over shared memory the messages go over the communicator's
- *   point-to-point transport (MPI, TCP or UCX), not its shared-memory segment, in this version.
+ *   spins briefly, then sleeps. Where every rank is on one node and shared memory is on
+ *   (MTXCOMM_SHM), the messages go through rings of a shared-memory segment of their own (1 MiB
+ *   per pair of ranks at 2 ranks, less beyond: about 8 MiB in all; a larger message streams
+ *   through); else, or where /dev/shm cannot hold that segment (a warning), over the
+ *   communicator's point-to-point transport (MPI, TCP or UCX).
  * - Setup: each communicator (init and split) makes its point-to-point context at creation,
  *   collectively (under MPI an MPI_Comm_create_group); nothing is made later.
  * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size)

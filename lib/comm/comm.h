@@ -150,6 +150,11 @@ class Comm {
   // The node-local and cross-node sub-communicators, built at the first hierarchical call.
   void ensureLevels();
   // setup's last step: the point-to-point view of the transport (collective under MPI).
+  // The shared-memory segment of the collectives where every rank is on this node and shm is
+  // not off (split: the topology was given, agreed by the parent).
+  void makeShm(bool split);
+  // The user's point-to-point channel: over rings of its own where the communicator has a
+  // shared-memory segment (transports/shm/shm_p2p.h), else over a view of the transport.
   void makeP2p();
 
   // First: the transport and the segment keep a pointer into it until they are gone.

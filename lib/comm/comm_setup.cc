@@ -17,6 +17,7 @@
 #include "lib/comm/comm.h"
 #include "lib/comm/config.h"
 #include "lib/comm/topology_probe.h"
+#include "transports/shm/shm_p2p.h"
 
 namespace mtxcomm {
 
@@ -192,15 +193,29 @@ void Comm::makeP2p() {
   for (int r = 0; r < size(); ++r) everyone[r] = r;
   std::unique_ptr<Transport> view;
   try {
-    view = transport_->split(everyone, p2pContextId(contextId_));
+    if (shm_) {
+      // Every rank on this node: the user's messages go through rings of their own, unless
+      // /dev/shm cannot hold them (every rank learns that alike, and all use the transport).
+      ++seq_;
+      try {
+        view = ShmP2pTransport::create(
+            *transport_, static_cast<int>(seq_ % (Transport::kMaxTag + 1)), config_.timeoutSeconds);
+      } catch (const Error& e) {
+        if (e.code() != MTXCOMM_SYSTEM_ERROR) throw;
+        MTXCOMM_LOG(kWarn, rank(), "point-to-point over ", transport_->name(),
+                    " instead of shared memory: ", e.what());
+      }
+    }
+    if (!view) view = transport_->split(everyone, p2pContextId(contextId_));
   } catch (const Error& e) {
     throw Error(e.code(), strCat("rank ", rank(), ": the point-to-point view of the ",
-                                 transport_->name(), " transport: ", e.what()));
+                                 shm_ ? "shm" : transport_->name(), " transport: ", e.what()));
   }
   view->setCancelToken(cancel_);
+  const std::string view_name = view->name();
   p2p_ = std::make_unique<P2p>(std::move(view), rank());
   p2pSetupSeconds_ = std::chrono::duration<double>(Clock::now() - start).count();
-  MTXCOMM_LOG(kDebug, rank(), "point-to-point view over ", transport_->name(), " made in ",
+  MTXCOMM_LOG(kDebug, rank(), "point-to-point view over ", view_name, " made in ",
               p2pSetupSeconds_ * 1e6, " us");
 }
 
@@ -223,9 +238,14 @@ void Comm::setup(const Topology* agreed) {
   } else {
     agreeTopology();
   }
+  makeShm(agreed != nullptr);
   if (withP2p_) makeP2p();
+}
+
+void Comm::makeShm(bool split) {
+  const int n = size();
   size_t shmFree = topo_.minShmFreeBytes();
-  if (agreed && !config_.shmSlotBytes && topo_.numNodes() == 1 && n > 1 && config_.shm != "off") {
+  if (split && !config_.shmSlotBytes && topo_.numNodes() == 1 && n > 1 && config_.shm != "off") {
     // A split: the summaries were taken at the parent's init, before any segment existed; the
     // free space of /dev/shm now, agreed (the least any rank sees; unknown on one: unknown).
     const int32_t mine = localShmFreeMiB();

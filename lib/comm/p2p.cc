@@ -92,7 +92,10 @@ mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* messag
 }
 
 P2p::P2p(std::unique_ptr<Transport> view, int rank)
-    : view_(std::move(view)), rank_(rank), hub_(std::make_shared<P2pHub>()) {}
+    : view_(std::move(view)),
+      waiter_(dynamic_cast<ActivityWaiter*>(view_.get())),
+      rank_(rank),
+      hub_(std::make_shared<P2pHub>()) {}
 
 P2p::~P2p() {
   stop(MTXCOMM_INVALID_USAGE, "the communicator was destroyed on this rank", /*tellPeers=*/false);
@@ -116,6 +119,7 @@ P2pOpPtr P2p::post(bool isSend, int peer, int tag, void* buf, size_t bytes) {
   }
   hub_->queue.push_back(op);
   hub_->work.notify_one();
+  if (waiter_) waiter_->wake();  // the thread may sleep on the view's activity instead
   return op;
 }
 
@@ -124,6 +128,7 @@ void P2p::failChannel(mtxcomm_result_t code, const std::string& reason, bool tel
   {
     std::lock_guard<std::mutex> lock(hub_->mu);
     hub_->failLocked(code, reason, tellPeers);
+    if (waiter_ && !hub_->finished) waiter_->wake();
     if (!hub_->started || hub_->finished) {
       // No thread uses the view, and none will start (the channel has failed).
       hub_->started = true;
@@ -157,6 +162,8 @@ void P2p::run() {
   std::unique_lock<std::mutex> lock(hub_->mu);
   for (;;) {
     if (hub_->failed) break;
+    // Read before the round: an arrival after it makes waitActivity below return at once.
+    const uint32_t seen = waiter_ ? waiter_->activitySeen() : 0;
     fresh.swap(hub_->queue);
     lock.unlock();
     bool moved = !fresh.empty();
@@ -202,7 +209,14 @@ void P2p::run() {
       lock.lock();
     } else {
       const int us = std::min(1000, 10 << std::min(idle - 128, 7));
-      hub_->work.wait_for(lock, std::chrono::microseconds(us));
+      if (waiter_) {
+        // Woken by an arrival, a post or a failure (each rings the view's doorbell).
+        lock.unlock();
+        waiter_->waitActivity(seen, std::chrono::microseconds(us));
+        lock.lock();
+      } else {
+        hub_->work.wait_for(lock, std::chrono::microseconds(us));
+      }
     }
   }
   lock.unlock();

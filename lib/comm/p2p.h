@@ -1,12 +1,13 @@
 // The user's point-to-point messages of one communicator (mtxcomm_isend, mtxcomm_irecv and
 // friends in the C API).
 //
-// Isolation. A communicator's user messages travel over a view of its transport of their own
-// (Transport::split over every rank, with a context id derived from the communicator's), made
-// at setup while every rank is present (MPI_Comm_create_group is collective), so they never
-// match the messages of the collective algorithms, whatever the tags. Over shared memory the
-// view is that of the point-to-point transport (MPI, TCP or UCX): this first version does not
-// use the shared-memory segment for user messages.
+// Isolation. A communicator's user messages travel over a transport of their own, made at
+// setup while every rank is present (MPI_Comm_create_group is collective), so they never match
+// the messages of the collective algorithms, whatever the tags: where the communicator has a
+// shared-memory segment (every rank on this node), rings of a segment of their own
+// (transports/shm/shm_p2p.h, whose doorbell the progress thread sleeps on); else a view of its
+// transport (Transport::split over every rank, with a context id derived from the
+// communicator's).
 //
 // Protocol. Each user message is a fixed-size header message (kHeaderBytes: the byte count,
 // and the payload itself when it fits in kInlineBytes) and, for larger messages, the payload as
@@ -115,6 +116,9 @@ class P2p {
   P2p(const P2p&) = delete;
   P2p& operator=(const P2p&) = delete;
 
+  // The name of the transport the messages go over ("shm", "tcp", "mpi", "ucx", "inproc").
+  const char* transportName() const { return view_->name(); }
+
   // Queues a send (buf read-only) or a receive; peer and tag are checked by the caller. Throws
   // MTXCOMM_INVALID_USAGE when the channel has failed, MTXCOMM_SYSTEM_ERROR when the thread
   // cannot start. Any thread.
@@ -180,6 +184,7 @@ class P2p {
   void abortViewOnce();
 
   std::unique_ptr<Transport> view_;
+  ActivityWaiter* const waiter_;  // view_'s, where it has one (shared memory); else null
   const int rank_;
   std::shared_ptr<P2pHub> hub_;
   std::thread thread_;

@@ -144,12 +144,8 @@ size_t ShmGroup::segmentBytes(int n, size_t slotBytes) {
          static_cast<size_t>(n) * kLineSlots * kLinesPerBox * sizeof(Line);
 }
 
-std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotBytes,
-                                           double timeoutSeconds) {
+char* shm::shareSegment(Transport& t, int tag, size_t bytes, Clock::time_point deadline) {
   const int n = t.size(), me = t.rank();
-  const size_t bytes = segmentBytes(n, slotBytes);
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeoutSeconds));
   char* base = nullptr;
   std::string name, err;
   // Whatever happens below (a peer that dies or times out during setup), the name never
@@ -195,6 +191,16 @@ std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotByt
   }
   if (!verdict.empty()) fail(MTXCOMM_SYSTEM_ERROR, "shared-memory setup failed: ", verdict);
   cleanup.done = true;
+  return base;
+}
+
+std::unique_ptr<ShmGroup> ShmGroup::create(Transport& t, int tag, size_t slotBytes,
+                                           double timeoutSeconds) {
+  const int n = t.size(), me = t.rank();
+  const size_t bytes = segmentBytes(n, slotBytes);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeoutSeconds));
+  char* base = shm::shareSegment(t, tag, bytes, deadline);
   auto group =
       std::unique_ptr<ShmGroup>(new ShmGroup(base, bytes, me, n, slotBytes, timeoutSeconds));
   if (me == 0) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "lib/base/call.h"
+#include "lib/base/clock.h"
 #include "transports/shm/shm_group.h"
 
 namespace mtxcomm {
@@ -51,6 +52,14 @@ struct SharedSignature {
     return s;
   }
 };
+
+// Collective over t's ranks (all on this node): rank 0 makes a segment of bytes under an
+// unguessable name (mode 0600, its pages reserved), every rank maps it, rank 0 unlinks the name
+// once all have, and every rank learns the outcome. Returns the mapping (munmap(base, bytes)
+// releases it), zero-filled. Throws MTXCOMM_SYSTEM_ERROR on every rank when a rank could not
+// make or map it, naming that rank, the size and what /dev/shm has; what the transport throws
+// for a peer gone or the deadline. tag: the setup messages'.
+char* shareSegment(Transport& t, int tag, size_t bytes, Clock::time_point deadline);
 
 }  // namespace shm
 
