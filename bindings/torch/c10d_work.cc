@@ -109,12 +109,11 @@ size_t bytesOf(const std::vector<at::Tensor>& ts) {
   const char* last = mtxcomm_get_last_error(comm);
   std::string msg = std::string("mtxcomm backend: ") + what + ": " +
                     (last && *last ? last : mtxcomm_get_error_string(mtxcomm_result_t(code)));
-  // In Python: a bad argument is a ValueError; a failed exchange (a peer gone, aborted or
-  // silent past the timeout, the transport failing) is torch.distributed.DistBackendError, as
-  // PyTorch's own backends raise it; anything else a RuntimeError. All are RuntimeErrors.
+  // In Python: a failed exchange (a peer gone, aborted or silent past the timeout, the
+  // transport failing) is torch.distributed.DistBackendError, as PyTorch's own backends raise
+  // it; anything else a RuntimeError (also a bad argument, as the Python backend's
+  // mtxcomm.InvalidArgumentError is one). DistBackendError is a RuntimeError too.
   switch (code) {
-    case MTXCOMM_INVALID_ARGUMENT:
-      TORCH_CHECK_VALUE(false, msg);
     case MTXCOMM_REMOTE_ERROR:
     case MTXCOMM_TIMEOUT:
     case MTXCOMM_SYSTEM_ERROR:
