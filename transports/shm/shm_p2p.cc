@@ -347,7 +347,7 @@ void ShmP2pTransport::checkPeers(const std::vector<RequestPtr>& reqs) {
   for (const RequestPtr& p : reqs) {
     if (!p) continue;
     const auto& r = static_cast<const Req&>(*p);
-    if (r.complete) continue;
+    if (r.complete || r.optional) continue;
     Control& c = control(r.peer());
     std::string why;
     if (c.aborted.load(std::memory_order_acquire)) {
@@ -361,11 +361,10 @@ void ShmP2pTransport::checkPeers(const std::vector<RequestPtr>& reqs) {
     if (why.empty()) continue;
     // What it wrote before it went is still delivered.
     if (!r.isSend()) pullFrames(r.peer());
-    if (r.complete) continue;
-    failWith(MTXCOMM_REMOTE_ERROR,
-             strCat("peer rank ", r.peer(), " ", why, " while this rank ",
-                    r.isSend() ? "sent to" : "waited to receive from", " it (tag ", r.tag, ", ",
-                    r.bytes(), " bytes; shared memory)"));
+    if (r.complete || r.optional) continue;
+    failWith(MTXCOMM_REMOTE_ERROR, strCat("peer rank ", r.peer(), " ", why, " while this rank ",
+                                          r.isSend() ? "sent to" : "waited to receive from",
+                                          " it (tag ", r.tag, "; shared memory)"));
   }
 }
 
