@@ -27,7 +27,8 @@ class P2pHub {
   uint64_t posted = 0;           // operations ever posted (the thread's wake-up condition)
   // The channel, while waiting callers may progress it (progressOnCaller); null once it stops.
   P2p* owner = nullptr;
-  int progressing = 0;            // callers inside owner->tryProgress()
+  int progressing = 0;                               // callers inside owner->tryProgress()
+  std::chrono::steady_clock::duration callerSpin{};  // how long a waiting caller progresses
   std::condition_variable quiet;  // stop() waits on it for progressing to reach 0
   bool started = false;           // the thread runs (or ran); false: failChannel() aborts the view
   bool failed = false;
@@ -56,6 +57,8 @@ constexpr uint64_t kHeaderMagic = 0x7032706d74786d31ull;  // "1mxtmp2p": catches
 // peer's reply through a framework's call (tens of microseconds), short enough that a rank
 // waiting for a late peer gives its core back soon.
 constexpr auto kCallerSpin = std::chrono::microseconds(100);
+// With more ranks than cores a waiting caller's spin takes the core a peer needs: this much.
+constexpr auto kOversubscribedCallerSpin = std::chrono::microseconds(5);
 
 std::chrono::steady_clock::duration secondsToDuration(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -94,8 +97,9 @@ bool progressOnCaller(P2pHub& hub) {
 mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* message) {
   // First the caller progresses the channel itself (no hand-over to the progress thread and
   // back: a round trip between two waiting ranks costs two cross-core transfers), for
-  // kCallerSpin; then it sleeps, and the progress thread completes op.
-  const auto spinEnd = std::chrono::steady_clock::now() + kCallerSpin;
+  // kCallerSpin (kOversubscribedCallerSpin with more ranks than cores); then it sleeps, and
+  // the progress thread completes op.
+  const auto spinEnd = std::chrono::steady_clock::now() + op.hub->callerSpin;
   for (int k = 0; !op.done.load(std::memory_order_acquire); ++k) {
     if (!progressOnCaller(*op.hub)) cpuPause();
     if ((k & 15) == 15 && std::chrono::steady_clock::now() >= spinEnd) break;
@@ -132,6 +136,10 @@ P2p::P2p(std::unique_ptr<Transport> view, int rank)
       rank_(rank),
       hub_(std::make_shared<P2pHub>()) {
   hub_->owner = this;
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool oversubscribed = cores > 0 && static_cast<unsigned>(view_->size()) > cores;
+  hub_->callerSpin = oversubscribed ? std::chrono::steady_clock::duration(kOversubscribedCallerSpin)
+                                    : std::chrono::steady_clock::duration(kCallerSpin);
 }
 
 P2p::~P2p() {

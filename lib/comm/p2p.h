@@ -34,13 +34,13 @@
 // callers themselves: whoever holds the channel's progress lock posts the queued operations
 // and polls the view (Transport::testAll). A post first tries that lock and starts its operation
 // at once (a send that fits the view's buffers, the shared-memory rings, completes right there);
-// a caller waiting for an operation polls the channel itself for about 100 us before it sleeps
-// (a condition variable), so a round trip between two waiting ranks needs no thread hand-over.
-// The thread makes progress for everyone else: with operations in flight it spins briefly,
-// then yields, then sleeps in steps of up to 1 ms (on the view's doorbell where it has one,
-// ActivityWaiter in transport.h, so an arrival wakes it at once); with nothing in flight it
-// sleeps until a post. A caller never waits for the lock (it tries it), so a thread that posts a
-// receive never waits for an earlier operation, and any thread may post, test or wait, also
+// a caller waiting for an operation polls the channel itself for about 100 us (5 us with more ranks
+// than cores) before it sleeps (a condition variable), so a round trip between two waiting ranks
+// needs no thread hand-over. The thread makes progress for everyone else: with operations in flight
+// it spins briefly, then yields, then sleeps in steps of up to 1 ms (on the view's doorbell where
+// it has one, ActivityWaiter in transport.h, so an arrival wakes it at once); with nothing in
+// flight it sleeps until a post. A caller never waits for the lock (it tries it), so a thread that
+// posts a receive never waits for an earlier operation, and any thread may post, test or wait, also
 // while another thread runs a collective on the communicator.
 //
 // Self. A message to this rank itself is matched by the progress thread within the process: a
