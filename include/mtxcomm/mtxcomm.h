@@ -369,16 +369,17 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   and by the callers where that costs them no wait: a post starts its operation at once when
  *   no other thread is making progress (a send that fits the shared-memory ring then completes
  *   before mtxcomm_isend returns), mtxcomm_test makes one round, and mtxcomm_wait makes
- *   progress itself for about 100 us (5 us with more ranks than cores) before it sleeps (two ranks
- * that wait for each other then exchange without a thread hand-over). A posted receive never waits
- * for an earlier operation, so the exchange "irecv from peer; isend to peer; wait both" on both
- * ranks works at every size. Where every rank is on one node and shared memory is on (MTXCOMM_SHM),
- * the messages go through rings of a shared-memory segment of their own (1 MiB per pair of ranks at
- * 2 ranks, less beyond: about 8 MiB in all; a larger message streams through); else, or where
- * /dev/shm cannot hold that segment (a warning), over the communicator's point-to-point transport
- * (MPI, TCP or UCX).
+ *   progress itself for about 100 us (5 us with more ranks than cores) before it sleeps (two
+ *   ranks that wait for each other then exchange without a thread hand-over). A posted receive
+ *   never waits for an earlier operation, so the exchange "irecv from peer; isend to peer; wait
+ *   both" on both ranks works at every size. Where every rank is on one node and shared memory
+ *   is on (MTXCOMM_SHM), the messages go through rings of a shared-memory segment of their own
+ *   (1 MiB per pair of ranks at 2 ranks, less beyond: about 8 MiB in all; a larger message
+ *   streams through); else, or where /dev/shm cannot hold that segment (a warning), over the
+ *   communicator's point-to-point transport (MPI, TCP or UCX).
  * - Setup: each communicator (init and split) makes its point-to-point context at creation,
- *   collectively (under MPI an MPI_Comm_create_group); nothing is made later.
+ *   collectively (under MPI an MPI_Comm_create_group; on one node with shared memory, the
+ *   rings' segment); nothing is made later.
  * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size)
  *   and not MTXCOMM_ANY_SOURCE for a receive,
  *   tag out of range, buf NULL with count > 0, count * element size overflowing size_t, req
