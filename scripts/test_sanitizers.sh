@@ -25,7 +25,7 @@ fi
 common=("${launcher[@]}" -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
   -DMTXCOMM_WITH_MPI=OFF -DMTXCOMM_WITH_UCX=OFF -DMTXCOMM_WITH_CUDA=OFF -DMTXCOMM_WITH_NCCL=OFF
   -DMTXCOMM_WITH_TENSORFLOW=OFF -DMTXCOMM_BUILD_BENCH=OFF -DMTXCOMM_BUILD_TOOLS=OFF)
-threaded=(test_engine test_engine_alone test_engine_pair test_notify test_trust test_store test_api_comm
+threaded=(test_engine test_engine_alone test_engine_pair test_notify test_trust test_store test_api_comm test_p2p
           test_flight_recorder)
 
 # -fno-sanitize=enum: the C API's enums are C enums; a caller may pass any int (the tests do),
@@ -38,7 +38,7 @@ cmake -S . -B build-asan "${common[@]}" -DMTXCOMM_FUZZ=ON -DMTXCOMM_FUZZ_SECONDS
 # Only what runs here: the programs of the fast tests (a new FAST program in tests/CMakeLists.txt
 # belongs in this list), the trust cases and the fuzz targets.
 fast=(test_adasum test_config test_engine test_engine_alone test_notify test_patterns test_reduce test_schedule
-  test_selection test_signals test_store test_topology test_transport_contract)
+  test_selection test_signals test_store test_topology test_transport_contract test_p2p)
 fuzz=(fuzz_store_request fuzz_auth_handshake fuzz_engine_request fuzz_tuning_json fuzz_config_env
   fuzz_tcp_frames)
 cmake --build build-asan -j "$jobs" --target "${fast[@]}" test_trust "${fuzz[@]}"

@@ -352,10 +352,12 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  *   (a message goes to the oldest receive that matches it, named or any-source); across senders
  *   the order is whichever arrives first. Each peer gets a header receive of that tag posted for
  *   it; one that another peer's message made unnecessary stays posted but idle, and takes that
- *   peer's next message of the tag for the next receive that matches it. Limit: once a peer has
- *   closed its connection (exited, even after destroying its communicator), a later receive
- *   from any source of a tag that has such a receive toward it fails naming that peer; receive
- *   from named peers there.
+ *   peer's next message of the tag for the next receive that matches it. Over shared memory a
+ *   peer that has left (destroyed its communicator, exited, died) is simply no candidate: the
+ *   receive takes another peer's message, and waits until its timeout if every other peer has
+ *   left. Limit over the other transports: once a peer has closed its connection (exited,
+ *   even after destroying its communicator), a later receive from any source of a tag that has
+ *   such a receive toward it fails naming that peer; receive from named peers there.
  * - Self: peer == own rank is allowed: the message is matched within the process (a send with no
  *   receive posted yet is copied aside and completes at once).
  * - count 0 is a message of zero bytes: it is matched and delivered like any other (buf may then
@@ -363,16 +365,21 @@ MTXCOMM_API mtxcomm_result_t mtxcomm_barrier(mtxcomm_comm_t comm);
  * - Buffers: mtxcomm_isend and mtxcomm_irecv return at once; the buffer belongs to the library
  *   until the request has completed (mtxcomm_test says done, or mtxcomm_wait returned): do not
  *   write a send buffer or read a receive buffer before.
- * - Progress: made by a thread of the communicator (started at its first point-to-point call),
- *   never by the caller: a posted receive never waits for an earlier operation, so the exchange
- *   "irecv from peer; isend to peer; wait both" on both ranks works at every size. Waiting
- *   spins briefly, then sleeps. Where every rank is on one node and shared memory is on
- *   (MTXCOMM_SHM), the messages go through rings of a shared-memory segment of their own (1 MiB
- *   per pair of ranks at 2 ranks, less beyond: about 8 MiB in all; a larger message streams
- *   through); else, or where /dev/shm cannot hold that segment (a warning), over the
+ * - Progress: made by a thread of the communicator (started at its first point-to-point call)
+ *   and by the callers where that costs them no wait: a post starts its operation at once when
+ *   no other thread is making progress (a send that fits the shared-memory ring then completes
+ *   before mtxcomm_isend returns), mtxcomm_test makes one round, and mtxcomm_wait makes
+ *   progress itself for about 100 us (5 us with more ranks than cores) before it sleeps (two
+ *   ranks that wait for each other then exchange without a thread hand-over). A posted receive
+ *   never waits for an earlier operation, so the exchange "irecv from peer; isend to peer; wait
+ *   both" on both ranks works at every size. Where every rank is on one node and shared memory
+ *   is on (MTXCOMM_SHM), the messages go through rings of a shared-memory segment of their own
+ *   (1 MiB per pair of ranks at 2 ranks, less beyond: about 8 MiB in all; a larger message
+ *   streams through); else, or where /dev/shm cannot hold that segment (a warning), over the
  *   communicator's point-to-point transport (MPI, TCP or UCX).
  * - Setup: each communicator (init and split) makes its point-to-point context at creation,
- *   collectively (under MPI an MPI_Comm_create_group); nothing is made later.
+ *   collectively (under MPI an MPI_Comm_create_group; on one node with shared memory, the
+ *   rings' segment); nothing is made later.
  * - Errors: invalid arguments (comm not live, a datatype that is not one, peer not in [0, size)
  *   and not MTXCOMM_ANY_SOURCE for a receive,
  *   tag out of range, buf NULL with count > 0, count * element size overflowing size_t, req

@@ -130,6 +130,8 @@ mtxcomm_result_t mtxcomm_test(mtxcomm_request_t req, int* done) {
         if (!done) mtxcomm::fail(MTXCOMM_INVALID_ARGUMENT, "mtxcomm_test: done is NULL");
         *done = 0;
         const mtxcomm_request_s r = lookupRequest(req, "mtxcomm_test");
+        // A caller that polls makes progress too (one round, unless another thread is in one).
+        if (!r.op->done.load(std::memory_order_acquire)) mtxcomm::progressOnCaller(*r.op->hub);
         if (!r.op->done.load(std::memory_order_acquire)) return;
         *done = 1;
         if (finished(r) != MTXCOMM_SUCCESS) throw Error(r.op->code, r.op->message);

@@ -24,7 +24,13 @@ class P2pHub {
   std::condition_variable work;  // the progress thread sleeps on it: a post, a failure
   std::condition_variable done;  // waiters sleep on it: a completion
   std::deque<P2pOpPtr> queue;    // posted, not taken by the thread yet
-  bool started = false;          // the thread runs (or ran); false: failChannel() aborts the view
+  uint64_t posted = 0;           // operations ever posted (the thread's wake-up condition)
+  // The channel, while waiting callers may progress it (progressOnCaller); null once it stops.
+  P2p* owner = nullptr;
+  int progressing = 0;                               // callers inside owner->tryProgress()
+  std::chrono::steady_clock::duration callerSpin{};  // how long a waiting caller progresses
+  std::condition_variable quiet;  // stop() waits on it for progressing to reach 0
+  bool started = false;           // the thread runs (or ran); false: failChannel() aborts the view
   bool failed = false;
   mtxcomm_result_t code = MTXCOMM_SUCCESS;
   std::string reason;     // the first failure
@@ -47,6 +53,12 @@ class P2pHub {
 namespace {
 
 constexpr uint64_t kHeaderMagic = 0x7032706d74786d31ull;  // "1mxtmp2p": catches a framing slip
+// How long a waiting caller progresses the channel itself before it sleeps: long enough for a
+// peer's reply through a framework's call (tens of microseconds), short enough that a rank
+// waiting for a late peer gives its core back soon.
+constexpr auto kCallerSpin = std::chrono::microseconds(100);
+// With more ranks than cores a waiting caller's spin takes the core a peer needs: this much.
+constexpr auto kOversubscribedCallerSpin = std::chrono::microseconds(5);
 
 std::chrono::steady_clock::duration secondsToDuration(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -63,9 +75,36 @@ std::string describeP2pOp(const P2pOp& op) {
                 ", ", op.bytes, " bytes)");
 }
 
+bool progressOnCaller(P2pHub& hub) {
+  P2p* channel;
+  {
+    std::lock_guard<std::mutex> lock(hub.mu);
+    if (!hub.owner || hub.failed) return false;
+    channel = hub.owner;
+    ++hub.progressing;
+  }
+  bool moved = false;
+  try {
+    moved = channel->tryProgress();
+  } catch (...) {
+    // tryProgress fails the channel itself; nothing else to do here
+  }
+  std::lock_guard<std::mutex> lock(hub.mu);
+  if (--hub.progressing == 0) hub.quiet.notify_all();
+  return moved;
+}
+
 mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* message) {
-  static const int kSpin = pausesFor(kSpinMicros);
-  if (!spinUntil(kSpin, [&] { return op.done.load(std::memory_order_acquire); })) {
+  // First the caller progresses the channel itself (no hand-over to the progress thread and
+  // back: a round trip between two waiting ranks costs two cross-core transfers), for
+  // kCallerSpin (kOversubscribedCallerSpin with more ranks than cores); then it sleeps, and
+  // the progress thread completes op.
+  const auto spinEnd = std::chrono::steady_clock::now() + op.hub->callerSpin;
+  for (int k = 0; !op.done.load(std::memory_order_acquire); ++k) {
+    if (!progressOnCaller(*op.hub)) cpuPause();
+    if ((k & 15) == 15 && std::chrono::steady_clock::now() >= spinEnd) break;
+  }
+  if (!op.done.load(std::memory_order_acquire)) {
     P2pHub& hub = *op.hub;
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + secondsToDuration(timeoutSeconds);
@@ -95,7 +134,13 @@ P2p::P2p(std::unique_ptr<Transport> view, int rank)
     : view_(std::move(view)),
       waiter_(dynamic_cast<ActivityWaiter*>(view_.get())),
       rank_(rank),
-      hub_(std::make_shared<P2pHub>()) {}
+      hub_(std::make_shared<P2pHub>()) {
+  hub_->owner = this;
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool oversubscribed = cores > 0 && static_cast<unsigned>(view_->size()) > cores;
+  hub_->callerSpin = oversubscribed ? std::chrono::steady_clock::duration(kOversubscribedCallerSpin)
+                                    : std::chrono::steady_clock::duration(kCallerSpin);
+}
 
 P2p::~P2p() {
   stop(MTXCOMM_INVALID_USAGE, "the communicator was destroyed on this rank", /*tellPeers=*/false);
@@ -103,7 +148,7 @@ P2p::~P2p() {
 
 P2pOpPtr P2p::post(bool isSend, int peer, int tag, void* buf, size_t bytes) {
   auto op = std::make_shared<P2pOp>(hub_, isSend, peer, tag, buf, bytes);
-  std::lock_guard<std::mutex> lock(hub_->mu);
+  std::unique_lock<std::mutex> lock(hub_->mu);
   if (hub_->failed) {
     mtxcomm::fail(MTXCOMM_INVALID_USAGE,
                   "point-to-point on this communicator failed earlier: ", hub_->reason);
@@ -118,9 +163,49 @@ P2pOpPtr P2p::post(bool isSend, int peer, int tag, void* buf, size_t bytes) {
     hub_->started = true;
   }
   hub_->queue.push_back(op);
-  hub_->work.notify_one();
-  if (waiter_) waiter_->wake();  // the thread may sleep on the view's activity instead
+  ++hub_->posted;
+  lock.unlock();
+  // Started on the caller where the channel is free: a send that fits the view's buffers
+  // (the shared-memory rings) then completes here, and the thread is not woken for it.
+  tryProgress();
+  if (!op->done.load(std::memory_order_acquire)) {
+    hub_->work.notify_one();
+    if (waiter_) waiter_->wake();  // the thread may sleep on the view's activity instead
+  }
   return op;
+}
+
+bool P2p::tryProgress() {
+  std::unique_lock<std::mutex> progress(progressMu_, std::try_to_lock);
+  if (!progress.owns_lock()) return false;
+  return round();
+}
+
+bool P2p::round() {
+  std::deque<P2pOpPtr> fresh;
+  std::unique_lock<std::mutex> lock(hub_->mu);
+  if (hub_->failed) return false;
+  fresh.swap(hub_->queue);
+  lock.unlock();
+  bool moved = !fresh.empty();
+  try {
+    for (const P2pOpPtr& op : fresh) start(op);
+    fresh.clear();
+    if (!reqs_.empty() && poll()) moved = true;
+  } catch (const Error& e) {
+    lock.lock();
+    // Operations taken but not started yet are failed with the others.
+    for (auto& op : fresh) hub_->queue.push_front(std::move(op));
+    hub_->failLocked(e.code(), e.what(), /*tell=*/false);
+    moved = true;
+  } catch (const std::bad_alloc&) {
+    lock.lock();
+    for (auto& op : fresh) hub_->queue.push_front(std::move(op));
+    hub_->failLocked(MTXCOMM_SYSTEM_ERROR, "out of memory", /*tell=*/false);
+    moved = true;
+  }
+  if (moved && waiter_ && hub_->failed) waiter_->wake();
+  return moved;
 }
 
 void P2p::failChannel(mtxcomm_result_t code, const std::string& reason, bool tellPeers) {
@@ -140,6 +225,12 @@ void P2p::failChannel(mtxcomm_result_t code, const std::string& reason, bool tel
 
 void P2p::stop(mtxcomm_result_t code, const std::string& reason, bool tellPeers) {
   failChannel(code, reason, tellPeers);
+  {
+    // No caller progresses the channel from now on (it may be destroyed after this).
+    std::unique_lock<std::mutex> lock(hub_->mu);
+    hub_->owner = nullptr;
+    hub_->quiet.wait(lock, [&] { return hub_->progressing == 0; });
+  }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
@@ -157,69 +248,53 @@ void P2p::abortViewOnce() {
 }
 
 void P2p::run() {
-  std::deque<P2pOpPtr> fresh;
   int idle = 0;  // rounds in a row in which nothing moved
-  std::unique_lock<std::mutex> lock(hub_->mu);
   for (;;) {
-    if (hub_->failed) break;
     // Read before the round: an arrival after it makes waitActivity below return at once.
     const uint32_t seen = waiter_ ? waiter_->activitySeen() : 0;
-    fresh.swap(hub_->queue);
-    lock.unlock();
-    bool moved = !fresh.empty();
-    try {
-      for (const P2pOpPtr& op : fresh) start(op);
-      fresh.clear();
-      if (!reqs_.empty() && poll()) moved = true;
-    } catch (const Error& e) {
-      lock.lock();
-      // Operations taken but not started yet are failed with the others.
-      for (auto& op : fresh) hub_->queue.push_front(std::move(op));
-      fresh.clear();
-      hub_->failLocked(e.code(), e.what(), /*tell=*/false);
-      continue;
-    } catch (const std::bad_alloc&) {
-      lock.lock();
-      for (auto& op : fresh) hub_->queue.push_front(std::move(op));
-      fresh.clear();
-      hub_->failLocked(MTXCOMM_SYSTEM_ERROR, "out of memory", /*tell=*/false);
-      continue;
+    uint64_t postsSeen;
+    {
+      std::lock_guard<std::mutex> lock(hub_->mu);
+      postsSeen = hub_->posted;
     }
-    lock.lock();
-    if (moved) {
+    bool moved, inFlight;
+    {
+      std::lock_guard<std::mutex> progress(progressMu_);
+      moved = round();
+      inFlight = !reqs_.empty();
+    }
+    std::unique_lock<std::mutex> lock(hub_->mu);
+    if (hub_->failed) break;
+    if (moved || hub_->posted != postsSeen) {
       idle = 0;
       continue;
     }
-    if (!hub_->queue.empty() || hub_->failed) continue;
-    if (reqs_.empty()) {
+    if (!inFlight) {
       // Nothing in flight: sleep until a post or a failure.
-      hub_->work.wait(lock, [&] { return !hub_->queue.empty() || hub_->failed; });
+      hub_->work.wait(lock, [&] { return hub_->posted != postsSeen || hub_->failed; });
       idle = 0;
       continue;
     }
     // In flight, nothing moved: spin, yield, then sleep in growing steps (a post wakes it).
     ++idle;
+    lock.unlock();
     if (idle < 64) {
-      lock.unlock();
       cpuPause();
-      lock.lock();
     } else if (idle < 128) {
-      lock.unlock();
       sched_yield();
-      lock.lock();
     } else {
       const int us = std::min(1000, 10 << std::min(idle - 128, 7));
       if (waiter_) {
         // Woken by an arrival, a post or a failure (each rings the view's doorbell).
-        lock.unlock();
         waiter_->waitActivity(seen, std::chrono::microseconds(us));
-        lock.lock();
       } else {
-        hub_->work.wait_for(lock, std::chrono::microseconds(us));
+        lock.lock();
+        hub_->work.wait_for(lock, std::chrono::microseconds(us),
+                            [&] { return hub_->posted != postsSeen || hub_->failed; });
       }
     }
   }
-  lock.unlock();
+  std::lock_guard<std::mutex> progress(progressMu_);
   failAll();
 }
 
@@ -440,6 +515,13 @@ void P2p::compact(const std::function<bool(size_t)>& takeOut) {
 }
 
 bool P2p::poll() {
+  // A header receive that only receives from any source want may go unanswered: its peer
+  // leaving is no error for them (another peer may send).
+  for (size_t i = 0; i < reqs_.size(); ++i) {
+    if (reqs_[i] && slots_[i].part == Part::kHeader) {
+      reqs_[i]->optional = inboxes_[slots_[i].key].recvs.empty();
+    }
+  }
   view_->testAll(reqs_);
   // Completed slots are taken out first: handling them posts new requests.
   std::vector<Slot> finished;

@@ -30,13 +30,18 @@
 // work, so an idle channel sleeps and a peer that finishes and closes its connection fails
 // nothing. It is polled again once a receive wants that peer and tag.
 //
-// Progress. One thread per communicator, started by the first point-to-point call, alone calls
-// the view: it posts the queued operations and polls (Transport::testAll), spinning briefly,
-// then yielding, then sleeping in steps of up to 1 ms when nothing moves (a new operation wakes
-// it); with nothing in flight it sleeps until one is posted. User threads only queue operations
-// and wait for their completion (a short spin, then a condition variable), so a thread that
-// posts a receive never waits for an earlier operation, and any thread may post, test or wait,
-// also while another thread runs a collective on the communicator.
+// Progress. One thread per communicator, started by the first point-to-point call, and the
+// callers themselves: whoever holds the channel's progress lock posts the queued operations
+// and polls the view (Transport::testAll). A post first tries that lock and starts its operation
+// at once (a send that fits the view's buffers, the shared-memory rings, completes right there);
+// a caller waiting for an operation polls the channel itself for about 100 us (5 us with more ranks
+// than cores) before it sleeps (a condition variable), so a round trip between two waiting ranks
+// needs no thread hand-over. The thread makes progress for everyone else: with operations in flight
+// it spins briefly, then yields, then sleeps in steps of up to 1 ms (on the view's doorbell where
+// it has one, ActivityWaiter in transport.h, so an arrival wakes it at once); with nothing in
+// flight it sleeps until a post. A caller never waits for the lock (it tries it), so a thread that
+// posts a receive never waits for an earlier operation, and any thread may post, test or wait, also
+// while another thread runs a collective on the communicator.
 //
 // Self. A message to this rank itself is matched by the progress thread within the process: a
 // send with no receive posted is copied aside and completes at once.
@@ -104,8 +109,12 @@ std::string describeP2pOp(const P2pOp& op);
 
 // Waits until op completes and returns its result (*message: its error). timeoutSeconds > 0:
 // past it the channel fails with MTXCOMM_TIMEOUT naming op (and the wait then returns once the
-// progress thread has completed op). Spins briefly, then sleeps. Any thread.
+// progress thread has completed op). Progresses the channel itself for about 100 us
+// (progressOnCaller), then sleeps. Any thread.
 mtxcomm_result_t waitP2pOp(P2pOp& op, double timeoutSeconds, std::string* message);
+// One round of progress of hub's channel on the calling thread, unless another thread is making
+// one or the channel has stopped; whether anything moved. Any thread.
+bool progressOnCaller(P2pHub& hub);
 
 class P2p {
  public:
@@ -115,6 +124,10 @@ class P2p {
   ~P2p();
   P2p(const P2p&) = delete;
   P2p& operator=(const P2p&) = delete;
+
+  // One round of progress on the calling thread (the queued operations started, the view
+  // polled once) if no other thread is making one; whether anything moved. Any thread.
+  bool tryProgress();
 
   // The name of the transport the messages go over ("shm", "tcp", "mpi", "ucx", "inproc").
   const char* transportName() const { return view_->name(); }
@@ -151,6 +164,9 @@ class P2p {
   };
 
   void run();
+  // One round: starts the queued operations, polls once; a failure fails the channel. Under
+  // progressMu_.
+  bool round();
   void start(const P2pOpPtr& op);
   void startSelf(const P2pOpPtr& op);
   void startAny(const P2pOpPtr& op);
@@ -188,7 +204,9 @@ class P2p {
   const int rank_;
   std::shared_ptr<P2pHub> hub_;
   std::thread thread_;
-  // The thread's own state.
+  // Held by whoever makes progress (the thread, or a caller): guards the view and the state
+  // below.
+  std::mutex progressMu_;
   std::vector<RequestPtr> reqs_;
   std::vector<Slot> slots_;                       // parallel to reqs_
   std::map<Key, Inbox> inboxes_;                  // node-stable: headers land there

@@ -17,7 +17,9 @@
 // receiver reads each peer's ring in order: a message goes to the oldest receive posted for
 // its (peer, tag), else into a buffer of its own until one is posted (the unexpected queue), so
 // messages of one (peer, tag) match in posting order (MPI's rule) and other tags never block
-// it. Unequal byte counts of a matched pair are MTXCOMM_INTERNAL_ERROR (the contract).
+// it. A message over 4 KiB with no receive yet is first left in the ring for one round of
+// progress (its receive usually comes in that round), so it is copied once. Unequal byte counts of
+// a matched pair are MTXCOMM_INTERNAL_ERROR (the contract).
 //
 // Waiting. waitAll spins briefly, then sleeps on this rank's doorbell (futex) in steps of at
 // most 50 ms, checking the deadline, the cancel token, the peers' abort and left flags and
@@ -120,6 +122,8 @@ class ShmP2pTransport : public Transport, public ActivityWaiter {
   // Complete messages no receive was posted for yet, per (peer, tag), oldest first; a message
   // still arriving for no receive is incoming_'s.
   std::map<std::pair<int, int>, std::deque<std::vector<char>>> unexpected_;
+  // Per peer, the ring position of a large unmatched message left there for a round.
+  std::vector<uint64_t> deferredAt_;
   Clock::time_point nextScan_{};
 };
 
