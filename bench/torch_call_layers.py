@@ -1,54 +1,94 @@
-"""Where a small dist.all_reduce's time goes with the C++ "mtxcomm" backend: the same tensor
-through each layer, timed in turn (median of 5 x 1000 calls per layer and size): the Python
-API (dist.all_reduce), the ProcessGroup (pg.allreduce(...).wait()), the backend object
-(backend.allreduce(...).wait()) and the C API's mtxcomm_allreduce on the backend's own
-communicator (through ctypes, which adds ~1-2 us). Rank 0 prints a Markdown table.
+"""Where a small dist.all_reduce's time goes with the C++ "mtxcomm" backend, against the library's
+own call in the same job: the same tensor through each layer, timed interleaved (each of R rounds
+times K calls of every layer in turn; the figure is the median over rounds of the time per call):
 
-    mtxrun -np 2 python bench/torch_call_layers.py
+- library: K x mtxcomm_allreduce in a C++ loop on the group's own communicator
+  (``bench_allreduce``: what ``mtxcomm_bench allreduce`` times, no binding in between);
+- direct_all_reduce: ``mtxcomm.torch.direct_all_reduce(t)`` (one pybind11 call);
+- backend: ``backend.allreduce([t]).wait()`` (the c10d Backend object, its Work);
+- pg: ``pg.allreduce([t], opts).wait()`` (PyTorch's ProcessGroup and its dispatcher);
+- dist.all_reduce: ``dist.all_reduce(t)``, as a user calls it;
+- with torch's hook: ``dist.all_reduce(t)`` on a second "mtxcomm" group over the same ranks
+  to which torch's generic FlightRecorderHook is attached, as torch attaches it to a backend
+  that does not record its own calls (mtxcomm declares that it does; docs/torch.md).
+
+float32 SUM, in place. Rank 0 prints a Markdown table; "dist - library" is what a torch user
+pays above the library's own call.
+
+    mtxrun -np 2 python bench/torch_call_layers.py [--rounds 7] [--calls 2000]
 """
 
-import ctypes
+import argparse
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-import mtxcomm.torch  # noqa
-from mtxcomm.torch import _setcomm
-
-dist.init_process_group("mtxcomm")
-be = dist.group.WORLD._get_backend(torch.device("cpu"))
-lib = _setcomm._library()
-comm = ctypes.c_void_p(be.comm_address)
+import mtxcomm.torch
+from mtxcomm.torch import _native
 
 
-def timed(fn, k=2000):
+def timed(fn, k):
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(k):
-        fn()
+    fn(k)
     return (time.perf_counter() - t0) / k * 1e6
 
 
-rows = []
-for nbytes in (8, 512, 8192, 65536):
-    x = torch.ones(nbytes // 4)
-    opts = dist.AllreduceOptions()
+def loop(call):
+    def run(k):
+        for _ in range(k):
+            call()
+
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--sizes", default="8,512,8192,65536", help="bytes, comma-separated")
+    args = ap.parse_args()
+    dist.init_process_group("mtxcomm")
+    module, why = _native.native_module()
+    if module is None:
+        raise SystemExit("torch_call_layers: the C++ backend does not serve (%s)" % why)
     pg = dist.group.WORLD
-    fns = {
-        "dist.all_reduce": lambda: dist.all_reduce(x),
-        "pg.allreduce().wait()": lambda: pg.allreduce([x], opts).wait(),
-        "backend.allreduce().wait()": lambda: be.allreduce([x], opts).wait(),
-        "ctypes mtxcomm_allreduce": lambda: lib.mtxcomm_allreduce(
-            x.data_ptr(), x.data_ptr(), x.numel(), 8, 0, comm, None
-        ),
-    }
-    res = {k: statistics.median([timed(f, 1000) for _ in range(5)]) for k, f in fns.items()}
-    rows.append((nbytes, res))
-if dist.get_rank() == 0:
-    names = list(rows[0][1])
-    print("| bytes | " + " | ".join(names) + " |")
-    for n, r in rows:
-        print("| %d | %s |" % (n, " | ".join("%.1f" % r[k] for k in names)))
-dist.destroy_process_group()
+    be = pg._get_backend(torch.device("cpu"))
+    hooked = dist.new_group(list(range(dist.get_world_size())))
+    hook = torch._C._distributed_c10d.FlightRecorderHook.attach(
+        hooked, list(range(dist.get_world_size()))
+    )
+    opts = dist.AllreduceOptions()
+    rows = []
+    for nbytes in (int(s) for s in args.sizes.split(",")):
+        x = torch.ones(max(1, nbytes // 4))
+        layers = {
+            "library": lambda k: be.bench_allreduce(x, k),
+            "direct_all_reduce": loop(lambda: mtxcomm.torch.direct_all_reduce(x)),
+            "backend": loop(lambda: be.allreduce([x], opts).wait()),
+            "pg": loop(lambda: pg.allreduce([x], opts).wait()),
+            "dist.all_reduce": loop(lambda: dist.all_reduce(x)),
+            "with torch's hook": loop(lambda: dist.all_reduce(x, group=hooked)),
+        }
+        for f in layers.values():  # warm-up
+            timed(f, max(1, args.calls // 10))
+        times = {name: [] for name in layers}
+        for _ in range(args.rounds):
+            for name, f in layers.items():
+                times[name].append(timed(f, args.calls))
+        rows.append((nbytes, {name: statistics.median(v) for name, v in times.items()}))
+    hook.remove()
+    if dist.get_rank() == 0:
+        names = list(rows[0][1])
+        print("| bytes | " + " | ".join(n + " (µs)" for n in names) + " | dist - library (µs) |")
+        print("|---:|" + "---:|" * (len(names) + 1))
+        for n, r in rows:
+            cells = " | ".join("%.2f" % r[k] for k in names)
+            print("| %d | %s | %.2f |" % (n, cells, r["dist.all_reduce"] - r["library"]))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -33,7 +33,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allreduce(std::vector<at::Tensor>
           s.copyBack();
         }
       },
-      device);
+      device, isWaited(opts));
 }
 
 void MtxcommBackend::allreduceDirect(at::Tensor& t, int op) {
@@ -49,6 +49,24 @@ void MtxcommBackend::allreduceDirect(at::Tensor& t, int op) {
   check(mtxcomm_allreduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), dt(t), mtxcomm_op_t(op),
                           comm_, nullptr),
         comm_, "direct_all_reduce");
+}
+
+double MtxcommBackend::benchAllreduce(at::Tensor& t, int64_t iters) {
+  TORCH_CHECK_VALUE(nativeHost(t) && t.is_contiguous() && iters > 0,
+                    "bench_allreduce: a contiguous dense CPU tensor and iters > 0, got ",
+                    t.toString(), " and ", iters);
+  if (pending() != 0) drain();
+  std::lock_guard<std::mutex> lock(commMutex_);
+  TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
+  void* p = t.data_ptr();
+  const size_t n = size_t(t.numel());
+  const mtxcomm_datatype_t type = dt(t);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iters; ++i) {
+    check(mtxcomm_allreduce(p, p, n, type, MTXCOMM_SUM, comm_, nullptr), comm_, "bench_allreduce");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         double(iters);
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -73,7 +91,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::broadcast(std::vector<at::Tensor>
           s.copyBack();
         }
       },
-      device);
+      device, isWaited(opts));
   return raiseIfBadRoot(work, root);
 }
 
@@ -104,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce(std::vector<at::Tensor>& t
           if (isRoot) s.copyBack();
         }
       },
-      device);
+      device, isWaited(opts));
   return raiseIfBadRoot(work, root);
 }
 
@@ -127,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::all_gather_single(
               "all_gather_into_tensor");
         o.copyBack();
       },
-      cudaDeviceOf({output, input}, "all_gather_into_tensor"));
+      cudaDeviceOf({output, input}, "all_gather_into_tensor"), isWaited(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::_allgather_base(at::Tensor& output,
@@ -171,7 +189,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::allgather(
           for (int r = 0; r < n; ++r) outs[i][r].copy_(parts[r].view(outs[i][r].sizes()));
         }
       },
-      cudaDeviceOf(every, "allgather"));
+      cudaDeviceOf(every, "allgather"), isWaited(opts));
 }
 
 // -- reduce-scatter --
@@ -195,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce_scatter_single(
               "reduce_scatter_tensor");
         r.copyBack();
       },
-      cudaDeviceOf({output, input}, "reduce_scatter_tensor"));
+      cudaDeviceOf({output, input}, "reduce_scatter_tensor"), isWaited(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::_reduce_scatter_base(
@@ -241,7 +259,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::reduce_scatter(
           r.copyBack();
         }
       },
-      cudaDeviceOf(every, "reduce_scatter"));
+      cudaDeviceOf(every, "reduce_scatter"), isWaited(opts));
 }
 
 // -- alltoall --
@@ -332,7 +350,8 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::all_to_all_single(
                                 dt(in), comm_, nullptr),
               comm_, "all_to_all_single");
         o.copyBack();
-      });
+      },
+      std::nullopt, isWaited(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -344,9 +363,11 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::alltoall_base(at::Tensor& output,
 
 // -- barrier --
 
-c10::intrusive_ptr<c10d::Work> MtxcommBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return run(c10d::OpType::BARRIER, {}, 0,
-             [this](void*) { check(mtxcomm_barrier(comm_), comm_, "barrier"); });
+c10::intrusive_ptr<c10d::Work> MtxcommBackend::barrier(const c10d::BarrierOptions& opts) {
+  return run(
+      c10d::OpType::BARRIER, {}, 0,
+      [this](void*) { check(mtxcomm_barrier(comm_), comm_, "barrier"); }, std::nullopt,
+      isWaited(opts));
 }
 
 // -- point-to-point --
@@ -426,7 +447,7 @@ void MtxcommBackend::checkRoot(int root, const char* what) const {
 
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::raiseIfBadRoot(c10::intrusive_ptr<c10d::Work> work,
                                                               int root) {
-  if (root < 0 || root >= getSize()) work->wait();  // throws checkRoot's error
+  if (work && (root < 0 || root >= getSize())) work->wait();  // throws checkRoot's error
   return work;
 }
 

@@ -112,6 +112,25 @@ struct Staged {
   }
 };
 
+// Whether the caller of a collective waits for it: dist.all_reduce(t) and the other
+// synchronous calls set opts.asyncOp to false (torch 2.8+), and for a null Work they skip
+// Work.wait() ("the backend has synchronised in C++", distributed_c10d.py). Such a call that
+// completed on the calling thread returns no Work: no Work to make, to hand to Python and to
+// wait for. Options without the field (older torch) are asynchronous. Not while torch keeps
+// Works of in-flight collectives as graph inputs (it registers every Work it gets).
+template <class O>
+auto asyncOpOf(const O& o, int) -> decltype(bool(o.asyncOp)) {
+  return o.asyncOp;
+}
+template <class O>
+bool asyncOpOf(const O&, long) {
+  return true;
+}
+template <class O>
+bool isWaited(const O& opts) {
+  return !asyncOpOf(opts, 0) && !c10d::allow_inflight_collective_as_graph_input();
+}
+
 // ---- Work -----------------------------------------------------------------------------------
 
 class MtxWork : public c10d::Work {
@@ -286,6 +305,10 @@ class MtxcommBackend : public c10d::Backend {
   // mtxcomm.torch.direct_all_reduce: an in-place allreduce of one contiguous CPU tensor on the
   // calling thread, without torch.distributed's dispatch (after the calls already queued).
   void allreduceDirect(at::Tensor& t, int op);
+  // The library's own call as a benchmark sees it: iters x mtxcomm_allreduce (in place, SUM) on
+  // the group's communicator in a C++ loop, no binding in between; seconds per call
+  // (bench/torch_call_layers.py compares the framework's call with it in the same job).
+  double benchAllreduce(at::Tensor& t, int64_t iters);
 
   // -- the group's own operations (c10d_group.cc) --
 
@@ -346,8 +369,11 @@ class MtxcommBackend : public c10d::Backend {
   // The worker and its queue (c10d_work.cc). run: a call on CPU tensors inline or queued; on
   // CUDA tensors (device), on the calling thread, on the device's current stream, after the
   // queued calls.
+  // waited: the caller waits for the call (opts.asyncOp false, isWaited); such a call that
+  // completes inline returns no Work, and torch.distributed then has nothing to wait for.
   c10::intrusive_ptr<c10d::Work> run(c10d::OpType op, std::vector<at::Tensor> outputs, size_t bytes,
-                                     Fn fn, std::optional<c10::Device> device = std::nullopt);
+                                     Fn fn, std::optional<c10::Device> device = std::nullopt,
+                                     bool waited = false);
   c10::intrusive_ptr<c10d::Work> runOnStream(c10d::OpType op, std::vector<at::Tensor> outputs,
                                              c10::Device device, const Fn& fn);
   std::exception_ptr execute(const Fn& fn);

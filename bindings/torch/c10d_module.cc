@@ -30,6 +30,8 @@ PYBIND11_MODULE(_c10d, m) {
       .def("pending", &MtxcommBackend::pending, py::call_guard<py::gil_scoped_release>())
       .def("allreduce_direct", &MtxcommBackend::allreduceDirect, py::arg("tensor"),
            py::arg("op") = int(MTXCOMM_SUM), py::call_guard<py::gil_scoped_release>())
+      .def("bench_allreduce", &MtxcommBackend::benchAllreduce, py::arg("tensor"), py::arg("iters"),
+           py::call_guard<py::gil_scoped_release>())
       .def("close", &MtxcommBackend::close, py::call_guard<py::gil_scoped_release>());
   py::class_<mtxcomm_torch::MtxcommProcessGroup, c10d::ProcessGroup,
              c10::intrusive_ptr<mtxcomm_torch::MtxcommProcessGroup>>(m, "ProcessGroup")

@@ -315,10 +315,9 @@ void MtxcommBackend::abort() {
 // a call on CUDA tensors on the calling thread, enqueued on the device's current stream.
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<at::Tensor> outputs,
                                                    size_t bytes, Fn fn,
-                                                   std::optional<c10::Device> device) {
+                                                   std::optional<c10::Device> device, bool waited) {
   TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
   if (device) return runOnStream(op, std::move(outputs), *device, fn);
-  auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
   if (bytes <= inlineBytes_) {
     bool idle;
     {
@@ -326,10 +325,14 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<
       idle = pending_ == 0;
     }
     if (idle) {
-      work->complete(execute(fn));
+      auto error = execute(fn);
+      if (waited && !error) return {};
+      auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
+      work->complete(error);
       return work;
     }
   }
+  auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
   enqueue(Item{work, std::move(fn)});
   return work;
 }

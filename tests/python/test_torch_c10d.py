@@ -94,6 +94,75 @@ def test_a_small_call_completes_on_the_callers_thread():
         assert work.get_future().value()[0] is t or torch.equal(work.get_future().value()[0], t)
 
 
+def test_a_waited_small_call_hands_back_no_work_and_an_async_one_does():
+    pg = dist.group.WORLD
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # what dist.all_reduce(t) sets
+    t = torch.full((4,), float(RANK + 1))
+    assert pg.allreduce([t], opts) is None  # completed on this thread: nothing to wait for
+    assert t.tolist() == [SIZE * (SIZE + 1) / 2] * 4
+    assert dist.all_reduce(t) is None
+    assert t.tolist() == [SIZE * SIZE * (SIZE + 1) / 2] * 4
+    b = torch.full((3,), float(RANK))
+    bopts = dist.BroadcastOptions()
+    bopts.rootRank, bopts.asyncOp = SIZE - 1, False
+    assert pg.broadcast([b], bopts) is None
+    assert b.tolist() == [SIZE - 1.0] * 3
+    assert dist.barrier() is None
+    opts.asyncOp = True
+    work = pg.allreduce([t], opts)
+    assert work is not None and work.is_completed() and work.wait()
+    # A waited call that fails still raises, naming what was wrong.
+    bopts.rootRank = SIZE
+    with pytest.raises(Exception, match="root"):
+        pg.broadcast([b], bopts)
+
+
+def test_bench_allreduce_runs_the_library_call_in_a_loop():
+    t = torch.ones(5, dtype=torch.float64)
+    seconds = backend().bench_allreduce(t, 3)  # in place, SUM, 3 times: SIZE**3
+    assert 0 < seconds < 10
+    assert t.tolist() == [float(SIZE**3)] * 5
+    with pytest.raises(ValueError, match="iters > 0"):
+        backend().bench_allreduce(t, 0)
+
+
+def test_torch_attaches_no_flight_recorder_hook_of_its_own_by_default():
+    own = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if own is None:
+        pytest.skip("this torch attaches no flight-recorder hook to a backend's groups")
+    # mtxcomm records its calls itself (MTXCOMM_FLIGHT_RECORDER): torch's hook, which gathers a
+    # Python traceback per call, is not attached to its groups.
+    assert "mtxcomm" in own
+    assert dist.group.WORLD not in dist.distributed_c10d._world.pg_flight_recorder_hooks
+
+
+@pytest.mark.parametrize(
+    "env, declared",
+    [
+        ({}, True),
+        ({"TORCH_FR_BUFFER_SIZE": "0"}, True),
+        ({"TORCH_FR_BUFFER_SIZE": "100"}, False),  # the user asked for torch's recorder
+        ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20"}, False),
+        ({"MTXCOMM_FLIGHT_RECORDER": "0"}, False),  # mtxcomm's own is off
+    ],
+)
+def test_torch_flight_recorder_hook_stays_where_the_user_asks_for_it(monkeypatch, env, declared):
+    own = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if own is None:
+        pytest.skip("this torch attaches no flight-recorder hook to a backend's groups")
+    for var in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "MTXCOMM_FLIGHT_RECORDER"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    name = "mtxcomm-test-recorder"
+    try:
+        assert _native.records_its_own_calls(name) is declared
+        assert (name in own) is declared
+    finally:
+        own.discard(name)
+
+
 @multi_rank
 def test_a_large_call_returns_before_it_is_done():
     t = torch.full((4 << 20,), float(RANK))  # 16 MiB

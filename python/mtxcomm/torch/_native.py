@@ -25,6 +25,7 @@ __all__ = [
     "python_backend",
     "as_process_group",
     "direct_all_reduce",
+    "records_its_own_calls",
 ]
 
 _NATIVE_KEY = "mtxcomm/c10d"
@@ -63,6 +64,30 @@ def devices():
 
     module, _ = native_module()
     return ["cpu", "cuda"] if module is not None and _core.build_feature("cuda") else ["cpu"]
+
+
+_TORCH_FR_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+
+
+def records_its_own_calls(backend_name):
+    """Declares backend_name a backend that records its own calls, so that torch.distributed
+    does not attach its generic flight-recorder hook to its groups. That hook (torch 2.15+,
+    ``_maybe_attach_flight_recorder``) gathers a Python traceback on every call: about 5 us of a
+    small ``dist.all_reduce`` (bench/RESULTS.md). mtxcomm records every call itself, in each
+    communicator's flight recorder (``MTXCOMM_FLIGHT_RECORDER``, docs/debugging.md). torch's
+    hook stays where the user asked for torch's recorder (``TORCH_FR_BUFFER_SIZE`` or
+    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` set, above 0) or turned mtxcomm's off
+    (``MTXCOMM_FLIGHT_RECORDER=0``). True when declared."""
+    own = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if not isinstance(own, set):
+        return False  # a torch without the hook
+    asked = any(os.environ.get(v, "").strip() not in ("", "0") for v in _TORCH_FR_VARS)
+    ours_off = os.environ.get("MTXCOMM_FLIGHT_RECORDER", "").strip() == "0"
+    if asked or ours_off:
+        own.discard(backend_name)
+        return False
+    own.add(backend_name)
+    return True
 
 
 def warn_fallback(why):

@@ -591,6 +591,7 @@ def register():
         return
     devices = _native.devices()
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices)
+    _native.records_its_own_calls(BACKEND_NAME)
     _registered = True
 
 
