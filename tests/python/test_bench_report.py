@@ -29,6 +29,9 @@ COLLECTIVES = [
 ]
 
 
+REPORT_ITERS, REPORT_WARMUP = 100, 3  # the report fixture's -i and -x
+
+
 def run_report(out, *args, python=None):
     """`mpirun -np 2 mtxcomm_bench report -o out ARGS`, rendered by python (default: the venv's)."""
     env = job_env()
@@ -46,8 +49,10 @@ def run_report(out, *args, python=None):
 def report(tmp_path_factory):
     if not os.path.exists(BENCH):
         pytest.fail("%s is missing: build it with scripts/build.sh" % BENCH, pytrace=False)
-    out = tmp_path_factory.mktemp("report") / "r"
-    p = run_report(out, "-m", "4:64")
+    # A quote and a space in -o (test_report_renders_into_any_directory_name...), and -i/-x
+    # below the defaults (test_report_runs_honour_iterations_and_warmup).
+    out = tmp_path_factory.mktemp("report") / "it's a dir" / "r"
+    p = run_report(out, "-m", "4:64", "-i", str(REPORT_ITERS), "-x", str(REPORT_WARMUP))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     with open(out / "results.json") as f:
         return out, json.load(f), p.stderr
@@ -257,18 +262,14 @@ def test_a_size_range_missing_a_bound_is_refused(sizes):
     assert "-m %s: expected MIN:MAX or MAX in bytes" % sizes in p.stderr, p.stderr
 
 
-def test_report_runs_honour_iterations_and_warmup(tmp_path):
+def test_report_runs_honour_iterations_and_warmup(report):
     # -i and -x hold for every run of the report (they were dropped: each run took the
     # defaults, so a report could not be shortened).
-    out = tmp_path / "r"
-    p = run_report(out, "-m", "4:16", "-i", "3", "-x", "1")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    with open(out / "results.json") as f:
-        doc = json.load(f)
+    _, doc, _ = report
     rows = [row for run in doc["runs"] for row in run["rows"]]
     assert len(rows) > 20
-    assert {row["iterations"] for row in rows} == {3}
-    assert {row["warmup"] for row in rows} == {1}
+    assert {row["iterations"] for row in rows} == {REPORT_ITERS}
+    assert {row["warmup"] for row in rows} == {REPORT_WARMUP}
 
 
 def test_the_header_states_the_default_iterations():
@@ -287,13 +288,12 @@ def test_the_header_states_the_default_iterations():
     assert [r[4] for r in rows] == ["2000", "2000"], p.stdout
 
 
-def test_report_renders_into_any_directory_name_and_names_a_failed_renderer(tmp_path):
+def test_report_renders_into_any_directory_name_and_names_a_failed_renderer(report, tmp_path):
     # The renderer runs without a shell: a quote and a space in -o are only characters (a
-    # quoted shell command broke on them), and a renderer that cannot start or fails is named
-    # with its real status, the measurements kept.
-    out = tmp_path / "it's a dir" / "r"
-    p = run_report(out, "-m", "4:8", "-i", "2", "-x", "0")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # quoted shell command broke on them: the report fixture writes into "it's a dir"), and a
+    # renderer that cannot start or fails is named with its real status, the measurements kept.
+    out, _, _ = report
+    assert out.parent.name == "it's a dir"
     assert (out / "index.html").exists() and (out / "results.json").exists()
     for python, expected in (
         ("/nonexistent/python", "rendering failed (cannot start /nonexistent/python: No such file"),

@@ -391,6 +391,22 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
             assert orders[i] != orders[j], f"epochs {j} and {i} (of 2 fits x 3) saw one order"
 
 
+@pytest.fixture(scope="module")
+def different_data_job(tmp):
+    """scripts/different_data.py "each": every mode below in one np=2 job, which goes on after
+    each failure and writes MODE.RANK (the outcome) in its own folder."""
+    folder = tmp / "different_data"
+    folder.mkdir()
+    script = os.path.join(SCRIPTS, "different_data.py")
+    job = Job(
+        mtxrun() + ["-np", "2", "--transparent", "python", script, "each"],
+        cwd=str(folder),
+        timeout=JOB_TIMEOUT,
+    )
+    job.check_ok()
+    return folder, job
+
+
 @pytest.mark.parametrize(
     "mode,argument,call",
     [
@@ -401,29 +417,37 @@ def test_transparent_epochs_draw_the_rows_of_the_1_process_run_from_one_iterator
         ("predict", "x", "predict"),
     ],
 )
-def test_transparent_ranks_given_different_arrays_fail_naming_them(tmp_path, mode, argument, call):
+def test_transparent_ranks_given_different_arrays_fail_naming_them(
+    different_data_job, mode, argument, call
+):
     # A script that draws its data or split from an unseeded generator gives each rank other
     # arrays: each rank takes its own rows of its own data, and training (or predict) mixed them
     # silently. Every rank must fail at the call, naming the argument and the ranks
-    # (scripts/different_data.py); the same arrays everywhere run to the end.
+    # (scripts/different_data.py).
+    folder, job = different_data_job
+    message = "ValueError: mtxrun --transparent: the %s given to %s differ between the ranks: " % (
+        argument,
+        call,
+    )
+    for rank in (0, 1):
+        outcome = (folder / ("%s.%d" % (mode, rank))).read_text()
+        assert outcome.startswith(message + "rank(s) 1 hold"), (rank, outcome, job.describe())
+
+
+def test_transparent_ranks_given_the_same_arrays_run_on(different_data_job):
+    # ... after the failures above, in the same job: the same arrays everywhere run to the end.
+    folder, job = different_data_job
+    assert [(folder / ("same.%d" % r)).read_text() for r in (0, 1)] == ["done"] * 2, job.describe()
+
+
+def test_transparent_different_arrays_end_a_job_that_does_not_catch_the_error(tmp_path):
     script = os.path.join(SCRIPTS, "different_data.py")
     job = Job(
-        mtxrun() + ["-np", "2", "--transparent", "python", script, mode],
+        mtxrun() + ["-np", "2", "--transparent", "python", script, "fit_x"],
         cwd=str(tmp_path),
         timeout=JOB_TIMEOUT,
     )
     assert job.returncode != 0, job.describe()
-    message = "the %s given to %s differ between the ranks: rank(s) 1 hold" % (argument, call)
+    message = "the x given to fit differ between the ranks: rank(s) 1 hold"
     assert message in job.stderr, job.describe()
     assert not list(tmp_path.glob("done.*")), job.describe()
-
-
-def test_transparent_ranks_given_the_same_arrays_run_on(tmp_path):
-    script = os.path.join(SCRIPTS, "different_data.py")
-    job = Job(
-        mtxrun() + ["-np", "2", "--transparent", "python", script, "same"],
-        cwd=str(tmp_path),
-        timeout=JOB_TIMEOUT,
-    )
-    job.check_ok()
-    assert sorted(p.name for p in tmp_path.glob("done.*")) == ["done.0", "done.1"], job.describe()

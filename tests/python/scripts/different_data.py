@@ -8,7 +8,9 @@ argument that differs, instead of training on (or predicting from) a mix of the 
   evaluate     the arrays of a later evaluate differ (fit's are the same)
   predict      the x of a later predict differs
   same         every rank's arrays are the same: runs to the end and writes done.RANK in the
-               working directory"""
+               working directory
+  each         each of the above in turn in one job, going on after each failure; writes
+               MODE.RANK: "done", or the exception's type and message"""
 
 import os
 import sys
@@ -18,7 +20,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-mode = sys.argv[1]
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 rng = np.random.default_rng(0)
 x = rng.normal(size=(64, 4)).astype("float32")
@@ -26,21 +27,37 @@ y = (x.sum(1, keepdims=True) > 0).astype("float32")
 other = rank if rank == 1 else 0  # rank 1 alone holds other values
 
 
-def shifted(a, when):
-    return a + other if mode == when else a
+def run(mode):
+    def shifted(a, when):
+        return a + other if mode == when else a
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer="sgd", loss="binary_crossentropy")
+    model.fit(
+        shifted(x, "fit_x"),
+        shifted(y, "fit_y"),
+        batch_size=16,
+        epochs=1,
+        verbose=0,
+        validation_data=(shifted(x[:16], "fit_val"), y[:16]),
+    )
+    model.evaluate(shifted(x, "evaluate"), y, verbose=0)
+    model.predict(shifted(x, "predict"), verbose=0)
 
 
-model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
-model.compile(optimizer="sgd", loss="binary_crossentropy")
-model.fit(
-    shifted(x, "fit_x"),
-    shifted(y, "fit_y"),
-    batch_size=16,
-    epochs=1,
-    verbose=0,
-    validation_data=(shifted(x[:16], "fit_val"), y[:16]),
-)
-model.evaluate(shifted(x, "evaluate"), y, verbose=0)
-model.predict(shifted(x, "predict"), verbose=0)
-with open("done.%d" % rank, "w") as f:  # (not stdout: the ranks' lines interleave there)
-    f.write("done")
+if sys.argv[1] != "each":
+    run(sys.argv[1])
+    with open("done.%d" % rank, "w") as f:  # (not stdout: the ranks' lines interleave there)
+        f.write("done")
+else:
+    # Every mode in turn in one job: each failing call's message goes to MODE.RANK.err, and
+    # the job goes on with the next mode (the check fails every rank alike, before the call
+    # communicates), then "same" runs to the end.
+    for mode in ("fit_x", "fit_y", "fit_val", "evaluate", "predict", "same"):
+        try:
+            run(mode)
+            outcome = "done"
+        except Exception as e:  # noqa: BLE001 (the message is what the test checks)
+            outcome = "%s: %s" % (type(e).__name__, e)
+        with open("%s.%d" % (mode, rank), "w") as f:
+            f.write(outcome)
