@@ -71,6 +71,58 @@ TEST(TcpTransport, BootstrapsOverATcpStore) {
   });
 }
 
+// The view is the point-to-point channel's ActivityWaiter: its progress thread sleeps in
+// poll(2) on the sockets. A message arriving ends the sleep (a large one streams through the
+// kernel's buffers, so each arrival of a part must), and so does wake() (a post, a failure);
+// with neither it sleeps its whole time. Bounds far from the times involved: behaviour, not
+// speed.
+TEST(TcpTransport, AViewSleepsOnItsSocketsAndWakesOnAnArrivalOrAWake) {
+  TempDir dir;
+  Barrier barrier(2);
+  runThreads(2, [&](int rank) {
+    RankEnd e = join(dir.fileSpec(), rank, 2);
+    auto* waiter = dynamic_cast<ActivityWaiter*>(e.transport.get());
+    ASSERT_NE(waiter, nullptr);
+    Transport& t = *e.transport;
+    std::vector<char> big(8 << 20);
+    barrier.wait();
+    if (rank == 0) {
+      std::this_thread::sleep_for(milliseconds(200));
+      for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+      waitOne(t, t.isend(1, 5, big.data(), big.size()));
+    } else {
+      std::vector<RequestPtr> reqs;
+      reqs.push_back(t.irecv(0, 5, big.data(), big.size()));
+      const auto start = Clock::now();
+      int sleeps = 0;
+      while (!t.testAll(reqs)) {
+        ASSERT_LT(Clock::now() - start, milliseconds(20000));
+        waiter->waitActivity(waiter->activitySeen(), milliseconds(5000));
+        ++sleeps;
+      }
+      // Without the sockets' wake-ups this is 5 s per sleep.
+      EXPECT_LT(Clock::now() - start, milliseconds(4000)) << sleeps << " sleeps";
+      for (size_t i = 0; i < big.size(); i += 4099) ASSERT_EQ(big[i], static_cast<char>(i * 7));
+    }
+    barrier.wait();
+    if (rank == 1) {
+      // wake() from another thread ends a sleep; with nothing to say it sleeps its time.
+      std::thread waker([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        waiter->wake();
+      });
+      auto start = Clock::now();
+      waiter->waitActivity(waiter->activitySeen(), milliseconds(5000));
+      EXPECT_LT(Clock::now() - start, milliseconds(3000));
+      waker.join();
+      start = Clock::now();
+      waiter->waitActivity(waiter->activitySeen(), milliseconds(300));
+      EXPECT_GE(Clock::now() - start, milliseconds(250));
+    }
+    barrier.wait();
+  });
+}
+
 TEST(TcpTransport, DestroyedPeerIsRemoteErrorQuickly) {
   TempDir dir;
   Barrier barrier(2);

@@ -38,7 +38,8 @@
 // than cores) before it sleeps (a condition variable), so a round trip between two waiting ranks
 // needs no thread hand-over. The thread makes progress for everyone else: with operations in flight
 // it spins briefly, then yields, then sleeps in steps of up to 1 ms (on the view's doorbell where
-// it has one, ActivityWaiter in transport.h, so an arrival wakes it at once); with nothing in
+// it has one, ActivityWaiter in transport.h: the shm rings' futex, TCP's sockets in poll(2); so
+// an arrival wakes it at once); with nothing in
 // flight it sleeps until a post. A caller never waits for the lock (it tries it), so a thread that
 // posts a receive never waits for an earlier operation, and any thread may post, test or wait, also
 // while another thread runs a collective on the communicator.

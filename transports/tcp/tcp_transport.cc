@@ -3,6 +3,8 @@
 //   TcpTransport  a view: rank translation and a context id over a TcpShared (tcp_mesh.h).
 #include <errno.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -52,7 +54,11 @@ class TcpRequest : public Request {
 
 // ---- views ----------------------------------------------------------------------------------
 
-class TcpTransport : public Transport {
+// A view is also the point-to-point channel's ActivityWaiter (transport.h): its progress thread
+// sleeps in poll(2) on the mesh's sockets and the view's wake-up eventfd, not in a timed sleep,
+// so a byte that arrives, socket space that frees up (a large message streams through the
+// kernel's buffers) or a post wakes it at once.
+class TcpTransport : public Transport, public ActivityWaiter {
  public:
   // members[i]: the mesh rank of rank i of this view.
   // liveness: over the ranks of this view.
@@ -70,8 +76,58 @@ class TcpTransport : public Transport {
   }
 
   ~TcpTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->unregisterContext(ctx_);
+    }
+    if (wakeFd_ >= 0) ::close(wakeFd_);
+  }
+
+  // ---- ActivityWaiter: the sockets are level-triggered, so nothing needs counting.
+  uint32_t activitySeen() const override { return 0; }
+
+  // The sleeper is not the mesh's poller (poller_active): it only watches the sockets, and
+  // whoever progresses next reads what woke it. So a caller that progresses the channel itself
+  // (mtxcomm_wait) still reads its peer's reply, with no hand-over to this thread, and a
+  // collective's waiter polls as before.
+  void waitActivity(uint32_t /*seen*/, Clock::duration atMost) override {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (shared_->failed()) return;
+    if (wakePending_) {  // a wake() since the last sleep
+      wakePending_ = false;
+      return;
+    }
+    if (wakeFd_ < 0) {
+      shared_->progress_cv.wait_for(lock, atMost);
+      return;
+    }
+    polling_ = true;
+    shared_->pollSet(waitSet_);
+    waitSet_.push_back({wakeFd_, POLLIN, 0});
+    lock.unlock();
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(atMost).count();
+    const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    const int rc = ::ppoll(waitSet_.data(), waitSet_.size(), &ts, nullptr);
+    if (rc > 0 && (waitSet_.back().revents & POLLIN) != 0) {
+      uint64_t wakes = 0;
+      [[maybe_unused]] ssize_t n = ::read(wakeFd_, &wakes, sizeof wakes);  // non-blocking
+    }
+    lock.lock();
+    polling_ = false;
+    wakePending_ = false;
+  }
+
+  // Under the lock, so that a sleeper either sees wakePending_ before it sleeps or is in
+  // ppoll when the eventfd is written (no system call when nobody polls).
+  void wake() override {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->unregisterContext(ctx_);
+    if (polling_) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(wakeFd_, &one, sizeof one);
+    } else {
+      wakePending_ = true;
+    }
+    shared_->progress_cv.notify_all();
   }
 
   const char* name() const override { return "tcp"; }
@@ -304,6 +360,11 @@ class TcpTransport : public Transport {
   PeerLiveness all_liveness_;  // over every rank of this view
   std::vector<int> watched_;   // the ranks liveness_ checks: those that have not said BYE
   PeerLiveness liveness_;      // all_liveness_.subset(watched_)
+  // waitActivity's: woken by wake(); -1 where eventfd(2) failed (it then sleeps on progress_cv).
+  int wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::vector<pollfd> waitSet_;
+  bool polling_ = false;      // in ppoll on waitSet_ (guarded by shared_->mu)
+  bool wakePending_ = false;  // a wake() while not polling: the next waitActivity returns at once
 };
 
 }  // namespace
