@@ -89,6 +89,13 @@ void TcpShared::postRecv(int gpeer, int view_peer, MatchKey key,
   if (u->complete) {
     if (op->bytes > 0) std::memcpy(op->buf, u->data.get(), op->bytes);
     op->done = true;
+  } else if (p.in_payload && p.target_unexpected == u) {
+    // The message is streaming in now (a point-to-point payload whose receive is posted once
+    // its header was matched, the usual case): what has arrived is copied once, and the rest
+    // goes straight into the receive's buffer, not through the unexpected one.
+    if (p.payload_got > 0) std::memcpy(op->buf, u->data.get(), p.payload_got);
+    p.target_unexpected.reset();
+    p.target_recv = op;
   } else {
     u->waiter = op;
     op->source = std::move(u);

@@ -24,7 +24,7 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
                              then a normal exit: exit 0 on every rank, no std::terminate
     torch_fault.py p2p_kill  ranks exchange with isend/irecv (1 MiB) with their neighbours in a
                              loop; rank 1 SIGKILLs itself after 3 rounds: the others' waits must
-                             raise, naming it (prints RAISED <seconds> <msg>)
+                             raise, naming it (prints RAISED <seconds> <msg>), and stay 3 s
     torch_fault.py destroy   an async allreduce of a temporary, its Work dropped, then
                              destroy_process_group() while it is in flight (rank 1 comes 1 s
                              late): the tensors allocated after it must keep their values
@@ -129,6 +129,10 @@ if mode == "p2p_kill":
         report("NO_ERROR", rank)
     except Exception as e:  # noqa: BLE001
         report_raised(start, e)
+    # The survivors stay a while: one that left at once could be what the other's wait sees
+    # first (rank 0 waits on rank 2's message; rank 2 fails on rank 1's death and exits), and
+    # its error would name that survivor, not the killed rank.
+    time.sleep(3)
     os._exit(3)
 if mode == "window":
     start = time.monotonic()
