@@ -72,12 +72,12 @@ _TORCH_FR_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 def records_its_own_calls(backend_name):
     """Declares backend_name a backend that records its own calls, so that torch.distributed
     does not attach its generic flight-recorder hook to its groups. That hook (torch 2.15+,
-    ``_maybe_attach_flight_recorder``) gathers a Python traceback on every call: about 5 us of a
-    small ``dist.all_reduce`` (bench/RESULTS.md). mtxcomm records every call itself, in each
-    communicator's flight recorder (``MTXCOMM_FLIGHT_RECORDER``, docs/debugging.md). torch's
-    hook stays where the user asked for torch's recorder (``TORCH_FR_BUFFER_SIZE`` or
-    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` set, above 0) or turned mtxcomm's off
-    (``MTXCOMM_FLIGHT_RECORDER=0``). True when declared."""
+    ``_maybe_attach_flight_recorder``) gathers a Python traceback on every call: 11-16 us of a
+    small ``dist.all_reduce`` at 2 ranks on the AMD guest of bench/RESULTS.md. mtxcomm
+    records every call itself, in each communicator's flight recorder
+    (``MTXCOMM_FLIGHT_RECORDER``, docs/debugging.md). torch's hook stays where the user asked
+    for torch's recorder (``TORCH_FR_BUFFER_SIZE`` or ``TORCH_NCCL_TRACE_BUFFER_SIZE`` set,
+    above 0) or turned mtxcomm's off (``MTXCOMM_FLIGHT_RECORDER=0``). True when declared."""
     own = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
     if not isinstance(own, set):
         return False  # a torch without the hook
