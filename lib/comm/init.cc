@@ -28,6 +28,32 @@ bool launchedByMpi() {
   return std::getenv("SLURM_PROCID") && std::getenv("SLURM_STEP_ID");
 }
 
+namespace {
+
+// This rank and the job's size as the launcher gives them (mpirun, a PMI launcher, srun), for
+// the TCP bootstrap where MTXCOMM_RANK/MTXCOMM_SIZE are not set. False when none does.
+bool launcherRankSize(int* rank, int* size) {
+  static const char* const kPairs[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"PMI_RANK", "PMI_SIZE"},
+                                          {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& pair : kPairs) {
+    const char* r = std::getenv(pair[0]);
+    const char* n = std::getenv(pair[1]);
+    if (!r || !n || !*r || !*n) continue;
+    char* end = nullptr;
+    const long rv = std::strtol(r, &end, 10);
+    if (*end) continue;
+    const long nv = std::strtol(n, &end, 10);
+    if (*end || nv < 1 || rv < 0 || rv >= nv || nv > (1 << 24)) continue;
+    *rank = static_cast<int>(rv);
+    *size = static_cast<int>(nv);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Config loadConfig() {
   Config cfg = Config::fromEnvironment();
   setLogLevel(cfg.logLevel);
@@ -147,10 +173,15 @@ std::unique_ptr<Comm> initFromEnv() {
     fail(MTXCOMM_UNSUPPORTED, "MTXCOMM_TRANSPORT=mpi but this mtxcomm was built without MPI");
 #endif
   } else if (boot == "tcp") {
+    if (cfg.rank < 0 && cfg.size < 1) launcherRankSize(&cfg.rank, &cfg.size);
     if (cfg.store.empty() || cfg.rank < 0 || cfg.size < 1) {
       fail(MTXCOMM_INVALID_USAGE,
            "the TCP bootstrap needs MTXCOMM_RANK, MTXCOMM_SIZE and MTXCOMM_STORE (have rank ",
-           cfg.rank, ", size ", cfg.size, ", store \"", cfg.store, "\")");
+           cfg.rank, ", size ", cfg.size, ", store \"", cfg.store, "\")",
+           launchedByMpi() && cfg.store.empty()
+               ? "; under mpirun, set MTXCOMM_STORE=tcp:HOST:PORT (a free port on rank 0's "
+                 "host; mtxrun sets it) and the rank and size come from mpirun's"
+               : "");
     }
     auto timeout = std::chrono::milliseconds(static_cast<long>(cfg.timeoutSeconds * 1000));
     std::unique_ptr<Store> store =

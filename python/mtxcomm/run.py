@@ -251,6 +251,11 @@ def build_command(args, environ=None):
         env.setdefault(var, value)
     if not env.get("MASTER_PORT"):
         env["MASTER_PORT"] = str(_free_port())
+    if env.get("MTXCOMM_TRANSPORT") == "tcp" and not env.get("MTXCOMM_STORE"):
+        # The TCP bootstrap meets at a store, not over MPI: rank 0 serves it on the first host;
+        # _rank_env.py gives each rank MTXCOMM_RANK and MTXCOMM_SIZE from mpirun's.
+        env["MTXCOMM_STORE"] = "tcp:%s:%d" % (env["MASTER_ADDR"], _free_port())
+        why.append("MTXCOMM_TRANSPORT=tcp: the ranks meet at MTXCOMM_STORE=" + env["MTXCOMM_STORE"])
     exported = ["PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV"] + list(threads)
     exported += ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"]
     exported += sorted(k for k in env if k.startswith("MTXCOMM_"))

@@ -89,6 +89,21 @@ def test_ddp_under_mtxrun_matches_one_process(tmp, reference):
     check_ddp(job, tmp, "mr", reference)
 
 
+def test_ddp_under_mtxrun_over_tcp_matches_one_process(tmp, reference):
+    # MTXCOMM_TRANSPORT=tcp under mtxrun: the ranks meet at the TCP store mtxrun names, with
+    # mpirun's ranks; shared memory off, so every byte goes over the TCP mesh.
+    env = {"MTXCOMM_TRANSPORT": "tcp", "MTXCOMM_SHM": "off", "MTXCOMM_LOG_LEVEL": "INFO"}
+    for k in ("MTXCOMM_STORE", "MTXCOMM_RANK", "MTXCOMM_SIZE"):
+        env[k] = ""
+    argv = ["-np", "2", "python", DDP, *STEPS, "--save-weights", "mt.{rank}.pt"]
+    job = run(mtxrun() + argv, tmp, env)
+    check_ddp(job, tmp, "mt", reference)
+    routes = [line for line in job.stderr.splitlines() if "INFO routes:" in line]
+    for r in (0, 1):
+        assert any("rank %d]" % r in line for line in routes), job.describe()
+    assert all("point-to-point over tcp" in line for line in routes), job.describe()
+
+
 def test_ddp_on_a_2d_device_mesh_at_np4(tmp):
     job = run(mtxrun() + ["-np", "4", "python", os.path.join(SCRIPTS, "torch_mesh.py")], tmp)
     job.check_ok()
