@@ -59,6 +59,12 @@ constexpr uint64_t kHeaderMagic = 0x7032706d74786d31ull;  // "1mxtmp2p": catches
 constexpr auto kCallerSpin = std::chrono::microseconds(100);
 // With more ranks than cores a waiting caller's spin takes the core a peer needs: this much.
 constexpr auto kOversubscribedCallerSpin = std::chrono::microseconds(5);
+// The progress thread's longest sleep with operations in flight: on a view with a doorbell
+// (ActivityWaiter) an arrival ends it at once; on one without (MPI, whose rendezvous moves only
+// when a rank polls it) it bounds each handshake step of a large message, at the cost of 10^4
+// wake-ups a second while an operation waits.
+constexpr int kLongestSleepUs = 1000;
+constexpr int kLongestSleepUsWithoutDoorbell = 100;
 
 std::chrono::steady_clock::duration secondsToDuration(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -283,7 +289,8 @@ void P2p::run() {
     } else if (idle < 128) {
       sched_yield();
     } else {
-      const int us = std::min(1000, 10 << std::min(idle - 128, 7));
+      const int longest = waiter_ ? kLongestSleepUs : kLongestSleepUsWithoutDoorbell;
+      const int us = std::min(longest, 10 << std::min(idle - 128, 7));
       if (waiter_) {
         // Woken by an arrival, a post or a failure (each rings the view's doorbell).
         waiter_->waitActivity(seen, std::chrono::microseconds(us));
