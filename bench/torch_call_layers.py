@@ -10,10 +10,14 @@ times K calls of every layer in turn; the figure is the median over rounds of th
 - dist.all_reduce: ``dist.all_reduce(t)``, as a user calls it;
 - with torch's hook: ``dist.all_reduce(t)`` on a second "mtxcomm" group over the same ranks
   to which torch's generic FlightRecorderHook is attached, as torch attaches it to a backend
-  that does not record its own calls (mtxcomm declares that it does; docs/torch.md).
+  that does not record its own calls (mtxcomm declares that it does; docs/torch.md);
+- torch alone: ``dist.all_reduce(t)`` on a group of torch's own "fake" backend over the same
+  ranks (``FakeProcessGroup``: it moves no byte and returns at once), which is what torch's
+  Python, binding and dispatcher cost by themselves on this machine with these ranks running.
 
 float32 SUM, in place. Rank 0 prints a Markdown table; "dist - library" is what a torch user
-pays above the library's own call.
+pays above the library's own call, and "dist - torch alone - library" the part of it that is
+not torch's own.
 
     mtxrun -np 2 python bench/torch_call_layers.py [--rounds 7] [--calls 2000]
 """
@@ -27,6 +31,9 @@ import torch.distributed as dist
 
 import mtxcomm.torch
 from mtxcomm.torch import _native
+
+# Registers torch's "fake" backend (no communication) for the "torch alone" layer.
+import torch.testing._internal.distributed.fake_pg  # noqa: F401  isort: skip
 
 
 def timed(fn, k):
@@ -60,6 +67,7 @@ def main():
     hook = torch._C._distributed_c10d.FlightRecorderHook.attach(
         hooked, list(range(dist.get_world_size()))
     )
+    fake = dist.new_group(list(range(dist.get_world_size())), backend="fake")
     opts = dist.AllreduceOptions()
     rows = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
@@ -71,6 +79,7 @@ def main():
             "pg": loop(lambda: pg.allreduce([x], opts).wait()),
             "dist.all_reduce": loop(lambda: dist.all_reduce(x)),
             "with torch's hook": loop(lambda: dist.all_reduce(x, group=hooked)),
+            "torch alone": loop(lambda: dist.all_reduce(x, group=fake)),
         }
         for f in layers.values():  # warm-up
             timed(f, max(1, args.calls // 10))
@@ -82,11 +91,16 @@ def main():
     hook.remove()
     if dist.get_rank() == 0:
         names = list(rows[0][1])
-        print("| bytes | " + " | ".join(n + " (µs)" for n in names) + " | dist - library (µs) |")
-        print("|---:|" + "---:|" * (len(names) + 1))
+        print(
+            "| bytes | "
+            + " | ".join(n + " (µs)" for n in names)
+            + " | dist - library (µs) | dist - torch alone - library (µs) |"
+        )
+        print("|---:|" + "---:|" * (len(names) + 2))
         for n, r in rows:
             cells = " | ".join("%.2f" % r[k] for k in names)
-            print("| %d | %s | %.2f |" % (n, cells, r["dist.all_reduce"] - r["library"]))
+            above = r["dist.all_reduce"] - r["library"]
+            print("| %d | %s | %.2f | %.2f |" % (n, cells, above, above - r["torch alone"]))
     dist.destroy_process_group()
 
 
