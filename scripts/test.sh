@@ -21,13 +21,19 @@ USAGE
     ;;
 esac
 cd "$(dirname "$0")/.."
-scripts/build.sh
+phase() {  # phase NAME COMMAND...: runs it, then says how long it took (a failure ends the run)
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "=== test.sh: $name took $((SECONDS - start)) s"
+}
+phase build scripts/build.sh
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-(cd build && ctest --output-on-failure -j 2 --timeout 900 "$@")
+phase ctest bash -c 'cd build && exec ctest --output-on-failure -j 2 --timeout 900 "$@"' ctest "$@"
 # The trust and shm suites once more under each shm chunking a CPU model can pick (its L2).
-tests/run_chunkings.sh
-scripts/test_sanitizers.sh
-scripts/setup_python.sh
-tests/python/run_suite.sh
+phase chunkings tests/run_chunkings.sh
+phase sanitizers scripts/test_sanitizers.sh
+phase setup_python scripts/setup_python.sh
+phase python_suite tests/python/run_suite.sh

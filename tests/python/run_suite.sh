@@ -25,7 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TF_CPP_MIN_LOG_LEVEL=2
 # A collective waiting for a peer that never comes fails after this many seconds.
 export MTXCOMM_TIMEOUT=${MTXCOMM_TIMEOUT:-120}
-PYTEST=(-m pytest -q -p no:cacheprovider --color=no -rfEs ${MTXCOMM_PYTEST_ARGS:-})
+PYTEST=(-m pytest -q -p no:cacheprovider --color=no -rfEs --durations=5 ${MTXCOMM_PYTEST_ARGS:-})
 
 if ! "$PY" -c "import mtxcomm.tensorflow" >/dev/null 2>&1; then
   echo "run_suite: '$PY -c \"import mtxcomm.tensorflow\"' fails; the tests will report it" >&2
