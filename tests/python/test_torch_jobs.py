@@ -89,10 +89,13 @@ def test_ddp_under_mtxrun_matches_one_process(tmp, reference):
     check_ddp(job, tmp, "mr", reference)
 
 
-def test_ddp_under_mtxrun_over_tcp_matches_one_process(tmp, reference):
+def test_ddp_under_mtxrun_over_tcp_with_torchcomms_asked_for_matches_one_process(tmp, reference):
     # MTXCOMM_TRANSPORT=tcp under mtxrun: the ranks meet at the TCP store mtxrun names, with
-    # mpirun's ranks; shared memory off, so every byte goes over the TCP mesh.
+    # mpirun's ranks; shared memory off, so every byte goes over the TCP mesh. In the same job,
+    # TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 where torchcomms is not installed (PyPI has only a
+    # placeholder): torch keeps its ProcessGroup backends, and "mtxcomm" serves.
     env = {"MTXCOMM_TRANSPORT": "tcp", "MTXCOMM_SHM": "off", "MTXCOMM_LOG_LEVEL": "INFO"}
+    env["TORCH_DISTRIBUTED_USE_TORCHCOMMS"] = "1"
     for k in ("MTXCOMM_STORE", "MTXCOMM_RANK", "MTXCOMM_SIZE"):
         env[k] = ""
     argv = ["-np", "2", "python", DDP, *STEPS, "--save-weights", "mt.{rank}.pt"]
