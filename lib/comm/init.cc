@@ -131,8 +131,8 @@ namespace {
 
 // The communicator over base, with the point-to-point transport chosen per peer (route.h).
 std::unique_ptr<Comm> makeRoutedComm(std::unique_ptr<Transport> base, const Config& cfg) {
-  RoutedTransport routed =
-      routeTransport(std::move(base), cfg.transport, cfg.timeoutSeconds, cfg.ucxEagerLimit);
+  RoutedTransport routed = routeTransport(std::move(base), cfg.transport, cfg.timeoutSeconds,
+                                          cfg.ucxEagerLimit, cfg.shm != "off");
   auto comm = std::make_unique<Comm>(std::move(routed.transport), cfg, 0);
   comm->setRoutes(std::move(routed.routes));
   return comm;

@@ -55,7 +55,7 @@ std::vector<std::string> splitFields(const std::string& s, size_t k) {
 }  // namespace
 
 RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::string& choice,
-                               double timeoutSeconds, size_t ucxEagerLimit) {
+                               double timeoutSeconds, size_t ucxEagerLimit, bool shmCollectives) {
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<long>(timeoutSeconds * 1000));
   const int n = base->size(), me = base->rank();
@@ -128,7 +128,7 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
     }
     const bool sameNode = nodes[r] == node;
     local += sameNode;
-    std::string cands = sameNode ? "shm (collectives on this node), " : "";
+    std::string cands = sameNode && shmCollectives ? "shm (collectives on this node), " : "";
     if (wantUcx && ucxWhyNot[r].empty() && ucxWhyNot[me].empty()) cands += "ucx, ";
     cands += bootName;
     out.routes.push_back(strCat("peer rank ", r, ": node ", nodes[r],
@@ -139,7 +139,9 @@ RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::strin
   }
   MTXCOMM_LOG(kInfo, me, "routes: ", local, " node-local and ", n - 1 - local,
               " remote peers; point-to-point over ", p2p,
-              multiNode ? "" : " (one node: collectives over the shared-memory segment)");
+              multiNode        ? ""
+              : shmCollectives ? " (one node: collectives over the shared-memory segment)"
+                               : " (one node; MTXCOMM_SHM=off: collectives over it too)");
 #ifdef MTXCOMM_HAVE_UCX
   if (useUcx) {
     std::vector<bool> sameNode(n);

@@ -38,10 +38,13 @@ struct RoutedTransport {
 };
 
 // Collective over the ranks of base. choice: MTXCOMM_TRANSPORT ("auto", "ucx", "mpi", "tcp");
-// ucxEagerLimit: MTXCOMM_UCX_EAGER_LIMIT (see openUcxWorker). Throws MTXCOMM_UNSUPPORTED when ucx
-// is forced and a rank has no UCX, MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR from the exchange.
+// ucxEagerLimit: MTXCOMM_UCX_EAGER_LIMIT (see openUcxWorker); shmCollectives: whether the
+// node's ranks may run their collectives over a shared-memory segment (MTXCOMM_SHM is not off),
+// which the route lines say. Throws MTXCOMM_UNSUPPORTED when ucx is forced and a rank has no
+// UCX, MTXCOMM_TIMEOUT / MTXCOMM_REMOTE_ERROR from the exchange.
 RoutedTransport routeTransport(std::unique_ptr<Transport> base, const std::string& choice,
-                               double timeoutSeconds, size_t ucxEagerLimit);
+                               double timeoutSeconds, size_t ucxEagerLimit,
+                               bool shmCollectives = true);
 
 // Every rank's blob, in rank order (blobs[rank()] == mine), exchanged over t with tags
 // kMaxTag - 1 and kMaxTag. Collective over t's ranks.
