@@ -58,9 +58,10 @@ class Request {
   bool isSend() const { return is_send_; }
   size_t bytes() const { return bytes_; }
   // A receive the caller can do without (set by it before testAll): a transport that can tell
-  // it apart (shared memory) neither fails it nor throws when its peer is gone; it stays
-  // pending. The user-message channel sets it on the receives only receives from any source
-  // wait for, so that a peer that has left is simply not a candidate.
+  // it apart (shared memory) neither fails it nor throws when its peer has left (destroyed its
+  // communicator); it stays pending. A peer that died or aborted still fails it. The
+  // user-message channel sets it on the receives only receives from any source wait for, so
+  // that a peer that has left is simply not a candidate.
   bool optional = false;
 
  private:

@@ -205,6 +205,18 @@ def test_a_killed_rank_in_a_p2p_exchange_makes_the_others_raise_naming_it(tmp):
         assert float(m.group(1)) < 60, m.group(0)
 
 
+def test_a_killed_rank_fails_a_receive_from_any_source_naming_it(tmp):
+    # Rank 2 lives on, silent: the receive could still be answered by it, yet a peer that died
+    # fails it (as Gloo's), where before it waited forever.
+    out = ranks("anysource_kill", tmp, size=3)
+    assert out[1][0] == -9, out[1]
+    code, text = out[0]
+    m = re.search(r"RAISED ([0-9.]+) (\w+): (.*)", text)
+    assert m and code == 3, text[-3000:]
+    assert "peer rank 1" in m.group(3) and "any source" in m.group(3), m.group(0)
+    assert float(m.group(1)) < 10, m.group(0)  # MTXCOMM_TIMEOUT is 20 s here
+
+
 def test_a_killed_rank_makes_ddp_raise_on_the_survivors(tmp):
     survivors_of_a_killed_rank_1(ranks("ddp_kill", tmp, size=3))
 

@@ -360,12 +360,13 @@ void ShmP2pTransport::checkPeers(const std::vector<RequestPtr>& reqs) {
   for (const RequestPtr& p : reqs) {
     if (!p) continue;
     const auto& r = static_cast<const Req&>(*p);
-    if (r.complete || r.optional) continue;
+    if (r.complete) continue;
     Control& c = control(r.peer());
     std::string why;
     if (c.aborted.load(std::memory_order_acquire)) {
       why = strCat("aborted: ", std::string(c.reason, strnlen(c.reason, sizeof(c.reason))));
     } else if (c.left.load(std::memory_order_acquire)) {
+      if (r.optional) continue;  // a peer that has left is no candidate of an any-source receive
       why = "destroyed its communicator";
     } else if (scan) {
       const long pid = static_cast<long>(c.pid.load(std::memory_order_acquire));
@@ -374,10 +375,14 @@ void ShmP2pTransport::checkPeers(const std::vector<RequestPtr>& reqs) {
     if (why.empty()) continue;
     // What it wrote before it went is still delivered.
     if (!r.isSend()) pullFrames(r.peer());
-    if (r.complete || r.optional) continue;
+    if (r.complete) continue;
+    // A peer that died or aborted fails a receive from any source as well (as Gloo's does): no
+    // message comes from it, and where no other peer sends, the receive would wait forever.
     failWith(MTXCOMM_REMOTE_ERROR, strCat("peer rank ", r.peer(), " ", why, " while this rank ",
-                                          r.isSend() ? "sent to" : "waited to receive from",
-                                          " it (tag ", r.tag, "; shared memory)"));
+                                          r.isSend()   ? "sent to it"
+                                          : r.optional ? "waited to receive from any source"
+                                                       : "waited to receive from it",
+                                          " (tag ", r.tag, "; shared memory)"));
   }
 }
 

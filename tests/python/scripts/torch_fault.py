@@ -25,6 +25,11 @@ test: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so nothing kills the survivor
     torch_fault.py p2p_kill  ranks exchange with isend/irecv (1 MiB) with their neighbours in a
                              loop; rank 1 SIGKILLs itself after 3 rounds: the others' waits must
                              raise, naming it (prints RAISED <seconds> <msg>), and stay 3 s
+    torch_fault.py anysource_kill
+                             rank 0 waits in a receive from any source that nobody sends; rank
+                             1 SIGKILLs itself 0.5 s after a barrier, rank 2 stays silent for
+                             8 s: rank 0's receive must raise naming rank 1 (RAISED ...) long
+                             before MTXCOMM_TIMEOUT
     torch_fault.py destroy   an async allreduce of a temporary, its Work dropped, then
                              destroy_process_group() while it is in flight (rank 1 comes 1 s
                              late): the tensors allocated after it must keep their values
@@ -133,6 +138,21 @@ if mode == "p2p_kill":
     # first (rank 0 waits on rank 2's message; rank 2 fails on rank 1's death and exits), and
     # its error would name that survivor, not the killed rank.
     time.sleep(3)
+    os._exit(3)
+if mode == "anysource_kill":
+    dist.barrier()
+    start = time.monotonic()
+    if rank == 1:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 0:
+        try:
+            dist.recv(torch.empty(4))
+            report("NO_ERROR", rank)
+        except Exception as e:  # noqa: BLE001
+            report_raised(start, e)
+    else:
+        time.sleep(8)
     os._exit(3)
 if mode == "window":
     start = time.monotonic()
