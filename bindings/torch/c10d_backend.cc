@@ -503,7 +503,8 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::p2p(bool isSend, std::vector<at::
   const auto op = isSend ? c10d::OpType::SEND
                   : any  ? c10d::OpType::RECVANYSOURCE
                          : c10d::OpType::RECV;
-  return c10::make_intrusive<P2PWork>(getRank(), op, t, std::move(s), req, comm_, label);
+  return c10::make_intrusive<P2PWork>(getRank(), op, t, std::move(s), req, comm_, label,
+                                      options_->timeout);
 }
 
 }  // namespace mtxcomm_torch

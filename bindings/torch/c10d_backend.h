@@ -70,7 +70,6 @@ namespace mtxcomm_torch {
 namespace py = pybind11;
 
 inline constexpr const char* kName = "mtxcomm";
-inline constexpr double kForever = 1e9;  // seconds: mtxcomm_wait has no "forever" (31 years)
 
 // The C API's datatype of a torch dtype, or nothing (the fallback takes it).
 std::optional<mtxcomm_datatype_t> dtypeOf(at::ScalarType t);
@@ -213,13 +212,16 @@ class CudaWork : public MtxWork {
 // A posted send or receive: done when mtxcomm_test or mtxcomm_wait says so.
 class P2PWork : public MtxWork {
  public:
+  // groupTimeout: how long wait() with no timeout of its own waits (the group's timeout, as
+  // Gloo's and NCCL's waits): past it the request fails with MTXCOMM_TIMEOUT.
   P2PWork(int rank, c10d::OpType op, at::Tensor t, Staged staged, mtxcomm_request_t req,
-          mtxcomm_comm_t comm, std::string what)
+          mtxcomm_comm_t comm, std::string what, std::chrono::milliseconds groupTimeout)
       : MtxWork(rank, op, {std::move(t)}),
         staged_(std::move(staged)),
         req_(req),
         comm_(comm),
-        what_(std::move(what)) {}
+        what_(std::move(what)),
+        groupTimeout_(groupTimeout) {}
 
   ~P2PWork() override;
 
@@ -243,6 +245,7 @@ class P2PWork : public MtxWork {
   mtxcomm_request_t req_;
   mtxcomm_comm_t comm_;
   std::string what_;
+  const std::chrono::milliseconds groupTimeout_;
   mutable std::mutex p2pMutex_;
   int source_ = MTXCOMM_ANY_SOURCE;
 };
@@ -262,8 +265,12 @@ class MtxcommBackend : public c10d::Backend {
   py::object fallbackObject() const { return fallbackPy_ ? fallbackPy_ : py::none(); }
   size_t pending();
 
-  // Runs the calls already made, then frees the communicator (local).
-  void close();
+  // Runs the calls already made, then frees the communicator (local). Returns what
+  // mtxcomm_comm_destroy found ("" when it succeeded or the communicator was closed already): a
+  // disagreement of a call that returned before its peers had entered it (a broadcast's root),
+  // or a peer gone before making such a call.
+  std::string close();
+  // close(), raising what it found (RuntimeError): destroy_process_group reports it.
   void shutdown() override;
   void abort() override;
 

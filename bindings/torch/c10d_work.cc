@@ -197,7 +197,8 @@ bool P2PWork::wait(std::chrono::milliseconds timeout) {
   {
     std::lock_guard<std::mutex> lock(p2pMutex_);
     if (req_ != nullptr) {
-      double s = timeout == kNoTimeout ? kForever : std::max(1e-3, timeout.count() / 1e3);
+      const auto limit = timeout == kNoTimeout ? groupTimeout_ : timeout;
+      double s = std::max(1e-3, limit.count() / 1e3);
       int rc = mtxcomm_wait(req_, s);
       finishLocked(rc);
     }
@@ -279,7 +280,7 @@ size_t MtxcommBackend::pending() {
 }
 
 // Runs the calls already made, then frees the communicator (local).
-void MtxcommBackend::close() {
+std::string MtxcommBackend::close() {
   std::optional<py::gil_scoped_release> nogil;
   if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
   {
@@ -289,17 +290,20 @@ void MtxcommBackend::close() {
   }
   more_.notify_all();
   if (worker_.joinable()) worker_.join();
+  std::string found;
   std::lock_guard<std::mutex> lock(commMutex_);
   if (comm_ != nullptr) {
-    mtxcomm_comm_destroy(comm_);
+    if (mtxcomm_comm_destroy(comm_) != MTXCOMM_SUCCESS) found = mtxcomm_get_last_error(nullptr);
     comm_ = nullptr;
   }
   freeMonitorRequests();
+  return found;
 }
 
 void MtxcommBackend::shutdown() {
-  close();
+  const std::string found = close();
   if (fallback_) fallback_->shutdown();
+  TORCH_CHECK(found.empty(), "mtxcomm backend: ", found);
 }
 
 void MtxcommBackend::abort() {
@@ -311,14 +315,17 @@ void MtxcommBackend::abort() {
 
 // ---- the backend: the worker and its queue --------------------------------------------------
 
-// Runs fn on the communicator: inline when small and nothing is queued, else on the worker;
-// a call on CUDA tensors on the calling thread, enqueued on the device's current stream.
+// Runs fn on the communicator: inline when the caller waits for it (opts.asyncOp false), it is
+// small and nothing is queued, else on the worker; a call on CUDA tensors on the calling thread,
+// enqueued on the device's current stream. A call made with async_op=True never blocks its
+// caller: inline it would wait there for its peers, and calls issued on two groups in different
+// orders by two ranks (each group in one order, as torch asks) would wait for each other.
 c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<at::Tensor> outputs,
                                                    size_t bytes, Fn fn,
                                                    std::optional<c10::Device> device, bool waited) {
   TORCH_CHECK(comm_ != nullptr, "mtxcomm backend: the group's communicator was closed");
   if (device) return runOnStream(op, std::move(outputs), *device, fn);
-  if (bytes <= inlineBytes_) {
+  if (waited && bytes <= inlineBytes_) {
     bool idle;
     {
       std::lock_guard<std::mutex> lock(qMutex_);
@@ -326,7 +333,7 @@ c10::intrusive_ptr<c10d::Work> MtxcommBackend::run(c10d::OpType op, std::vector<
     }
     if (idle) {
       auto error = execute(fn);
-      if (waited && !error) return {};
+      if (!error) return {};
       auto work = c10::make_intrusive<MtxWork>(getRank(), op, std::move(outputs));
       work->complete(error);
       return work;

@@ -9,6 +9,7 @@ Run under mtxrun with 1, 2, 3 and 4 ranks (tests/python/run_suite.sh):
 """
 
 import datetime
+import time
 
 import pytest
 from torch_common import RANK, SIZE, backend, multi_rank
@@ -278,4 +279,59 @@ def test_direct_all_reduce_on_a_group_this_rank_is_not_in_raises():
     else:
         with pytest.raises(ValueError, match="not a process group of this rank"):
             direct_all_reduce(t, group=g)
+    dist.barrier()
+
+
+# ---- asynchronous calls never block; a disagreement is not lost at the end -------------------
+
+
+@multi_rank
+@pytest.mark.parametrize("n", [4, 100000])  # inline-sized, and the worker's
+def test_async_calls_on_two_groups_issued_in_other_orders_by_the_ranks_complete(n):
+    # Each group is used in one order on every rank (what torch asks), but rank 0 issues g1's
+    # call first and the others g2's: a small async call that blocked its caller until the
+    # peers came would wait for a call its peer makes only after its own blocked one.
+    g1 = dist.new_group(list(range(SIZE)), timeout=SECONDS(seconds=20))
+    g2 = dist.new_group(list(range(SIZE)), timeout=SECONDS(seconds=20))
+    a = torch.full((n,), float(RANK + 1))
+    b = torch.full((n,), float(10 * (RANK + 1)))
+    if RANK == 0:
+        works = [dist.all_reduce(a, group=g1, async_op=True)]
+        works.append(dist.all_reduce(b, group=g2, async_op=True))
+    else:
+        works = [dist.all_reduce(b, group=g2, async_op=True)]
+        works.append(dist.all_reduce(a, group=g1, async_op=True))
+    for w in works:
+        w.wait()
+    total = SIZE * (SIZE + 1) / 2
+    assert torch.equal(a, torch.full((n,), total))
+    assert torch.equal(b, torch.full((n,), 10 * total))
+    dist.destroy_process_group(g1)
+    dist.destroy_process_group(g2)
+
+
+@multi_rank
+def test_a_receive_from_any_source_that_nobody_answers_times_out_at_the_groups_timeout():
+    # dist.recv waits with no timeout of its own: the group's bounds it (it waited forever).
+    g = dist.new_group(list(range(SIZE)), timeout=SECONDS(seconds=2))
+    if RANK == 0:
+        start = time.monotonic()
+        with pytest.raises(dist.DistBackendError, match="timed out"):
+            dist.recv(torch.empty(3), group=g)
+        assert 1.5 < time.monotonic() - start < 30
+    dist.barrier()
+    dist.destroy_process_group(g)
+
+
+@multi_rank
+def test_destroying_a_group_after_a_broadcast_with_disagreeing_roots_raises_on_every_rank():
+    # Every rank names itself the root: each returns at once (a root waits for nobody), and with
+    # no later call on the group the disagreement is found when the group is destroyed.
+    g = dist.new_group(list(range(SIZE)))
+    t = torch.full((3,), float(RANK))
+    dist.broadcast(t, src=RANK, group=g)
+    with pytest.raises(RuntimeError, match="the ranks disagree on the call") as e:
+        dist.destroy_process_group(g)
+    assert "found when this rank destroyed the communicator" in str(e.value)
+    assert "root %d" % RANK in str(e.value)
     dist.barrier()
