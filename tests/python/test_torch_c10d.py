@@ -84,13 +84,17 @@ def test_ddp_runs_on_it_and_names_it():
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
 
 
-def test_a_small_call_completes_on_the_callers_thread():
+def test_a_small_waited_call_completes_on_the_callers_thread_and_an_async_one_returns_a_work():
     for n in (1, 2, 16384):  # 4 B .. 64 KiB
         t = torch.ones(n)
+        assert dist.all_reduce(t) is None  # ran here: no Work to wait for
+        assert t[0].item() == SIZE and t[-1].item() == SIZE
+        # async_op=True goes to the group's worker (never blocks this thread for its peers)
         work = dist.all_reduce(t, async_op=True)
-        assert work.is_completed()
-        assert t[0].item() == SIZE
+        assert work is not None
         work.wait()
+        assert work.is_completed()
+        assert torch.equal(t, torch.full((n,), float(SIZE * SIZE)))
         assert work.get_future().value()[0] is t or torch.equal(work.get_future().value()[0], t)
 
 
@@ -111,7 +115,7 @@ def test_a_waited_small_call_hands_back_no_work_and_an_async_one_does():
     assert dist.barrier() is None
     opts.asyncOp = True
     work = pg.allreduce([t], opts)
-    assert work is not None and work.is_completed() and work.wait()
+    assert work is not None and work.wait() and work.is_completed()
     # A waited call that fails still raises, naming what was wrong.
     bopts.rootRank = SIZE
     with pytest.raises(Exception, match="root"):
