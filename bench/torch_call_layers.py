@@ -5,8 +5,10 @@ times K calls of every layer in turn; the figure is the median over rounds of th
 - library: K x mtxcomm_allreduce in a C++ loop on the group's own communicator
   (``bench_allreduce``: what ``mtxcomm_bench allreduce`` times, no binding in between);
 - direct_all_reduce: ``mtxcomm.torch.direct_all_reduce(t)`` (one pybind11 call);
-- backend: ``backend.allreduce([t]).wait()`` (the c10d Backend object, its Work);
-- pg: ``pg.allreduce([t], opts).wait()`` (PyTorch's ProcessGroup and its dispatcher);
+- backend: ``backend.allreduce([t], opts)`` with ``opts.asyncOp = False`` as
+  ``dist.all_reduce`` passes it (the c10d Backend object; a Work only where it was queued);
+- pg: ``pg.allreduce([t], opts)``, the same options (PyTorch's ProcessGroup and its
+  dispatcher);
 - dist.all_reduce: ``dist.all_reduce(t)``, as a user calls it;
 - with torch's hook: ``dist.all_reduce(t)`` on a second "mtxcomm" group over the same ranks
   to which torch's generic FlightRecorderHook is attached, as torch attaches it to a backend
@@ -69,14 +71,21 @@ def main():
     )
     fake = dist.new_group(list(range(dist.get_world_size())), backend="fake")
     opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # what dist.all_reduce(t) passes: a small call runs on this thread
+
+    def waited(work):
+        # A waited call that completed inline hands back no Work (nothing to wait for).
+        if work is not None:
+            work.wait()
+
     rows = []
     for nbytes in (int(s) for s in args.sizes.split(",")):
         x = torch.ones(max(1, nbytes // 4))
         layers = {
             "library": lambda k: be.bench_allreduce(x, k),
             "direct_all_reduce": loop(lambda: mtxcomm.torch.direct_all_reduce(x)),
-            "backend": loop(lambda: be.allreduce([x], opts).wait()),
-            "pg": loop(lambda: pg.allreduce([x], opts).wait()),
+            "backend": loop(lambda: waited(be.allreduce([x], opts))),
+            "pg": loop(lambda: waited(pg.allreduce([x], opts))),
             "dist.all_reduce": loop(lambda: dist.all_reduce(x)),
             "with torch's hook": loop(lambda: dist.all_reduce(x, group=hooked)),
             "torch alone": loop(lambda: dist.all_reduce(x, group=fake)),
