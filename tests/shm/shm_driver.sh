@@ -232,34 +232,50 @@ case $mode in
     ;;
   perm)
     exe=$2 np=$3
+    # A rank maps more than one segment (the collectives' and the point-to-point rings'), in an
+    # address order that may differ between processes: every mapping is checked, each job's
+    # ranks must map the same set of names, and no name may serve two jobs.
     all_names=()
     for job in 1 2 3; do
       rm -f "$workdir"/ready* "$workdir"/seg*
       start_file_ranks "$np" "$exe" loop "$workdir"
       await_ready "$np" "job $job: "
+      job_set=""
       for ((r = 0; r < np; ++r)); do
         p=${pids[$r]}
-        line=$(grep -m1 '/dev/shm/mtxcomm-' "/proc/$p/maps") ||
+        lines=$(grep '/dev/shm/mtxcomm-' "/proc/$p/maps") ||
           die "job $job rank $r (pid $p): no /dev/shm/mtxcomm-* mapping in /proc/$p/maps"
-        range=${line%% *}
-        path=$(sed 's|.* \(/dev/shm/mtxcomm-[^ ]*\).*|\1|' <<<"$line")
-        mode=$(stat -L -c %a "/proc/$p/map_files/$range" 2>&1) ||
-          die "stat -L /proc/$p/map_files/$range: $mode"
         self=$(cat "$workdir/seg$r.txt")
-        echo "job $job rank $r: /proc/$p/maps: $path, mode $mode; the rank reports: $self"
-        [[ $path =~ ^/dev/shm/mtxcomm-[0-9a-f]{32}$ ]] ||
-          die "name $path does not match ^/dev/shm/mtxcomm-[0-9a-f]{32}\$ (128 random bits)"
-        [[ $mode == 600 ]] || die "segment $path has mode $mode, expected 600"
-        [[ $self == "segment $path mode 0600" ]] ||
-          die "rank $r reports '$self', expected 'segment $path mode 0600'"
-        [[ ! -e $path ]] || die "$path still exists in /dev/shm once every rank has mapped it"
-        all_names+=("$path")
+        names=()
+        while read -r line; do
+          range=${line%% *}
+          path=$(sed 's|.* \(/dev/shm/mtxcomm-[^ ]*\).*|\1|' <<<"$line")
+          mode=$(stat -L -c %a "/proc/$p/map_files/$range" 2>&1) ||
+            die "stat -L /proc/$p/map_files/$range: $mode"
+          echo "job $job rank $r: /proc/$p/maps: $path, mode $mode"
+          [[ $path =~ ^/dev/shm/mtxcomm-[0-9a-f]{32}$ ]] ||
+            die "name $path does not match ^/dev/shm/mtxcomm-[0-9a-f]{32}\$ (128 random bits)"
+          [[ $mode == 600 ]] || die "segment $path has mode $mode, expected 600"
+          [[ ! -e $path ]] || die "$path still exists in /dev/shm once every rank has mapped it"
+          names+=("$path")
+        done <<<"$lines"
+        set_r=$(printf '%s\n' "${names[@]}" | sort -u | tr '\n' ' ')
+        echo "job $job rank $r: the rank reports: $self"
+        [[ $self =~ ^segment\ (/dev/shm/mtxcomm-[0-9a-f]{32})\ mode\ 0600$ ]] ||
+          die "rank $r reports '$self', expected 'segment /dev/shm/mtxcomm-... mode 0600'"
+        [[ " $set_r" == *" ${BASH_REMATCH[1]} "* ]] ||
+          die "rank $r reports ${BASH_REMATCH[1]}, which is not among its mappings: $set_r"
+        [[ -z $job_set || $set_r == "$job_set" ]] ||
+          die "job $job: rank $r maps $set_r, rank 0 maps $job_set"
+        job_set=$set_r
       done
+      for path in $job_set; do all_names+=("$path"); done
       kill_ranks
     done
+    total=${#all_names[@]}
     distinct=$(printf '%s\n' "${all_names[@]}" | sort -u | wc -l)
-    ((distinct == 3)) || die "3 jobs used $distinct distinct segment names, expected 3"
-    echo "PASS: mode 0600, 128-bit random names, distinct per job, unlinked while live"
+    ((distinct == total)) || die "3 jobs used $distinct distinct segment names for $total, expected none shared"
+    echo "PASS: mode 0600, 128-bit random names, the same per job and distinct across jobs, unlinked while live"
     ;;
   tiny)
     exe=$2
