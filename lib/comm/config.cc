@@ -291,9 +291,10 @@ const std::vector<ConfigVar>& configVars() {
         {"MTXCOMM_TORCH_INLINE_BYTES",
          "bytes",
          "64K",
-         "torch.distributed backend (C++): a collective of at most this many bytes runs on the "
-         "calling thread and returns a completed Work; a larger one runs on the backend's "
-         "worker thread and returns at once (0: every call on the worker)",
+         "torch.distributed backend (C++): a collective the caller waits for (async_op=False) "
+         "of at most this many bytes runs on the calling thread and returns no Work; a larger "
+         "one, and every async_op=True call, runs on the backend's worker thread and returns at "
+         "once (0: every call on the worker)",
          {}},
         {"MTXCOMM_TORCH_BACKEND",
          "enum",
